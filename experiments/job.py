@@ -1,0 +1,260 @@
+"""Profile one grid point in this process and write its artifacts.
+
+    python -m experiments.job <job_dir>/job_config.json
+
+is how the sweep runs each job in a fresh interpreter (and how a person reruns one by hand).
+Order of work: validate, check memory, build inputs, time the first call on its own, warm up
+(when asked), profile with the configured schedule, export the Chrome trace and the
+key_averages() table, write metrics.json. Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from experiments import records, workloads
+from experiments.config import ConfigError, JobConfig, config_from_dict
+
+MEMORY_HEADROOM = 0.9  # a job may plan to use at most this share of the free memory
+
+
+class JobError(RuntimeError):
+    """A job that cannot run as configured; the message is what the user reads."""
+
+
+def run_job(config: JobConfig, job_dir: Path) -> dict[str, Any]:
+    """Profile `config`, write its artifacts into `job_dir`, and return the metrics record.
+
+    Never raises for a failure of the workload: the record says `failed` with the error.
+    """
+    record = records.base_record(config, job_dir)
+    record["started_at"] = records.now_iso()
+    try:
+        record.update(_profile(config, job_dir))
+        record["status"] = "ok"
+    except Exception as exc:  # the record carries it; the sweep goes on
+        traceback.print_exc()
+        record["error"] = f"{type(exc).__name__}: {exc}"
+    record["finished_at"] = records.now_iso()
+    records.write_json(job_dir / records.METRICS_FILE, record)
+    return record
+
+
+def _profile(config: JobConfig, job_dir: Path) -> dict[str, Any]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    device = resolve_device(config.device)
+    cost = workloads.cost(config)
+    free = available_memory_bytes(device)
+    out: dict[str, Any] = {
+        "device": device,
+        "device_name": device_name(device),
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "flops_per_call": cost.flops,
+        "bytes_per_call": cost.bytes,
+        "memory_estimate_bytes": cost.memory_bytes,
+        "memory_available_bytes": free,
+    }
+    if free is not None and cost.memory_bytes > MEMORY_HEADROOM * free:
+        raise JobError(
+            f"memory: {config.label} needs about {_gib(cost.memory_bytes)} (estimate of inputs, "
+            f"weights and live intermediates) but only {_gib(free)} is available on {device}"
+        )
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    with torch.no_grad():
+        fn, args = workloads.build(config, device)
+        if config.compile:
+            fn = torch.compile(
+                fn,
+                mode=config.compiler.mode,
+                backend=config.compiler.backend,
+                dynamic=config.compiler.dynamic,
+            )
+        sync()
+        start = time.perf_counter()
+        fn(*args)
+        sync()
+        out["first_call_ms"] = (time.perf_counter() - start) * 1e3
+        if config.compile:
+            out.update(_compile_counters())
+
+        if config.warmup:
+            start = time.perf_counter()
+            for _ in range(config.run.warmup_iters):
+                fn(*args)
+            sync()
+            out["warmup_ms"] = (time.perf_counter() - start) * 1e3
+
+        p = config.profiler
+        activities = [ProfilerActivity.CPU]
+        if device == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        cycles: list[dict[str, Any]] = []
+        exporter = _exporter(config, job_dir, device, cycles)
+        with profile(
+            activities=activities,
+            schedule=schedule(wait=p.wait, warmup=p.warmup, active=p.active, repeat=p.repeat),
+            on_trace_ready=exporter,
+            record_shapes=p.record_shapes,
+            with_stack=p.with_stack,
+            profile_memory=p.profile_memory,
+        ) as prof:
+            for _ in range(p.total_steps):
+                with record_function(config.workload.name):
+                    fn(*args)
+                prof.step()
+        sync()
+
+    if len(cycles) != p.repeat:
+        raise JobError(f"the profiler delivered {len(cycles)} of {p.repeat} traces")
+    self_device = [c["self_device_total_us"] for c in cycles]
+    out.update(
+        steps=p.active * p.repeat,
+        self_cpu_total_us=sum(c["self_cpu_total_us"] for c in cycles),
+        self_device_total_us=None if device != "cuda" else sum(self_device),
+        trace_file=";".join(c["trace_file"] for c in cycles),
+        table_file=";".join(c["table_file"] for c in cycles),
+    )
+    return out
+
+
+def _exporter(
+    config: JobConfig, job_dir: Path, device: str, cycles: list[dict[str, Any]]
+) -> Callable[[Any], None]:
+    """on_trace_ready: write one profiler cycle's Chrome trace and table, record its totals."""
+    stem = records.artifact_stem(config)
+    sort_by = "cuda_time_total" if device == "cuda" else "cpu_time_total"
+
+    def export(prof: Any) -> None:
+        suffix = "" if config.profiler.repeat == 1 else f"_cycle{len(cycles) + 1}"
+        trace = job_dir / f"{stem}{suffix}.json"
+        table = job_dir / f"{stem}{suffix}.txt"
+        partial = trace.with_name(f".{trace.name}.partial")
+        try:
+            prof.export_chrome_trace(str(partial))
+            os.replace(partial, trace)
+        finally:
+            partial.unlink(missing_ok=True)
+        events = prof.key_averages()
+        records.atomic_write_text(
+            table, events.table(sort_by=sort_by, row_limit=config.profiler.row_limit) + "\n"
+        )
+        cycles.append(
+            {"trace_file": trace.name, "table_file": table.name, **footer_totals(events)}
+        )
+
+    return export
+
+
+def footer_totals(events: Any) -> dict[str, float]:
+    """The two totals of key_averages().table()'s footer, summed exactly as torch sums them."""
+    from torch.autograd import DeviceType
+
+    device_types = {DeviceType.CUDA}
+    for name in ("PrivateUse1", "MTIA", "XPU"):
+        if hasattr(DeviceType, name):
+            device_types.add(getattr(DeviceType, name))
+    self_cpu = self_device = 0.0
+    for e in events:
+        self_cpu += e.self_cpu_time_total
+        if e.device_type in device_types and not getattr(e, "is_user_annotation", False):
+            self_device += getattr(e, "self_device_time_total", 0.0)
+    return {"self_cpu_total_us": self_cpu, "self_device_total_us": self_device}
+
+
+def _compile_counters() -> dict[str, Any]:
+    """Inductor's FX graph cache hits and misses in this process: a miss is a real compilation."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return {}
+    return {
+        "inductor_cache_misses": int(counters["inductor"]["fxgraph_cache_miss"]),
+        "inductor_cache_hits": int(counters["inductor"]["fxgraph_cache_hit"]),
+    }
+
+
+def resolve_device(requested: str) -> str:
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(cuda_unavailable_message())
+    return requested
+
+
+def cuda_unavailable_message() -> str:
+    import torch
+
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+    return (
+        f"device='cuda' is not allowed here: torch {torch.__version__} ({build}) sees no CUDA "
+        "device; choose device=cpu or device=auto"
+    )
+
+
+def available_memory_bytes(device: str) -> int | None:
+    """Free memory where the tensors will live: the GPU's free memory, or MemAvailable."""
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m experiments.job <job_dir>/job_config.json", file=sys.stderr)
+        return 2
+    path = Path(argv[0])
+    config = config_from_dict(json.loads(path.read_text(encoding="utf-8")))
+    record = run_job(config, path.parent)
+    return 0 if record["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

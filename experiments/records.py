@@ -1,0 +1,132 @@
+"""The job's artifact files: their names, the flat metrics record, and atomic writes.
+
+Light on purpose (no torch import): the sweep process uses it to record jobs whose process died.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from experiments.config import JobConfig
+
+SCHEMA_VERSION = 1
+METRICS_FILE = "metrics.json"
+CONFIG_FILE = "job_config.json"
+LOG_FILE = "job.log"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp alone gives 0600
+
+
+def artifact_stem(config: JobConfig) -> str:
+    """`<size>_<dtype>_<cold|warm>_<eager|compile>`, the article's file names."""
+    return f"{config.size}_{config.dtype}_{config.phase}_{config.mode}"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temp file in the same folder, then rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, FILE_MODE)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def settings_record(config: JobConfig) -> dict[str, Any]:
+    """Every grid key and setting as one flat mapping (workload_*, profiler_*, compile_*)."""
+    record: dict[str, Any] = {
+        "workload": config.workload.name,
+        "size": config.size,
+        "dtype": config.dtype,
+        "compile": config.compile,
+        "warmup": config.warmup,
+        "device_requested": config.device,
+    }
+    for f in dataclasses.fields(config.workload):
+        if f.name != "name":
+            record[f"workload_{f.name}"] = getattr(config.workload, f.name)
+    for prefix, group in (("profiler", config.profiler), ("compile", config.compiler)):
+        for f in dataclasses.fields(group):
+            record[f"{prefix}_{f.name}"] = getattr(group, f.name)
+    for f in dataclasses.fields(config.run):
+        record[f.name] = getattr(config.run, f.name)
+    return record
+
+
+def environment_record() -> dict[str, Any]:
+    """Where the job ran, without importing torch (its version comes from package metadata)."""
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    commit, dirty = git_state(Path.cwd())
+    return {
+        "hostname": socket.gethostname(),
+        "python_version": platform.python_version(),
+        "torch_version": torch_version,
+        "git_commit": commit,
+        "git_dirty": dirty,
+    }
+
+
+def git_state(folder: Path) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the repository holding `folder`, or (None, None) outside one."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(folder), *args],
+                capture_output=True, text=True, timeout=10, check=True,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip()
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return None, None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return commit, (bool(status) if status is not None else None)
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def base_record(config: JobConfig, job_dir: Path) -> dict[str, Any]:
+    """The fields every metrics.json has, whatever became of the job."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "job": job_dir.name,
+        **settings_record(config),
+        "status": "failed",
+        "error": None,
+        **environment_record(),
+    }

@@ -1,0 +1,154 @@
+"""Hydra's side of a sweep: the task of each grid point, and callbacks that refuse bad input
+before any job starts and sum up at the end.
+
+Hydra turns an exception raised in a callback into a warning, so a refusal here is a
+SystemExit with the message already printed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from experiments import records
+from experiments.config import ConfigError, JobConfig, config_from_dict
+
+PLAN_FILE = "sweep.json"
+EXIT_BAD_INPUT = 2
+EXIT_FAILED_JOBS = 1
+
+
+def job_config(cfg: DictConfig) -> JobConfig:
+    """The typed, validated job configuration of a composed Hydra config."""
+    plain = {
+        str(key): OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
+        for key in cfg
+        if key != "hydra"
+    }
+    return config_from_dict(plain)
+
+
+def task(cfg: DictConfig) -> None:
+    """The Hydra task of one grid point: run its job and leave the artifacts in its folder."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from experiments.launch import run_task
+
+    try:
+        config = job_config(cfg)
+    except ConfigError as exc:
+        refuse(str(exc))
+    hydra_cfg = HydraConfig.get()
+    index, total = 1, 1
+    if hydra_cfg.mode.name == "MULTIRUN":
+        index, total = hydra_cfg.job.num + 1, planned_jobs(Path(hydra_cfg.sweep.dir))
+    run_task(config, Path(hydra_cfg.runtime.output_dir), index, total)
+
+
+def planned_jobs(sweep_dir: Path) -> int | None:
+    try:
+        return int(json.loads((sweep_dir / PLAN_FILE).read_text(encoding="utf-8"))["jobs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def refuse(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_BAD_INPUT)
+
+
+def check_configs(configs: list[JobConfig]) -> None:
+    """Checks that need the machine: device=cuda needs a CUDA device torch can see."""
+    if any(c.device == "cuda" for c in configs):
+        import torch
+
+        if not torch.cuda.is_available():
+            from experiments.job import cuda_unavailable_message
+
+            refuse(cuda_unavailable_message())
+
+
+def sweep_overrides(cfg: DictConfig) -> list[list[str]] | None:
+    """Every job's overrides as the basic sweeper will expand them; None for other sweepers."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if cfg.hydra.sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__name__}":
+        return None
+    params = cfg.hydra.sweeper.get("params") or {}
+    arguments = [f"{k}={v}" for k, v in params.items()]
+    arguments += list(OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False))
+    parsed = OverridesParser.create().parse_overrides(arguments)
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+class SweepCallback(Callback):
+    """Validates every job of a run or sweep up front and prints the final tally."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            check_configs([job_config(config)])
+        except ConfigError as exc:
+            refuse(str(exc))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.errors import HydraException
+
+        jobs = sweep_overrides(config)
+        configs = []
+        loader = GlobalHydra.instance().config_loader()
+        for overrides in jobs if jobs is not None else [[]]:
+            try:
+                composed = loader.load_sweep_config(config, list(overrides))
+                configs.append(job_config(composed))
+            except ConfigError as exc:
+                refuse(f"{exc} (in the job {' '.join(overrides)})")
+            except HydraException as exc:
+                cause = f"\n{exc.__cause__}" if exc.__cause__ else ""
+                refuse(f"{exc} (in the job {' '.join(overrides)}){cause}")
+        check_configs(configs)
+        if jobs is not None:
+            sweep_dir = Path(str(config.hydra.sweep.dir))
+            records.write_json(
+                sweep_dir / PLAN_FILE,
+                {"jobs": len(jobs), "overrides": jobs, "command": sys.argv, "created_at": records.now_iso()},
+            )
+            print(f"sweep of {len(jobs)} jobs -> {sweep_dir}", flush=True)
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        job_dir = Path(str(config.hydra.runtime.output_dir))
+        tally([job_dir], job_dir, expected=1)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        job_dirs = sorted(p.parent for p in sweep_dir.glob(f"*/{records.METRICS_FILE}"))
+        tally(job_dirs, sweep_dir, planned_jobs(sweep_dir))
+
+
+def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
+    """Print counts and failed jobs from the metrics.json files; exit 1 when any job failed."""
+    failed: list[tuple[str, str]] = []
+    ok = 0
+    for job_dir in job_dirs:
+        try:
+            record = json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            failed.append((job_dir.name, f"unreadable {records.METRICS_FILE}: {exc}"))
+            continue
+        if record.get("status") == "ok":
+            ok += 1
+        else:
+            failed.append((job_dir.name, str(record.get("error"))))
+    missing = max(0, (expected or 0) - len(job_dirs))
+    counts = f"{ok} ok, {len(failed)} failed" + (f", {missing} missing" if missing else "")
+    print(f"done: {len(job_dirs)} job{'s' if len(job_dirs) != 1 else ''} ({counts}) in {folder}", flush=True)
+    for name, error in failed:
+        print(f"  failed: {name}: {error}", flush=True)
+    if failed or missing:
+        raise SystemExit(EXIT_FAILED_JOBS)
