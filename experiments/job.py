@@ -36,7 +36,7 @@ def run_job(config: JobConfig, job_dir: Path) -> dict[str, Any]:
     record = records.base_record(config, job_dir)
     record["started_at"] = records.now_iso()
     try:
-        record.update(_profile(config, job_dir))
+        _profile(config, job_dir, record)
         record["status"] = "ok"
     except Exception as exc:  # the record carries it; the sweep goes on
         traceback.print_exc()
@@ -46,23 +46,24 @@ def run_job(config: JobConfig, job_dir: Path) -> dict[str, Any]:
     return record
 
 
-def _profile(config: JobConfig, job_dir: Path) -> dict[str, Any]:
+def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
+    """Do the job's work, adding each measurement to `out` as soon as it is known."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     device = resolve_device(config.device)
     cost = workloads.cost(config)
     free = available_memory_bytes(device)
-    out: dict[str, Any] = {
-        "device": device,
-        "device_name": device_name(device),
-        "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda,
-        "flops_per_call": cost.flops,
-        "bytes_per_call": cost.bytes,
-        "memory_estimate_bytes": cost.memory_bytes,
-        "memory_available_bytes": free,
-    }
+    out.update(
+        device=device,
+        device_name=device_name(device),
+        torch_version=torch.__version__,
+        cuda_version=torch.version.cuda,
+        flops_per_call=cost.flops,
+        bytes_per_call=cost.bytes,
+        memory_estimate_bytes=cost.memory_bytes,
+        memory_available_bytes=free,
+    )
     if free is not None and cost.memory_bytes > MEMORY_HEADROOM * free:
         raise JobError(
             f"memory: {config.label} needs about {_gib(cost.memory_bytes)} (estimate of inputs, "
@@ -127,7 +128,6 @@ def _profile(config: JobConfig, job_dir: Path) -> dict[str, Any]:
         trace_file=";".join(c["trace_file"] for c in cycles),
         table_file=";".join(c["table_file"] for c in cycles),
     )
-    return out
 
 
 def _exporter(

@@ -1,0 +1,24 @@
+# `make sweep` runs the main job, `make test` the tests; each sets up .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# A CPU build of torch is pinned for set-up here; GPU users: make TORCH_SPEC='torch>=2.4' ...
+TORCH_SPEC ?= torch==2.13.0
+SWEEP ?= size=64,1024,4096 compile=true,false
+
+.PHONY: sweep test clean-venv
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+sweep: $(VENV)/.installed
+	$(PY) experiments/run.py -m $(SWEEP)
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,50 @@
+"""Helpers shared by the tests: run the CLI the way a person does, read torch's table footer."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_FOOTER = re.compile(r"^Self (CPU|CUDA) time total: ([0-9.]+)(us|ms|s)$", re.MULTILINE)
+_UNIT_US = {"us": 1.0, "ms": 1e3, "s": 1e6}
+
+
+def table_footer(text: str) -> dict[str, float]:
+    """{"CPU": µs, "CUDA": µs} as printed under key_averages().table()."""
+    return {kind: float(value) * _UNIT_US[unit] for kind, value, unit in _FOOTER.findall(text)}
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python experiments/run.py ARGS` from the project root, as a person runs it."""
+    return subprocess.run(
+        [sys.executable, "experiments/run.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def read_metrics(job_dir: Path) -> dict:
+    return json.loads((job_dir / "metrics.json").read_text())
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    """Job folders in job order (their names start with the job number)."""
+    dirs = [p for p in sweep_dir.iterdir() if p.is_dir()]
+    return sorted(dirs, key=lambda p: int(p.name.split("_", 1)[0]))
+
+
+@pytest.fixture
+def sweep_dir(tmp_path: Path) -> Path:
+    return tmp_path / "sweep"

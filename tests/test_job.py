@@ -1,0 +1,89 @@
+"""One job in this process: its files, and metrics that equal torch's own table footer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from experiments.config import JobConfig, MLPConfig, ProfilerConfig, RunConfig
+from experiments.job import run_job
+from tests.conftest import table_footer
+
+IN_PROCESS = RunConfig(isolation="none", compile_cache="shared")
+
+
+def test_cpu_job_writes_article_artifacts(tmp_path):
+    config = JobConfig(size=16, dtype="fp32", device="cpu", run=IN_PROCESS)
+    record = run_job(config, tmp_path)
+
+    assert record["status"] == "ok", record["error"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "16_fp32_cold_eager.json", "16_fp32_cold_eager.txt", "metrics.json",
+    ]
+    assert json.loads((tmp_path / "metrics.json").read_text()) == record
+    table = (tmp_path / "16_fp32_cold_eager.txt").read_text()
+    footer = table_footer(table)
+    assert "CUDA" not in footer and record["self_device_total_us"] is None
+    assert record["self_cpu_total_us"] == pytest.approx(footer["CPU"], rel=0.01)
+    assert record["steps"] == 3 and record["device"] == "cpu"
+    assert record["trace_file"] == "16_fp32_cold_eager.json"
+    assert record["first_call_ms"] > 0
+
+
+def test_trace_holds_the_active_steps_and_the_annotation(tmp_path):
+    config = JobConfig(size=8, device="cpu", warmup=True, run=IN_PROCESS)
+    record = run_job(config, tmp_path)
+    trace = json.loads((tmp_path / record["trace_file"]).read_text())
+    names = [e.get("name", "") for e in trace["traceEvents"]]
+    # schedule(wait=1, warmup=1, active=3): steps 2, 3 and 4 are recorded.
+    assert sorted(n for n in names if n.startswith("ProfilerStep#")) == [
+        "ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4",
+    ]
+    assert names.count("matmul_add") == 3
+    assert record["warmup_ms"] > 0 and record["trace_file"] == "8_bf16_warm_eager.json"
+
+
+def test_repeat_writes_one_trace_per_cycle_and_sums_their_footers(tmp_path):
+    config = JobConfig(size=8, device="cpu", run=IN_PROCESS, profiler=ProfilerConfig(active=2, repeat=2))
+    record = run_job(config, tmp_path)
+    assert record["status"] == "ok", record["error"]
+    tables = record["table_file"].split(";")
+    assert tables == ["8_bf16_cold_eager_cycle1.txt", "8_bf16_cold_eager_cycle2.txt"]
+    total = sum(table_footer((tmp_path / t).read_text())["CPU"] for t in tables)
+    assert record["self_cpu_total_us"] == pytest.approx(total, rel=0.01)
+    assert record["steps"] == 4
+
+
+def test_mlp_table_sees_three_gemms_per_step(tmp_path):
+    config = JobConfig(workload=MLPConfig(dim=16, hidden=32), size=8, device="cpu", run=IN_PROCESS)
+    record = run_job(config, tmp_path)
+    table = (tmp_path / record["table_file"]).read_text()
+    mm = next(line for line in table.splitlines() if line.strip().startswith("aten::mm "))
+    assert mm.split()[-1] == "9"  # 3 GEMMs x 3 active steps
+
+
+def test_memory_guard_fails_before_allocating(tmp_path):
+    config = JobConfig(size=200_000, dtype="fp32", device="cpu", run=IN_PROCESS)
+    record = run_job(config, tmp_path)
+    assert record["status"] == "failed"
+    assert "memory" in record["error"] and "GiB" in record["error"]
+    assert record["memory_estimate_bytes"] > record["memory_available_bytes"]
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+
+
+def test_a_raising_workload_is_recorded_not_raised(tmp_path):
+    config = JobConfig(size=8, device="cpu", compile=True, run=IN_PROCESS)
+    config.compiler.backend = "no_such_backend"
+    record = run_job(config, tmp_path)
+    assert record["status"] == "failed" and "no_such_backend" in record["error"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_job_device_total_equals_table_footer(tmp_path):
+    config = JobConfig(size=256, device="cuda", run=IN_PROCESS)
+    record = run_job(config, tmp_path)
+    footer = table_footer((tmp_path / record["table_file"]).read_text())
+    assert record["self_device_total_us"] == pytest.approx(footer["CUDA"], rel=0.01)
+    assert record["self_cpu_total_us"] == pytest.approx(footer["CPU"], rel=0.01)

@@ -1,0 +1,144 @@
+"""End-to-end sweeps on the CPU, run as a subprocess the way a person runs them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import job_dirs, read_metrics, run_cli, table_footer
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_sizes_eager_and_compile(sweep_dir):
+    done = run_cli("-m", "size=32,256", "compile=true,false", f"hydra.sweep.dir={sweep_dir}")
+    assert done.returncode == 0, done.stderr
+
+    names = [d.name for d in job_dirs(sweep_dir)]
+    assert names == [
+        "0_matmul_add_32_bf16_cold_compile",
+        "1_matmul_add_32_bf16_cold_eager",
+        "2_matmul_add_256_bf16_cold_compile",
+        "3_matmul_add_256_bf16_cold_eager",
+    ]
+    for job_dir in job_dirs(sweep_dir):
+        m = read_metrics(job_dir)
+        stem = f"{m['size']}_bf16_cold_{'compile' if m['compile'] else 'eager'}"
+        assert m["status"] == "ok" and m["error"] is None
+        assert (m["trace_file"], m["table_file"]) == (f"{stem}.json", f"{stem}.txt")
+        assert (job_dir / ".hydra" / "config.yaml").is_file()
+        json.loads((job_dir / m["trace_file"]).read_text())  # a complete trace
+        footer = table_footer((job_dir / m["table_file"]).read_text())
+        assert m["self_cpu_total_us"] == pytest.approx(footer["CPU"], rel=0.01)
+        assert m["device"] == "cpu" and m["self_device_total_us"] is None
+        assert m["steps"] == 3 and m["first_call_ms"] > 0
+        assert not list(job_dir.glob("*.partial")) and not list(job_dir.glob(".*tmp"))
+
+    lines = done.stdout.splitlines()
+    assert "[1/4] matmul_add size=32 bf16 cold compile ..." in lines
+    assert any(l.startswith("[4/4] matmul_add size=256 bf16 cold eager ok ") for l in lines)
+    assert lines[-1] == f"done: 4 jobs (4 ok, 0 failed) in {sweep_dir}"
+    plan = json.loads((sweep_dir / "sweep.json").read_text())
+    assert plan["jobs"] == 4
+
+
+def test_identical_cold_compiles_both_pay_compilation(sweep_dir, tmp_path):
+    # compile_cache=fresh (default): each job compiles from scratch, in its own interpreter.
+    fresh = run_cli("-m", "size=32,32", "compile=true", f"hydra.sweep.dir={sweep_dir}")
+    assert fresh.returncode == 0, fresh.stderr
+    for job_dir in job_dirs(sweep_dir):
+        m = read_metrics(job_dir)
+        assert (m["inductor_cache_misses"], m["inductor_cache_hits"]) == (1, 0), job_dir.name
+
+    # The same sweep sharing one cache: the second job finds the first one's compiled graph,
+    # which shows the check above can tell the two apart.
+    shared_dir = tmp_path / "shared"
+    shared = run_cli(
+        "-m", "size=32,32", "compile=true", "run.compile_cache=shared", f"hydra.sweep.dir={shared_dir}",
+        env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")},
+    )
+    assert shared.returncode == 0, shared.stderr
+    second = read_metrics(job_dirs(shared_dir)[1])
+    assert second["inductor_cache_hits"] >= 1
+
+
+def test_failed_jobs_are_recorded_and_the_sweep_goes_on(sweep_dir):
+    done = run_cli(
+        "-m", "size=16,200000", "dtype=fp32", "compile=false,true",
+        "compiler.backend=no_such_backend", f"hydra.sweep.dir={sweep_dir}",
+    )
+    assert done.returncode == 1
+    by_name = {d.name: read_metrics(d) for d in job_dirs(sweep_dir)}
+    assert by_name["0_matmul_add_16_fp32_cold_eager"]["status"] == "ok"
+    bad_backend = by_name["1_matmul_add_16_fp32_cold_compile"]
+    assert bad_backend["status"] == "failed" and "no_such_backend" in bad_backend["error"]
+    assert "no_such_backend" in bad_backend["stderr_tail"]
+    for name in ("2_matmul_add_200000_fp32_cold_eager", "3_matmul_add_200000_fp32_cold_compile"):
+        m = by_name[name]
+        assert m["status"] == "failed" and m["error"].startswith("JobError: memory: ")
+        assert "GiB" in m["error"] and "available on cpu" in m["error"]
+        assert not (sweep_dir / name / "200000_fp32_cold_eager.json").exists()
+    assert "done: 4 jobs (1 ok, 3 failed)" in done.stdout
+    assert "  failed: 2_matmul_add_200000_fp32_cold_eager: JobError: memory: " in done.stdout
+
+
+BAD_INPUTS = {
+    # key: (single-run override, sweep whose first job is good, what the message must name)
+    "size<0": ("size=-1", "size=16,-1", ["size=-1", "> 0"]),
+    "size str": ("size=abc", "size=16,abc", ["size=abc", "Integer", "full_key: size"]),
+    "dtype": ("dtype=int3", "dtype=bf16,int3", ["dtype='int3'", "bf16, fp16, fp32"]),
+    "compile": ("compile=maybe", "compile=false,maybe", ["compile=maybe", "not a valid bool"]),
+    "workload": ("workload=nope", "workload=matmul_add,nope",
+                 ["workload/nope", "bmm", "linear", "matmul_add", "mlp"]),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+@pytest.mark.parametrize("multirun", [True, False], ids=["sweep", "single"])
+def test_bad_input_is_refused_before_any_job(tmp_path, case, multirun):
+    single, sweep, needles = BAD_INPUTS[case]
+    out = tmp_path / "out"
+    if multirun:
+        done = run_cli("-m", sweep, f"hydra.sweep.dir={out}")
+    else:
+        done = run_cli(single, f"hydra.run.dir={out}")
+    assert done.returncode != 0
+    for needle in needles:
+        assert needle in done.stderr, (needle, done.stderr)
+    assert not list(tmp_path.rglob("metrics.json"))
+    assert " ok " not in done.stdout
+
+
+def test_device_cuda_without_a_gpu_is_refused(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    done = run_cli("-m", "size=16,32", "device=cuda", f"hydra.sweep.dir={tmp_path / 'out'}")
+    assert done.returncode == 2
+    assert "device='cuda'" in done.stderr and "device=cpu" in done.stderr
+    assert not list(tmp_path.rglob("metrics.json"))
+
+
+def test_other_workloads_run(sweep_dir):
+    done = run_cli("-m", "workload=mlp,linear,bmm", "size=16", "warmup=true",
+                   f"hydra.sweep.dir={sweep_dir}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for job_dir, workload in zip(job_dirs(sweep_dir), ("mlp", "linear", "bmm")):
+        m = read_metrics(job_dir)
+        assert job_dir.name == f"{m['job'].split('_')[0]}_{workload}_16_bf16_warm_eager"
+        assert m["status"] == "ok" and m["workload"] == workload and m["warmup"] is True
+        footer = table_footer((job_dir / m["table_file"]).read_text())
+        assert m["self_cpu_total_us"] == pytest.approx(footer["CPU"], rel=0.01)
+        assert workload in (job_dir / m["trace_file"]).read_text()  # the record_function span
+
+
+def test_single_run_in_process(tmp_path):
+    out = tmp_path / "run"
+    done = run_cli("size=16", "run=fast", f"hydra.run.dir={out}")
+    assert done.returncode == 0, done.stderr
+    m = read_metrics(out)
+    assert m["status"] == "ok" and m["isolation"] == "none"
+    assert not (out / "job_config.json").exists()  # no child process was needed
+    assert done.stdout.splitlines()[0] == "[1/1] matmul_add size=16 bf16 cold eager ..."

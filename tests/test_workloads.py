@@ -1,0 +1,52 @@
+"""Workload costs by hand count; built inputs have the shapes and dtypes the article uses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from experiments.config import BmmConfig, JobConfig, LinearConfig, MatmulAddConfig, MLPConfig
+from experiments.workloads import build, cost
+
+
+def test_matmul_add_cost_by_hand():
+    c = cost(JobConfig(workload=MatmulAddConfig(), size=4, dtype="fp32"))
+    # 4x4 @ 4x4: 64 multiply-adds = 128 FLOPs, plus 16 adds; x, w, b read, out written.
+    assert (c.flops, c.bytes) == (144, 4 * 16 * 4)
+
+
+def test_mlp_cost_by_hand():
+    c = cost(JobConfig(workload=MLPConfig(dim=2, hidden=3), size=5, dtype="bf16"))
+    # gate, up: 5x2 @ 2x3; down: 5x3 @ 3x2 -> 3 * 5*2*3 multiply-adds; gelu and mul on 5x3.
+    assert c.flops == 2 * 3 * 30 + 2 * 15
+    assert c.bytes == (3 * 6 + 2 * 10) * 2
+
+
+def test_memory_estimate_grows_with_dtype_and_size():
+    small = cost(JobConfig(size=16, dtype="bf16")).memory_bytes
+    assert cost(JobConfig(size=16, dtype="fp32")).memory_bytes == 2 * small
+    assert cost(JobConfig(size=200_000, dtype="fp32")).memory_bytes > 700 * 2**30
+
+
+@pytest.mark.parametrize(
+    "workload,size,out_shape",
+    [
+        (MatmulAddConfig(), 8, (8, 8)),
+        (BmmConfig(batch=3), 8, (3, 8, 8)),
+        (LinearConfig(), 16, (16, 64)),
+        (MLPConfig(dim=8, hidden=24), 5, (5, 8)),
+    ],
+)
+def test_built_workloads_run_on_cpu(workload, size, out_shape):
+    fn, args = build(JobConfig(workload=workload, size=size, dtype="fp32"), "cpu")
+    with torch.no_grad():
+        out = fn(*args)
+    assert tuple(out.shape) == out_shape and out.dtype == torch.float32
+    assert all(a.device.type == "cpu" for a in args)
+
+
+def test_modules_are_in_eval_and_linear_has_bias():
+    fn, _ = build(JobConfig(workload=LinearConfig(), size=4), "cpu")
+    assert not fn.training and fn.bias is not None and fn.weight.dtype == torch.bfloat16
+    mlp, _ = build(JobConfig(workload=MLPConfig(dim=4, hidden=8), size=4), "cpu")
+    assert not mlp.training and all(m.bias is None for m in (mlp.gate, mlp.up, mlp.down))
