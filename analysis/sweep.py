@@ -1,0 +1,235 @@
+"""A sweep (or single-run) folder -> summary.csv/.parquet, steps.csv, kernels.csv, crossovers.csv.
+
+Reads only the artifact files: each job's metrics.json and the traces it names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from analysis.peaks import DEFAULT_RIDGE_FLOPS_PER_BYTE, peak_for
+from analysis.trace import TraceError, analyse_trace, flat, regime
+
+METRICS_FILE = "metrics.json"
+SERIES_KEYS = ["workload", "dtype", "compile", "warmup", "device"]
+
+
+@dataclass
+class SweepTables:
+    """What the sweep's analysis found; plain lists of rows, turned into tables by `write`."""
+
+    folder: Path
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+    ops: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # job -> top ops
+    crossovers: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[tuple[str, str]]:
+        """(job, what went wrong) for failed jobs and unreadable traces."""
+        out = []
+        for row in self.jobs:
+            if row.get("status") != "ok":
+                out.append((row["job"], f"failed: {row.get('error')}"))
+            elif row.get("trace_error"):
+                out.append((row["job"], f"trace: {row['trace_error']}"))
+        return out
+
+
+def job_folders(folder: Path) -> list[Path]:
+    """The job folders of a sweep folder in job order, or the folder itself for a single run."""
+    if (folder / METRICS_FILE).is_file():
+        return [folder]
+    found = [p.parent for p in folder.glob(f"*/{METRICS_FILE}")]
+
+    def order(p: Path) -> tuple[int, str]:
+        head = p.name.split("_", 1)[0]
+        return (int(head) if head.isdigit() else 1 << 30, p.name)
+
+    return sorted(found, key=order)
+
+
+def analyse_sweep(folder: Path, progress: Callable[[str], None] | None = None) -> SweepTables:
+    folder = Path(folder)
+    tables = SweepTables(folder)
+    dirs = job_folders(folder)
+    report = progress or (lambda line: None)
+    last = time.perf_counter()
+    for i, job_dir in enumerate(dirs, 1):
+        _add_job(tables, job_dir)
+        now = time.perf_counter()
+        if len(dirs) > 10 and (now - last > 2 or i == len(dirs)):
+            report(f"analysed {i}/{len(dirs)} jobs")
+            last = now
+    tables.crossovers = crossovers(tables.jobs)
+    return tables
+
+
+def _add_job(tables: SweepTables, job_dir: Path) -> None:
+    try:
+        record = json.loads((job_dir / METRICS_FILE).read_text(encoding="utf-8"))
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        tables.jobs.append({"job": job_dir.name, "status": "failed", "error": f"unreadable {METRICS_FILE}: {exc}"})
+        return
+    row = dict(record)
+    row["job"] = job_dir.name
+    row.setdefault("status", "failed")
+    row["trace_error"] = None
+    if row["status"] == "ok":
+        names = [n for n in str(row.get("trace_file") or "").split(";") if n]
+        try:
+            if not names:
+                raise TraceError(f"{job_dir / METRICS_FILE}: names no trace file")
+            m = analyse_trace([job_dir / n for n in names])
+        except TraceError as exc:
+            row["trace_error"] = str(exc)
+        else:
+            _add_trace(tables, row, m)
+    tables.jobs.append(row)
+
+
+def _add_trace(tables: SweepTables, row: dict[str, Any], m: dict[str, Any]) -> None:
+    for key, value in flat(m).items():
+        # The job's own numbers (torch's footer) stay; the trace fills everything else.
+        if row.get(key) is None:
+            row[key] = value
+    steps = row.get("steps") or m["steps"] or 1
+    row["host_us_per_step"] = row["self_cpu_total_us"] / steps
+    device_total = row.get("self_device_total_us")
+    row["device_us_per_step"] = device_total / steps if device_total is not None else None
+    row["compute_us_per_step"] = m["compute_us"] / steps
+    row["overhead_us_per_step"] = m["overhead_us"] / steps
+
+    flops, moved = row.get("flops_per_call"), row.get("bytes_per_call")
+    step_us = max(row.get("step_host_us_median") or 0.0, row.get("step_device_us_median") or 0.0)
+    row["achieved_flops_per_s"] = flops / (step_us * 1e-6) if flops and step_us else None
+    row["achieved_bytes_per_s"] = moved / (step_us * 1e-6) if moved and step_us else None
+    peak = peak_for(row.get("device_name")) if m["platform"] != "cpu" else None
+    dtype = row.get("dtype")
+    row["peak_flops_per_s"] = peak.flops_per_s(dtype) if peak and dtype in ("bf16", "fp16", "fp32") else None
+    row["peak_bytes_per_s"] = peak.bytes_per_s if peak else None
+    row["fraction_of_peak_flops"] = (
+        row["achieved_flops_per_s"] / row["peak_flops_per_s"]
+        if row["achieved_flops_per_s"] and row["peak_flops_per_s"] else None
+    )
+    ridge = (
+        row["peak_flops_per_s"] / row["peak_bytes_per_s"]
+        if row["peak_flops_per_s"] and row["peak_bytes_per_s"] else DEFAULT_RIDGE_FLOPS_PER_BYTE
+    )
+    measured = dict(m)
+    measured["self_cpu_total_us"] = row["self_cpu_total_us"]
+    if device_total is not None:
+        measured["self_device_total_us"] = device_total
+    row["arithmetic_intensity"] = flops / moved if flops and moved else None
+    row["regime"] = regime(measured, flops, moved, ridge)
+
+    job = row["job"]
+    values = m["per_step_values"]
+    for i, name in enumerate(m["step_names"] or ["whole trace"]):
+        step = {"job": job, **{k: row.get(k) for k in SERIES_KEYS + ["size"]}, "step": i + 1, "step_name": name}
+        for key in ("host_us", "self_cpu_us", "device_us", "compute_us", "overhead_us", "kernels",
+                    "launches", "memcpys", "occupancy_queries", "aten_ops", "gpu_busy", "top_kernel_us"):
+            series = values.get(key) or []
+            step[key] = series[i] if i < len(series) else None
+        tables.steps.append(step)
+    for k in m["kernels"]:
+        tables.kernels.append({"job": job, **k})
+    tables.ops[job] = m["top_ops"][:15]
+
+
+# --- crossovers --------------------------------------------------------------------------------
+
+
+def _curves(row: dict[str, Any]) -> tuple[str, str]:
+    """(host metric, work metric): host vs device time on a GPU, overhead vs compute on a CPU."""
+    if row.get("device_us_per_step") is not None:
+        return "host_us_per_step", "device_us_per_step"
+    return "overhead_us_per_step", "compute_us_per_step"
+
+
+def crossovers(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per series over size: where work overtakes host, interpolated on log axes."""
+    series: dict[tuple, list[dict[str, Any]]] = {}
+    for row in jobs:
+        if row.get("status") == "ok" and not row.get("trace_error") and "host_us_per_step" in row:
+            series.setdefault(tuple(row.get(k) for k in SERIES_KEYS), []).append(row)
+    out = []
+    for key, rows in series.items():
+        rows.sort(key=lambda r: r["size"])
+        host_key, work_key = _curves(rows[0])
+        sizes = [r["size"] for r in rows]
+        host = [r[host_key] for r in rows]
+        work = [r[work_key] for r in rows]
+        size, status = crossover(sizes, host, work)
+        out.append({
+            **dict(zip(SERIES_KEYS, key)),
+            "host_metric": host_key, "work_metric": work_key,
+            "sizes": ";".join(str(s) for s in sizes),
+            "crossover_size": size, "status": status,
+        })
+    return out
+
+
+def crossover(sizes: list[float], host: list[float], work: list[float]) -> tuple[float | None, str]:
+    """The size where `work` first overtakes `host`, interpolated linearly in log-log space."""
+    if len(sizes) < 2:
+        return None, "not reached: one size only"
+    logs = []
+    for s, h, w in zip(sizes, host, work):
+        if s <= 0 or h is None or w is None or h <= 0 or w <= 0:
+            logs.append(None)
+        else:
+            logs.append((math.log(s), math.log(w) - math.log(h)))
+    for a, b in zip(logs, logs[1:]):
+        if a is None or b is None:
+            continue
+        (x0, d0), (x1, d1) = a, b
+        if d0 < 0 <= d1:
+            t = d0 / (d0 - d1)
+            size = math.exp(x0 + t * (x1 - x0))
+            return size, f"crossed between {math.exp(x0):.0f} and {math.exp(x1):.0f}"
+    if all(w is not None and h is not None and w >= h for w, h in zip(work, host)):
+        return None, "not reached: work exceeds host at every size"
+    return None, "not reached: host exceeds work at every size swept"
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def write_tables(tables: SweepTables) -> list[Path]:
+    """summary.csv and .parquet, steps.csv, kernels.csv, crossovers.csv; atomically."""
+    import pandas as pd
+
+    from analysis.files import atomic_write_bytes, atomic_write_text
+
+    folder = tables.folder
+    summary = pd.DataFrame(tables.jobs)
+    written = []
+    for name, frame in (
+        ("summary.csv", summary),
+        ("steps.csv", pd.DataFrame(tables.steps)),
+        ("kernels.csv", pd.DataFrame(tables.kernels)),
+        ("crossovers.csv", pd.DataFrame(tables.crossovers, columns=[
+            *SERIES_KEYS, "host_metric", "work_metric", "sizes", "crossover_size", "status"])),
+    ):
+        atomic_write_text(folder / name, frame.to_csv(index=False))
+        written.append(folder / name)
+    try:
+        import io
+
+        buffer = io.BytesIO()
+        summary.astype({c: "string" for c in summary.columns if summary[c].dtype == object}).to_parquet(buffer, index=False)
+        atomic_write_bytes(folder / "summary.parquet", buffer.getvalue())
+        written.append(folder / "summary.parquet")
+    except ImportError as exc:  # no parquet engine installed
+        print(f"warning: summary.parquet not written ({exc})", file=sys.stderr)
+    return written

@@ -1,0 +1,426 @@
+"""One Chrome trace (or several cycles of one run) -> the metrics a person reads off Perfetto.
+
+Works on any torch.profiler trace: `.json` or `.json.gz`, with or without `ProfilerStep#N`
+(without, the whole trace is one window), with or without `distributedInfo`, CUDA, ROCm or
+CPU-only. Standard library only: the single-trace path stays light.
+
+Definitions (all times in µs):
+- host events: complete (`X`) events on host threads (cpu_op, user_annotation, runtime and
+  driver calls, ...). Self time = duration minus direct children on the same thread, with
+  torch's own nesting rule, so `self_cpu_total_us` equals key_averages().table()'s footer.
+- device events: `kernel`, `gpu_memcpy`, `gpu_memset`; `self_device_total_us` is the sum of
+  their durations. A device event belongs to the step whose runtime call launched it
+  (matched by `correlation`).
+- window: the `ProfilerStep#N` events when there are any, else the whole trace.
+- on the CPU, where there are no kernels, the per-kernel statistics are those of the compute
+  ops (COMPUTE_OPS), each call timed by its self time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+# Not host work: device-side records, the trace's own span, Python stack frames, profiler overhead.
+NOT_HOST = DEVICE_CATEGORIES | {
+    "cuda_sync", "gpu_user_annotation", "Trace", "python_function", "overhead",
+    "cuda_profiler_range", "gpu_instant_event",
+}
+LAUNCHES = frozenset({
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+    "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cudaGraphLaunch",
+    "cuGraphLaunch", "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel",
+    "hipExtModuleLaunchKernel", "hipLaunchCooperativeKernel", "hipGraphLaunch",
+})
+SYNCS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize",
+})
+OCCUPANCY_PREFIXES = (
+    "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
+    "hipOccupancyMaxActiveBlocksPerMultiprocessor",
+)
+# Host ops whose self time is the math itself (on the CPU); everything else is framework
+# overhead: dispatch, wrappers (aten::matmul, aten::linear), annotations, Dynamo guards.
+COMPUTE_OPS = frozenset(
+    "aten::" + name
+    for name in (
+        "mm addmm bmm baddbmm addbmm addmv mv dot vdot _addmm_activation "
+        "add add_ sub sub_ mul mul_ div div_ neg pow exp log sqrt rsqrt tanh sigmoid "
+        "gelu silu relu relu_ hardtanh leaky_relu clamp where "
+        "sum mean amax amin max min _softmax _log_softmax native_layer_norm native_group_norm "
+        "native_batch_norm _native_batch_norm_legit_no_training mkldnn_convolution "
+        "mkldnn_linear _mkldnn_transpose convolution_overrideable copy_ fill_ zero_ "
+        "_scaled_dot_product_flash_attention_for_cpu _flash_attention_forward "
+        "cat index_select embedding_dense_backward"
+    ).split()
+)
+COMPUTE_PREFIXES = ("cpp_fused", "mkldnn::", "onednn::")
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read; the message starts with the file's path."""
+
+
+@dataclass
+class Step:
+    name: str
+    start: int  # ns
+    end: int
+    tid: tuple[Any, Any]
+    host_self_ns: int = 0
+    compute_ns: int = 0
+    kernels: int = 0
+    launches: int = 0
+    memcpys: int = 0
+    memsets: int = 0
+    occupancy_queries: int = 0
+    aten_ops: int = 0
+    sync_ns: int = 0
+    device_ns: int = 0
+    lags_ns: list[int] = field(default_factory=list)
+    device_intervals: list[tuple[int, int]] = field(default_factory=list)
+    kernel_ns: dict[str, list[int]] = field(default_factory=dict)
+    compute_calls: dict[str, list[int]] = field(default_factory=dict)  # self ns per call
+
+
+def load_trace(path: Path) -> dict[str, Any]:
+    """The trace as a dict with `traceEvents`; a bare list of events is accepted too."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        data = json.loads(raw)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise TraceError(f"{path}: cannot read it ({exc})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: not a complete JSON trace ({exc})") from None
+    if isinstance(data, list):
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise TraceError(f"{path}: not a Chrome trace (no traceEvents list)")
+    return data
+
+
+def analyse_trace(paths: Path | Sequence[Path]) -> dict[str, Any]:
+    """Metrics of one trace, or of the cycles of one run (same clock) taken together."""
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    events: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {}
+    for path in paths:
+        data = load_trace(path)
+        events.extend(data["traceEvents"])
+        if not meta:
+            meta = {k: v for k, v in data.items() if k != "traceEvents"}
+    try:
+        result = _analyse(events, meta)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TraceError(f"{paths[0]}: malformed events ({type(exc).__name__}: {exc})") from None
+    result["files"] = [str(p) for p in paths]
+    return result
+
+
+def _ns(value: Any) -> int:
+    return round(float(value) * 1000)
+
+
+def _analyse(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    # --- split: host events per thread, device events, launch calls by correlation id --------
+    threads: dict[tuple[Any, Any], list[list[Any]]] = {}
+    device: list[tuple[int, int, str, str, Any]] = []  # start, dur, cat, name, correlation
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        cat = e.get("cat")
+        if cat in DEVICE_CATEGORIES:
+            args = e.get("args") or {}
+            device.append((_ns(e["ts"]), _ns(e.get("dur", 0)), cat, e.get("name", ""), args.get("correlation")))
+        elif cat not in NOT_HOST:
+            args = e.get("args") or {}
+            # [start, dur, name, cat, correlation, self, parent index]
+            threads.setdefault((e.get("pid"), e.get("tid")), []).append(
+                [_ns(e["ts"]), _ns(e.get("dur", 0)), e.get("name", ""), cat, args.get("correlation"), 0, -1]
+            )
+
+    host: list[list[Any]] = []
+    for thread_events in threads.values():
+        thread_events.sort(key=lambda h: (h[0], -h[1]))
+        offset = len(host)
+        stack: list[int] = []  # indices into host
+        for i, h in enumerate(thread_events):
+            start, end = h[0], h[0] + h[1]
+            h[5] = h[1]
+            while stack:
+                parent = host[stack[-1]]
+                parent_end = parent[0] + parent[1]
+                if start >= parent_end or end > parent_end:
+                    stack.pop()
+                else:
+                    parent[5] -= h[1]
+                    h[6] = stack[-1]
+                    break
+            host.append(h)
+            stack.append(offset + i)
+    # thread of each host event, for the dead window
+    thread_of: list[tuple[Any, Any]] = []
+    for key, thread_events in threads.items():
+        thread_of.extend([key] * len(thread_events))
+
+    # --- window and steps --------------------------------------------------------------------
+    steps = sorted(
+        (Step(h[2], h[0], h[0] + h[1], thread_of[i]) for i, h in enumerate(host) if h[2].startswith("ProfilerStep#")),
+        key=lambda s: s.start,
+    )
+    windowed = bool(steps)
+    if not steps:
+        starts = [h[0] for h in host] + [d[0] for d in device]
+        ends = [h[0] + h[1] for h in host] + [d[0] + d[1] for d in device]
+        steps = [Step("whole trace", min(starts, default=0), max(ends, default=0), (None, None))]
+    step_starts = [s.start for s in steps]
+
+    def step_of(t: int) -> Step | None:
+        i = bisect.bisect_right(step_starts, t) - 1
+        if i < 0:
+            return None
+        s = steps[i]
+        return s if t < s.end or not windowed else None
+
+    # --- host events into steps --------------------------------------------------------------
+    launch_step: dict[Any, tuple[Step, int, int]] = {}  # correlation -> (step, launch start, host index)
+    ops: dict[str, list[float]] = {}  # name -> [calls, self host ns, self device ns]
+    for i, h in enumerate(host):
+        start, dur, name, cat, corr, self_ns = h[0], h[1], h[2], h[3], h[4], h[5]
+        s = step_of(start)
+        if s is None:
+            continue
+        s.host_self_ns += self_ns
+        if name in COMPUTE_OPS or name.startswith(COMPUTE_PREFIXES):
+            s.compute_ns += self_ns
+            s.compute_calls.setdefault(name, []).append(self_ns)
+        if name.startswith("aten::"):
+            s.aten_ops += 1
+        if name in LAUNCHES:
+            s.launches += 1
+        elif name in SYNCS:
+            s.sync_ns += dur
+        elif name.startswith(OCCUPANCY_PREFIXES):
+            s.occupancy_queries += 1
+        if corr is not None and cat in ("cuda_runtime", "cuda_driver", "hip_runtime"):
+            launch_step[corr] = (s, start, i)
+        op = ops.setdefault(name, [0, 0, 0])
+        op[0] += 1
+        op[1] += self_ns
+
+    # --- device events into the steps that launched them --------------------------------------
+    device.sort()
+    for start, dur, cat, name, corr in device:
+        launched = launch_step.get(corr) if corr is not None else None
+        if launched is not None:
+            s, launch_start, host_index = launched
+            s.lags_ns.append(start - launch_start)
+            parent = host[host_index][6]
+            owner = host[parent][2] if parent >= 0 else host[host_index][2]
+            ops.setdefault(owner, [0, 0, 0])[2] += dur
+        else:
+            s = step_of(start)
+            if s is None:
+                continue
+        s.device_ns += dur
+        if cat == "kernel":
+            s.kernels += 1
+            s.kernel_ns.setdefault(name, []).append(dur)
+        elif cat == "gpu_memcpy":
+            s.memcpys += 1
+        else:
+            s.memsets += 1
+    union = _union((d[0], d[0] + d[1]) for d in device)
+    for s in steps:
+        s.device_intervals = _clip(union, s.start, s.end)
+
+    return _summarise(steps, windowed, host, device, ops, meta, thread_of)
+
+
+def _union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _clip(union: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
+    i = max(0, bisect.bisect_right(union, (start, start)) - 1)
+    out = []
+    for a, b in union[i:]:
+        if a >= end:
+            break
+        a, b = max(a, start), min(b, end)
+        if b > a:
+            out.append((a, b))
+    return out
+
+
+def _stats(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"median": None, "min": None, "max": None}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _dead_window_ns(step: Step, host: list[list[Any]], thread_of: list[Any]) -> int | None:
+    """First step: from the start of the annotation inside it to the first aten:: op."""
+    inside = [
+        h for i, h in enumerate(host)
+        if step.start <= h[0] < step.end and (step.tid == (None, None) or thread_of[i] == step.tid)
+    ]
+    inside.sort(key=lambda h: h[0])
+    annotation = next(
+        (h for h in inside if h[3] == "user_annotation" and not h[2].startswith("ProfilerStep#")),
+        None,
+    )
+    begin = annotation[0] if annotation else step.start
+    first_op = next((h for h in inside if h[2].startswith("aten::") and h[0] >= begin), None)
+    return None if first_op is None else first_op[0] - begin
+
+
+def _summarise(
+    steps: list[Step],
+    windowed: bool,
+    host: list[list[Any]],
+    device: list[tuple[int, int, str, str, Any]],
+    ops: dict[str, list[float]],
+    meta: dict[str, Any],
+    thread_of: list[Any],
+) -> dict[str, Any]:
+    us = 1e-3
+    has_device = bool(device)
+    runtime_names = {h[2] for h in host if h[3] in ("cuda_runtime", "cuda_driver", "hip_runtime")}
+    platform = "cpu"
+    if has_device or runtime_names:
+        platform = "rocm" if any(n.startswith("hip") for n in runtime_names) else "cuda"
+
+    # On the CPU the "kernels" are the compute ops, timed by their self time per call.
+    per_call = (lambda s: s.kernel_ns) if platform != "cpu" else (lambda s: s.compute_calls)
+    kernels: dict[str, list[int]] = {}
+    for s in steps:
+        for name, durs in per_call(s).items():
+            kernels.setdefault(name, []).extend(durs)
+    kernel_rows = sorted(
+        (
+            {
+                "name": name,
+                "calls": len(durs),
+                "total_us": sum(durs) * us,
+                "median_us": statistics.median(durs) * us,
+                "min_us": min(durs) * us,
+                "max_us": max(durs) * us,
+            }
+            for name, durs in kernels.items()
+        ),
+        key=lambda r: -r["total_us"],
+    )
+    op_rows = sorted(
+        (
+            {"name": name, "calls": int(v[0]), "self_host_us": v[1] * us, "self_device_us": v[2] * us}
+            for name, v in ops.items()
+        ),
+        key=lambda r: -(r["self_host_us"] + r["self_device_us"]),
+    )
+
+    per_step = {
+        "host_us": [(s.end - s.start) * us for s in steps],
+        "self_cpu_us": [s.host_self_ns * us for s in steps],
+        "compute_us": [s.compute_ns * us for s in steps],
+        "overhead_us": [(s.host_self_ns - s.compute_ns) * us for s in steps],
+        "device_us": [s.device_ns * us for s in steps],
+        "kernels": [s.kernels for s in steps],
+        "launches": [s.launches for s in steps],
+        "memcpys": [s.memcpys for s in steps],
+        "occupancy_queries": [s.occupancy_queries for s in steps],
+        "aten_ops": [s.aten_ops for s in steps],
+        "sync_us": [s.sync_ns * us for s in steps],
+        "gpu_busy": [
+            sum(b - a for a, b in s.device_intervals) / (s.end - s.start) if s.end > s.start else 0.0
+            for s in steps
+        ],
+        "launch_lag_us": [statistics.median(s.lags_ns) * us if s.lags_ns else None for s in steps],
+    }
+    top = kernel_rows[0]["name"] if kernel_rows else None
+    per_step["top_kernel_us"] = [sum(per_call(s).get(top, [])) * us for s in steps] if top else []
+
+    self_cpu = sum(s.host_self_ns for s in steps) * us
+    compute = sum(s.compute_ns for s in steps) * us
+    self_device = sum(s.device_ns for s in steps) * us
+    dead = _dead_window_ns(steps[0], host, thread_of) if windowed else None
+    devices = meta.get("deviceProperties") or []
+    result: dict[str, Any] = {
+        "window": "steps" if windowed else "whole trace",
+        "platform": platform,
+        "device_name": devices[0].get("name") if devices and isinstance(devices[0], dict) else None,
+        "steps": len(steps) if windowed else 0,
+        "step_names": [s.name for s in steps] if windowed else [],
+        "self_cpu_total_us": self_cpu,
+        "self_device_total_us": self_device if platform != "cpu" else None,
+        "compute_us": compute,
+        "overhead_us": self_cpu - compute,
+        "kernels_total": sum(s.kernels for s in steps),
+        "launches_total": sum(s.launches for s in steps),
+        "memcpys_total": sum(s.memcpys for s in steps),
+        "memsets_total": sum(s.memsets for s in steps),
+        "occupancy_queries_total": sum(s.occupancy_queries for s in steps),
+        "dead_window_us": dead * us if dead is not None else None,
+        "per_step": {key: _stats([v for v in values if v is not None]) for key, values in per_step.items()},
+        "per_step_values": per_step,
+        "kernels": kernel_rows,
+        "top_ops": op_rows,
+    }
+    result["regime"] = regime(result)
+    return result
+
+
+def regime(m: dict[str, Any], flops: float | None = None, bytes_moved: float | None = None,
+           ridge_flops_per_byte: float | None = None) -> str | None:
+    """overhead-bound when the host costs more than the work; else compute- or memory-bound by
+    arithmetic intensity against the device's ridge point (None when the cost is unknown)."""
+    if m["platform"] == "cpu":
+        work, host = m["compute_us"], m["overhead_us"]
+    else:
+        work, host = m["self_device_total_us"] or 0.0, m["self_cpu_total_us"]
+    if host > work:
+        return "overhead-bound"
+    if not flops or not bytes_moved or not ridge_flops_per_byte:
+        return None
+    return "compute-bound" if flops / bytes_moved >= ridge_flops_per_byte else "memory-bound"
+
+
+def flat(m: dict[str, Any]) -> dict[str, Any]:
+    """One flat row of a trace's metrics, for summary.csv (units in the column names)."""
+    row = {
+        key: m[key]
+        for key in (
+            "window", "platform", "steps", "self_cpu_total_us", "self_device_total_us",
+            "compute_us", "overhead_us", "kernels_total", "launches_total", "memcpys_total",
+            "memsets_total", "occupancy_queries_total", "dead_window_us",
+        )
+    }
+    for key, stats in m["per_step"].items():
+        for stat, value in stats.items():
+            row[f"step_{key}_{stat}"] = value
+    top = m["kernels"][0] if m["kernels"] else None
+    row["top_kernel"] = top["name"] if top else None
+    for key in ("calls", "median_us", "min_us", "max_us"):
+        row[f"top_kernel_{key}"] = top[key] if top else None
+    row["top_kernel_spread"] = (top["max_us"] / top["median_us"]) if top and top["median_us"] else None
+    return row
