@@ -1,0 +1,47 @@
+"""The sweep side: traces -> metrics -> tables -> plots -> report.
+
+Reads only the artifact files a sweep leaves on disk; never imports the job side.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+PLOTS_DIR = "plots"
+
+
+def analyse_folder(folder: Path, progress: Callable[[str], None] = print) -> list[tuple[str, str]]:
+    """Write summary.csv/.parquet, steps.csv, kernels.csv, crossovers.csv, plots/ and report.html
+    into a sweep (or single-run) folder; return the problems found (job, what)."""
+    import pandas as pd
+
+    from analysis.plots import write_plots
+    from analysis.report import write_report
+    from analysis.sweep import analyse_sweep, write_tables
+
+    folder = Path(folder)
+    tables = analyse_sweep(folder, progress)
+    write_tables(tables)
+    plots = write_plots(
+        pd.DataFrame(tables.jobs), pd.DataFrame(tables.steps), pd.DataFrame(tables.crossovers),
+        folder / PLOTS_DIR,
+    )
+    report = write_report(tables, plots)
+    point_latest(folder)
+    progress(f"analysis: {len(tables.jobs)} jobs -> {report}")
+    return tables.problems
+
+
+def point_latest(folder: Path) -> None:
+    """Make `<outputs>/latest` a relative link to `folder` when it lies under an outputs/ folder."""
+    folder = folder.resolve()
+    outputs = next((p for p in folder.parents if p.name == "outputs"), None)
+    if outputs is None:
+        return
+    link = outputs / "latest"
+    tmp = outputs / f".latest.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(os.path.relpath(folder, outputs), tmp)
+    os.replace(tmp, link)

@@ -1,0 +1,104 @@
+"""python -m analysis SWEEP_DIR          (re)write a sweep's tables, plots and report
+python -m analysis trace FILE [--json]  the metrics of one Chrome trace (.json or .json.gz)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _us(value: Any) -> str:
+    return "-" if value is None else f"{value:,.3f} us"
+
+
+def _stat(stats: dict[str, Any], unit: str = "") -> str:
+    if stats["median"] is None:
+        return "-"
+    if unit == "%":
+        fmt = lambda v: f"{v:.1%}"  # noqa: E731
+    elif unit:
+        fmt = lambda v: f"{v:,.3f}{unit}"  # noqa: E731
+    else:
+        fmt = lambda v: f"{v:,.0f}" if float(v).is_integer() else f"{v:,.1f}"  # noqa: E731
+    return f"{fmt(stats['median'])} [{fmt(stats['min'])}, {fmt(stats['max'])}]"
+
+
+def describe(m: dict[str, Any]) -> str:
+    """A readable summary of one trace's metrics."""
+    window = f"{m['steps']} steps ({', '.join(m['step_names'])})" if m["steps"] else "whole trace (no ProfilerStep#)"
+    lines = [
+        f"trace: {', '.join(m['files'])}",
+        f"window: {window}; platform: {m['platform']}" + (f"; device: {m['device_name']}" if m["device_name"] else ""),
+        f"Self CPU total: {_us(m['self_cpu_total_us'])}   Self device total: {_us(m['self_device_total_us'])}",
+        f"host compute: {_us(m['compute_us'])}   framework overhead: {_us(m['overhead_us'])}",
+        f"kernels: {m['kernels_total']}   launches: {m['launches_total']}   memcpys: {m['memcpys_total']}"
+        f"   memsets: {m['memsets_total']}   occupancy queries: {m['occupancy_queries_total']}",
+        f"dead window (first step, annotation -> first aten op): {_us(m['dead_window_us'])}",
+        f"regime: {m['regime'] or 'not overhead-bound (compute vs memory needs the workload cost)'}",
+        "per step: median [min, max]",
+    ]
+    p = m["per_step"]
+    for key, label, unit in (
+        ("host_us", "host duration", " us"), ("self_cpu_us", "self CPU", " us"),
+        ("device_us", "device time", " us"), ("kernels", "kernels", ""), ("launches", "launches", ""),
+        ("memcpys", "memcpys", ""), ("occupancy_queries", "occupancy queries", ""),
+        ("gpu_busy", "GPU busy", "%"), ("launch_lag_us", "launch -> kernel lag", " us"),
+        ("sync_us", "synchronize", " us"),
+    ):
+        lines.append(f"  {label:<22} {_stat(p[key], unit)}")
+    if m["kernels"]:
+        lines.append("top kernels" + (" (CPU: compute ops)" if m["platform"] == "cpu" else "") + ": calls, total, median [min, max] us")
+        for k in m["kernels"][:10]:
+            lines.append(f"  {k['calls']:>5} {k['total_us']:>12,.3f} {k['median_us']:>10,.3f} "
+                         f"[{k['min_us']:,.3f}, {k['max_us']:,.3f}]  {k['name'][:90]}")
+    lines.append("top ops: calls, self host us, self device us")
+    for o in m["top_ops"][:10]:
+        lines.append(f"  {o['calls']:>5} {o['self_host_us']:>12,.3f} {o['self_device_us']:>12,.3f}  {o['name'][:90]}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "trace":
+        parser = argparse.ArgumentParser(prog="python -m analysis trace", description="Metrics of one Chrome trace.")
+        parser.add_argument("file", type=Path, help="a torch.profiler Chrome trace, .json or .json.gz")
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        args = parser.parse_args(argv[1:])
+        from analysis.trace import TraceError, analyse_trace
+
+        try:
+            m = analyse_trace(args.file)
+        except TraceError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        if args.json:
+            m = {k: v for k, v in m.items() if k != "per_step_values"}
+            print(json.dumps(m))
+        else:
+            print(describe(m))
+        return 0
+
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis",
+        description="Write summary.csv, crossovers.csv, plots/ and report.html into a sweep folder. "
+        "For one trace: python -m analysis trace FILE [--json].",
+    )
+    parser.add_argument("folder", type=Path, help="a sweep folder (outputs/multirun/...) or a single run's folder")
+    args = parser.parse_args(argv)
+    if not args.folder.is_dir():
+        print(f"error: {args.folder}: no such folder", file=sys.stderr)
+        return 2
+    from analysis import analyse_folder
+
+    problems = analyse_folder(args.folder)
+    for job, what in problems:
+        print(f"  problem: {job}: {what}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

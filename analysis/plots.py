@@ -1,0 +1,159 @@
+"""The sweep's figures: seaborn figure-level plots over the tidy tables, log axes across sizes.
+
+Imported only when plotting (it pulls in matplotlib, seaborn and pandas).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from analysis.files import atomic_write_bytes  # noqa: E402
+
+PLOTS = ("crossover", "launches", "steps", "kernels", "throughput")
+
+
+def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.copy()
+    frame["mode"] = frame["compile"].map({True: "compile", False: "eager"})
+    frame["phase"] = frame["warmup"].map({True: "warm", False: "cold"})
+    frame["panel"] = frame["workload"].astype(str) + " " + frame["dtype"].astype(str)
+    return frame
+
+
+def _save(grid: Any, path: Path) -> Path:
+    buffer = io.BytesIO()
+    grid.figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(grid.figure)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+def _log_axes(grid: Any, x: bool = True, y: bool = True) -> None:
+    grid.set_titles(row_template="{row_name}", col_template="{col_name}")
+    for ax in grid.axes.flat:
+        if not x:
+            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        if x:
+            ax.set_xscale("log", base=2)
+        if y:
+            ax.set_yscale("log")
+
+
+def write_plots(jobs: pd.DataFrame, steps: pd.DataFrame, crossovers: pd.DataFrame, folder: Path) -> list[Path]:
+    """Every plot the data allows, as PNG files in `folder`; returns the paths written."""
+    sns.set_theme(style="whitegrid", context="notebook")
+    ok = jobs[(jobs["status"] == "ok") & jobs["trace_error"].isna()] if len(jobs) else jobs
+    if ok.empty or "host_us_per_step" not in ok:
+        return []
+    ok = _labelled(ok)
+    written = [_crossover(ok, crossovers, folder / "crossover.png"), _launches(ok, folder / "launches.png")]
+    if not steps.empty:
+        labelled_steps = _labelled(steps)
+        written.append(_steps(labelled_steps, folder / "steps.png"))
+        if labelled_steps["top_kernel_us"].notna().any():
+            written.append(_kernels(labelled_steps, ok, folder / "kernels.png"))
+    if ok["achieved_flops_per_s"].notna().any():
+        written.append(_throughput(ok, folder / "throughput.png"))
+    return written
+
+
+def _crossover(ok: pd.DataFrame, crossovers: pd.DataFrame, path: Path) -> Path:
+    gpu = ok["device_us_per_step"].notna()
+    parts = [
+        ok[gpu].assign(quantity="host (self CPU)", us=ok.loc[gpu, "host_us_per_step"]),
+        ok[gpu].assign(quantity="device (self CUDA)", us=ok.loc[gpu, "device_us_per_step"]),
+        ok[~gpu].assign(quantity="framework overhead", us=ok.loc[~gpu, "overhead_us_per_step"]),
+        ok[~gpu].assign(quantity="compute", us=ok.loc[~gpu, "compute_us_per_step"]),
+    ]
+    long = pd.concat([p for p in parts if not p.empty], ignore_index=True)
+    long["series"] = long["mode"] + ", " + long["phase"]
+    grid = sns.relplot(
+        data=long, x="size", y="us", hue="quantity", style="series", col="panel", row="mode",
+        kind="line", marker="o", height=3.4, aspect=1.25, facet_kws={"sharey": False},
+    )
+    _log_axes(grid)
+    grid.set_axis_labels("size", "µs per step")
+    for (mode, panel), ax in grid.axes_dict.items():
+        for _, c in crossovers.iterrows():
+            label = f"{c['workload']} {c['dtype']}"
+            if label == panel and ("compile" if c["compile"] else "eager") == mode and pd.notna(c["crossover_size"]):
+                ax.axvline(c["crossover_size"], color="0.3", linestyle="--", linewidth=1)
+                phase = "warm" if c["warmup"] else "cold"
+                ax.annotate(f"{phase}: {c['crossover_size']:.0f}", (c["crossover_size"], 0.95),
+                            xycoords=("data", "axes fraction"), fontsize=8, ha="left")
+    grid.figure.suptitle("Where the work overtakes the host (dashed: crossover)", y=1.02)
+    return _save(grid, path)
+
+
+def _launches(ok: pd.DataFrame, path: Path) -> Path:
+    gpu = ok["step_kernels_median"].fillna(0) > 0
+    parts = [
+        ok[gpu].assign(quantity="kernels", count=ok.loc[gpu, "step_kernels_median"]),
+        ok[gpu].assign(quantity="launch calls", count=ok.loc[gpu, "step_launches_median"]),
+        ok[~gpu].assign(quantity="aten ops (CPU)", count=ok.loc[~gpu, "step_aten_ops_median"]),
+    ]
+    long = pd.concat([p for p in parts if not p.empty], ignore_index=True)
+    grid = sns.relplot(
+        data=long, x="size", y="count", hue="mode", style="quantity", col="panel", row="phase",
+        kind="line", marker="o", height=3.2, aspect=1.2,
+    )
+    _log_axes(grid, y=False)
+    grid.set_axis_labels("size", "per step (median)")
+    grid.figure.suptitle("Kernels and launches per step: eager vs compile", y=1.02)
+    return _save(grid, path)
+
+
+def _steps(steps: pd.DataFrame, path: Path) -> Path:
+    grid = sns.relplot(
+        data=steps, x="step", y="host_us", hue="phase", style="mode", col="size", col_wrap=4,
+        kind="line", marker="o", height=2.8, aspect=1.1, facet_kws={"sharey": False},
+    )
+    _log_axes(grid, x=False)
+    grid.set_axis_labels("profiled step", "host µs")
+    grid.figure.suptitle("Host duration of each profiled step: cold vs warm", y=1.02)
+    return _save(grid, path)
+
+
+def _kernels(steps: pd.DataFrame, ok: pd.DataFrame, path: Path) -> Path:
+    names = ok.set_index("job")["top_kernel"].astype(str).str.slice(0, 40)
+    data = steps.dropna(subset=["top_kernel_us"]).assign(kernel=lambda f: f["job"].map(names))
+    data["size"] = data["size"].astype(str)
+    grid = sns.relplot(
+        data=data, x="step", y="top_kernel_us", hue="size", style="phase", col="mode",
+        row="panel", kind="line", marker="o", height=3.0, aspect=1.3,
+    )
+    _log_axes(grid, x=False)
+    grid.set_axis_labels("profiled step", "top kernel µs in the step")
+    grid.figure.suptitle("Step-to-step spread of each job's top kernel (CPU: top compute op)", y=1.02)
+    return _save(grid, path)
+
+
+def _throughput(ok: pd.DataFrame, path: Path) -> Path:
+    data = ok.dropna(subset=["achieved_flops_per_s"]).assign(
+        tflops=lambda f: f["achieved_flops_per_s"] / 1e12
+    )
+    grid = sns.relplot(
+        data=data, x="size", y="tflops", hue="mode", style="phase", col="panel",
+        kind="line", marker="o", height=3.2, aspect=1.25,
+    )
+    _log_axes(grid)
+    for panel, ax in grid.axes_dict.items():
+        peaks = data.loc[data["panel"] == panel, "peak_flops_per_s"].dropna()
+        if not peaks.empty:
+            ax.axhline(peaks.iloc[0] / 1e12, color="crimson", linestyle=":", label="peak")
+            ax.annotate("dense peak", (0.02, peaks.iloc[0] / 1e12), xycoords=("axes fraction", "data"),
+                        fontsize=8, color="crimson", va="bottom")
+    grid.set_axis_labels("size", "achieved TFLOP/s")
+    grid.figure.suptitle("Achieved throughput (FLOPs per call / step time)", y=1.02)
+    return _save(grid, path)

@@ -1,0 +1,150 @@
+"""report.html: one self-contained page (plots embedded) that a browser opens with no server.
+
+Every string that comes from a trace, a config or an error is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from html import escape
+from pathlib import Path
+from typing import Any, Iterable
+
+from analysis.files import atomic_write_text
+from analysis.sweep import SweepTables
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1400px;padding:0 1em;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}
+th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
+th{background:#f0f0f0}td.l,th.l{text-align:left}
+.bad{color:#b00020}.ok{color:#0a7a2f}img{max-width:100%;border:1px solid #ddd;margin:.5em 0}
+code{background:#f5f5f5;padding:1px 4px}details{margin:.3em 0}
+"""
+
+SUMMARY_COLUMNS = [
+    ("job", "job"), ("workload", "workload"), ("size", "size"), ("dtype", "dtype"),
+    ("compile", "compile"), ("warmup", "warm"), ("device", "device"), ("status", "status"),
+    ("first_call_ms", "first call ms"), ("host_us_per_step", "host µs/step"),
+    ("device_us_per_step", "device µs/step"), ("compute_us_per_step", "compute µs/step (CPU)"),
+    ("overhead_us_per_step", "overhead µs/step (CPU)"), ("step_kernels_median", "kernels/step"),
+    ("step_launches_median", "launches/step"), ("step_gpu_busy_median", "GPU busy"),
+    ("dead_window_us", "dead window µs"), ("achieved_flops_per_s", "achieved FLOP/s"),
+    ("regime", "regime"),
+]
+
+
+def _fmt(value: Any) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if abs(value) >= 1e6:
+            return f"{value:.3g}"
+        return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
+    return str(value)
+
+
+def _table(header: Iterable[str], rows: Iterable[Iterable[str]], left: int = 1) -> str:
+    """Cells are already HTML; the first `left` columns are left-aligned."""
+    head = "".join(f'<th class="{"l" if i < left else ""}">{escape(h)}</th>' for i, h in enumerate(header))
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(row)) + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _image(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<h3>{escape(path.name)}</h3><img alt="{escape(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def _link(folder: Path, job: str, name: str) -> str:
+    return f'<a href="{escape(f"{job}/{name}" if job != folder.name else name, quote=True)}">{escape(name)}</a>'
+
+
+def write_report(tables: SweepTables, plots: list[Path]) -> Path:
+    folder = tables.folder
+    jobs = tables.jobs
+    plan: dict[str, Any] = {}
+    try:
+        plan = json.loads((folder / "sweep.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
+    first = next((j for j in jobs if j.get("status") == "ok"), jobs[0] if jobs else {})
+    ok = sum(1 for j in jobs if j.get("status") == "ok")
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(folder.name)} · profiling sweep</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>Profiling sweep <code>{escape(str(folder))}</code></h1>",
+        f"<p>{len(jobs)} jobs: {ok} ok, {len(jobs) - ok} failed.",
+    ]
+    if plan.get("command"):
+        parts.append(f" Command: <code>python {escape(' '.join(map(str, plan['command'])))}</code>")
+    parts.append("</p>")
+
+    env_rows = [
+        (escape(key), escape(_fmt(first.get(key))))
+        for key in ("device_name", "device", "torch_version", "cuda_version", "python_version",
+                    "hostname", "git_commit", "git_dirty")
+    ]
+    parts += ["<h2>Environment</h2>", _table(["", "value"], env_rows)]
+
+    problems = tables.problems
+    if problems:
+        parts.append("<h2 class='bad'>Problems</h2><ul>")
+        for job, what in problems:
+            parts.append(f"<li class='bad'><b>{escape(job)}</b>: {escape(what)}</li>")
+        parts.append("</ul>")
+
+    parts.append("<h2>Crossovers</h2><p>Per series over size: where device time overtakes host time "
+                 "(on the CPU: compute overtakes framework overhead), interpolated on log axes.</p>")
+    parts.append(_table(
+        ["workload", "dtype", "compile", "warmup", "device", "sizes", "crossover size", "status"],
+        ([escape(_fmt(c[k])) for k in ("workload", "dtype", "compile", "warmup", "device", "sizes")]
+         + [escape(_fmt(c["crossover_size"])), escape(c["status"])] for c in tables.crossovers),
+        left=5,
+    ))
+
+    parts.append("<h2>Plots</h2>")
+    parts += [_image(p) for p in plots] or ["<p>No plots: no job finished with a readable trace.</p>"]
+
+    parts.append("<h2>Summary</h2><p>All columns are in <code>summary.csv</code> "
+                 "(<code>summary.parquet</code>); per-step values in <code>steps.csv</code>, "
+                 "per-kernel statistics in <code>kernels.csv</code>.</p>")
+    parts.append(_table(
+        [label for _, label in SUMMARY_COLUMNS],
+        ([f"<span class='{'ok' if j.get('status') == 'ok' else 'bad'}'>{escape(_fmt(j.get(k)))}</span>"
+          if k == "status" else escape(_fmt(j.get(k))) for k, _ in SUMMARY_COLUMNS] for j in jobs),
+    ))
+
+    parts.append("<h2>Jobs</h2><p>Open a trace at <a href='https://ui.perfetto.dev'>ui.perfetto.dev</a> "
+                 "(“Open trace file”) or in <code>chrome://tracing</code>; the table next to it is "
+                 "torch's <code>key_averages().table()</code>.</p>")
+    for j in jobs:
+        name = str(j["job"])
+        files = [n for key in ("trace_file", "table_file") for n in str(j.get(key) or "").split(";") if n]
+        links = " · ".join(_link(folder, name, n) for n in files + ["metrics.json"])
+        status = escape(str(j.get("status")))
+        extra = ""
+        if j.get("error"):
+            extra += f"<p class='bad'>{escape(str(j['error']))}</p>"
+            if j.get("stderr_tail"):
+                extra += f"<pre>{escape(str(j['stderr_tail']))}</pre>"
+        if j.get("trace_error"):
+            extra += f"<p class='bad'>{escape(str(j['trace_error']))}</p>"
+        ops = tables.ops.get(name, [])
+        if ops:
+            extra += _table(
+                ["op", "calls", "self host µs", "self device µs"],
+                ([escape(o["name"]), escape(_fmt(o["calls"])), escape(_fmt(o["self_host_us"])),
+                  escape(_fmt(o["self_device_us"]))] for o in ops),
+            )
+        parts.append(f"<details><summary><b>{escape(name)}</b> ({status}) {links}</summary>{extra}</details>")
+    parts.append("</body></html>")
+    path = folder / "report.html"
+    atomic_write_text(path, "\n".join(parts))
+    return path
