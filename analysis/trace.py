@@ -11,7 +11,10 @@ Definitions (all times in µs):
 - device events: `kernel`, `gpu_memcpy`, `gpu_memset`; `self_device_total_us` is the sum of
   their durations. A device event belongs to the step whose runtime call launched it
   (matched by `correlation`).
-- window: the `ProfilerStep#N` events when there are any, else the whole trace.
+- totals (`*_total*`, `compute_us`, `overhead_us`) are over every recorded event, as torch's
+  footer is: the profiler records only its active steps (plus any Python frame around them).
+- per-step statistics: one window per `ProfilerStep#N` event when there are any, else the
+  whole trace is one window.
 - on the CPU, where there are no kernels, the per-kernel statistics are those of the compute
   ops (COMPUTE_OPS), each call timed by its self time.
 """
@@ -27,9 +30,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-# Not host work: device-side records, the trace's own span, Python stack frames, profiler overhead.
+# Not host work: device-side records, the trace's own span, profiler overhead. (Python frames,
+# recorded with with_stack=True, are host work: torch's table counts them too.)
 NOT_HOST = DEVICE_CATEGORIES | {
-    "cuda_sync", "gpu_user_annotation", "Trace", "python_function", "overhead",
+    "cuda_sync", "gpu_user_annotation", "Trace", "overhead",
     "cuda_profiler_range", "gpu_instant_event",
 }
 LAUNCHES = frozenset({
@@ -196,15 +200,26 @@ def _analyse(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, An
         return s if t < s.end or not windowed else None
 
     # --- host events into steps --------------------------------------------------------------
-    launch_step: dict[Any, tuple[Step, int, int]] = {}  # correlation -> (step, launch start, host index)
+    launch_step: dict[Any, tuple[Step | None, int, int]] = {}  # correlation -> (step, start, host index)
     ops: dict[str, list[float]] = {}  # name -> [calls, self host ns, self device ns]
+    totals = {"self": 0, "compute": 0, "launches": 0, "occupancy": 0}
     for i, h in enumerate(host):
         start, dur, name, cat, corr, self_ns = h[0], h[1], h[2], h[3], h[4], h[5]
+        compute = name in COMPUTE_OPS or name.startswith(COMPUTE_PREFIXES)
+        totals["self"] += self_ns
+        totals["compute"] += self_ns if compute else 0
+        totals["launches"] += name in LAUNCHES
+        totals["occupancy"] += name.startswith(OCCUPANCY_PREFIXES)
+        op = ops.setdefault(name, [0, 0, 0])
+        op[0] += 1
+        op[1] += self_ns
         s = step_of(start)
+        if corr is not None and cat in ("cuda_runtime", "cuda_driver", "hip_runtime"):
+            launch_step[corr] = (s, start, i)
         if s is None:
             continue
         s.host_self_ns += self_ns
-        if name in COMPUTE_OPS or name.startswith(COMPUTE_PREFIXES):
+        if compute:
             s.compute_ns += self_ns
             s.compute_calls.setdefault(name, []).append(self_ns)
         if name.startswith("aten::"):
@@ -215,11 +230,6 @@ def _analyse(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, An
             s.sync_ns += dur
         elif name.startswith(OCCUPANCY_PREFIXES):
             s.occupancy_queries += 1
-        if corr is not None and cat in ("cuda_runtime", "cuda_driver", "hip_runtime"):
-            launch_step[corr] = (s, start, i)
-        op = ops.setdefault(name, [0, 0, 0])
-        op[0] += 1
-        op[1] += self_ns
 
     # --- device events into the steps that launched them --------------------------------------
     device.sort()
@@ -227,14 +237,15 @@ def _analyse(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, An
         launched = launch_step.get(corr) if corr is not None else None
         if launched is not None:
             s, launch_start, host_index = launched
-            s.lags_ns.append(start - launch_start)
             parent = host[host_index][6]
             owner = host[parent][2] if parent >= 0 else host[host_index][2]
             ops.setdefault(owner, [0, 0, 0])[2] += dur
+            if s is not None:
+                s.lags_ns.append(start - launch_start)
         else:
             s = step_of(start)
-            if s is None:
-                continue
+        if s is None:
+            continue
         s.device_ns += dur
         if cat == "kernel":
             s.kernels += 1
@@ -247,7 +258,7 @@ def _analyse(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, An
     for s in steps:
         s.device_intervals = _clip(union, s.start, s.end)
 
-    return _summarise(steps, windowed, host, device, ops, meta, thread_of)
+    return _summarise(steps, windowed, host, device, ops, meta, thread_of, totals)
 
 
 def _union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -303,6 +314,7 @@ def _summarise(
     ops: dict[str, list[float]],
     meta: dict[str, Any],
     thread_of: list[Any],
+    totals: dict[str, int],
 ) -> dict[str, Any]:
     us = 1e-3
     has_device = bool(device)
@@ -360,9 +372,9 @@ def _summarise(
     top = kernel_rows[0]["name"] if kernel_rows else None
     per_step["top_kernel_us"] = [sum(per_call(s).get(top, [])) * us for s in steps] if top else []
 
-    self_cpu = sum(s.host_self_ns for s in steps) * us
-    compute = sum(s.compute_ns for s in steps) * us
-    self_device = sum(s.device_ns for s in steps) * us
+    self_cpu = totals["self"] * us
+    compute = totals["compute"] * us
+    self_device = sum(d[1] for d in device) * us
     dead = _dead_window_ns(steps[0], host, thread_of) if windowed else None
     devices = meta.get("deviceProperties") or []
     result: dict[str, Any] = {
@@ -375,11 +387,11 @@ def _summarise(
         "self_device_total_us": self_device if platform != "cpu" else None,
         "compute_us": compute,
         "overhead_us": self_cpu - compute,
-        "kernels_total": sum(s.kernels for s in steps),
-        "launches_total": sum(s.launches for s in steps),
-        "memcpys_total": sum(s.memcpys for s in steps),
-        "memsets_total": sum(s.memsets for s in steps),
-        "occupancy_queries_total": sum(s.occupancy_queries for s in steps),
+        "kernels_total": sum(1 for d in device if d[2] == "kernel"),
+        "launches_total": totals["launches"],
+        "memcpys_total": sum(1 for d in device if d[2] == "gpu_memcpy"),
+        "memsets_total": sum(1 for d in device if d[2] == "gpu_memset"),
+        "occupancy_queries_total": totals["occupancy"],
         "dead_window_us": dead * us if dead is not None else None,
         "per_step": {key: _stats([v for v in values if v is not None]) for key, values in per_step.items()},
         "per_step_values": per_step,

@@ -1,0 +1,190 @@
+"""Trace -> metrics, checked against independent sources: a hand count of the recorded CUDA
+traces' events, and torch's own table footer for CPU traces of workloads the project never
+defines."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from analysis.trace import TraceError, analyse_trace
+from tests.conftest import ROOT, table_footer
+
+FIXTURES = ROOT.parent / "shared" / "fixtures"
+CUDA_TRACES = sorted((FIXTURES / "cuda-traces").glob("*.json.gz"))
+BIG = FIXTURES / "big" / "a100_training_35MB.json.gz"
+LAUNCH_NAMES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaGraphLaunch"}
+
+needs_fixtures = pytest.mark.skipif(not CUDA_TRACES, reason="../shared/fixtures not present")
+
+
+def hand_count(path: Path) -> dict:
+    """Counted straight off the events, sharing no code with the analysis."""
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    launches = [e for e in events if e.get("ph") == "X" and e.get("name") in LAUNCH_NAMES]
+    return {
+        "steps": len(steps),
+        "device_us": sum(e["dur"] for e in device),
+        "kernels": sum(1 for e in device if e["cat"] == "kernel"),
+        "memcpys": sum(1 for e in device if e["cat"] == "gpu_memcpy"),
+        "memsets": sum(1 for e in device if e["cat"] == "gpu_memset"),
+        "launches": len(launches),
+    }
+
+
+@needs_fixtures
+@pytest.mark.parametrize("path", CUDA_TRACES + [BIG], ids=lambda p: p.name)
+def test_cuda_fixture_counts_equal_a_hand_count(path):
+    m = analyse_trace(path)
+    expected = hand_count(path)
+    assert m["platform"] == "cuda"
+    assert m["steps"] == expected["steps"]
+    assert m["window"] == ("steps" if expected["steps"] else "whole trace")
+    assert m["self_device_total_us"] == pytest.approx(expected["device_us"])
+    assert m["kernels_total"] == expected["kernels"]
+    assert m["memcpys_total"] == expected["memcpys"]
+    assert m["memsets_total"] == expected["memsets"]
+    assert m["launches_total"] == expected["launches"]
+
+
+@needs_fixtures
+def test_triton_kernel_launched_through_the_driver_api():
+    m = analyse_trace(FIXTURES / "cuda-traces" / "a100_triton_compiled.json.gz")
+    assert (m["kernels_total"], m["launches_total"], m["steps"]) == (1, 1, 1)
+    assert m["kernels"][0]["name"].startswith("triton_")
+    assert m["per_step"]["launch_lag_us"]["median"] > 0
+
+
+@needs_fixtures
+def test_big_trace_per_step_statistics_are_consistent():
+    m = analyse_trace(BIG)
+    per_step = m["per_step_values"]
+    assert sum(per_step["kernels"]) == m["kernels_total"] and len(per_step["kernels"]) == 6
+    assert sum(per_step["device_us"]) == pytest.approx(m["self_device_total_us"])
+    assert all(0 < busy <= 1 for busy in per_step["gpu_busy"])
+    assert m["occupancy_queries_total"] > 0
+    top = m["kernels"][0]
+    assert top["min_us"] <= top["median_us"] <= top["max_us"]
+    assert sum(k["total_us"] for k in m["kernels"]) + 0 <= m["self_device_total_us"]
+
+
+# --- CPU traces of workloads this project never defines, against torch's footer --------------
+
+
+def _cnn(x):
+    w = torch.randn(8, 3, 3, 3)
+    y = torch.nn.functional.conv2d(x, w, padding=1).relu()
+    return torch.softmax(torch.nn.functional.max_pool2d(y, 2).flatten(1), dim=-1)
+
+
+def _profile_to_files(folder: Path, fn, *, steps: bool, **kwargs) -> tuple[Path, str]:
+    with profile(activities=[ProfilerActivity.CPU],
+                 schedule=schedule(wait=1, warmup=1, active=2) if steps else None, **kwargs) as prof:
+        for _ in range(4 if steps else 1):
+            with record_function("outer"):
+                with record_function("inner"):
+                    fn()
+            if steps:
+                prof.step()
+    trace = folder / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    return trace, prof.key_averages().table(sort_by="cpu_time_total", row_limit=5)
+
+
+@pytest.mark.parametrize(
+    "name,fn,steps,kwargs",
+    [
+        ("cnn with steps", lambda: _cnn(torch.randn(2, 3, 16, 16)), True, {}),
+        ("transformer layer, no steps",
+         lambda: torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).eval()(torch.randn(2, 5, 32)),
+         False, {}),
+        ("with stacks and shapes", lambda: torch.linalg.svd(torch.randn(12, 12)), True,
+         {"with_stack": True, "record_shapes": True}),
+    ],
+)
+def test_cpu_self_total_equals_torch_footer(tmp_path, name, fn, steps, kwargs):
+    trace, table = _profile_to_files(tmp_path, fn, steps=steps, **kwargs)
+    m = analyse_trace(trace)
+    assert m["platform"] == "cpu" and m["self_device_total_us"] is None
+    assert m["self_cpu_total_us"] == pytest.approx(table_footer(table)["CPU"], rel=0.01)
+    assert m["window"] == ("steps" if steps else "whole trace")
+    assert m["compute_us"] + m["overhead_us"] == pytest.approx(m["self_cpu_total_us"])
+    if steps:
+        assert m["steps"] == 2 and m["dead_window_us"] is not None and m["dead_window_us"] >= 0
+
+
+def test_gzip_and_plain_give_the_same_metrics(tmp_path):
+    trace, _ = _profile_to_files(tmp_path, lambda: torch.randn(8, 8) @ torch.randn(8, 8), steps=True)
+    gz = tmp_path / "trace.json.gz"
+    gz.write_bytes(gzip.compress(trace.read_bytes()))
+    plain, packed = analyse_trace(trace), analyse_trace(gz)
+    plain.pop("files"), packed.pop("files")
+    assert plain == packed
+
+
+def test_truncated_trace_names_the_file(tmp_path):
+    trace, _ = _profile_to_files(tmp_path, lambda: torch.randn(8, 8) @ torch.randn(8, 8), steps=True)
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(trace.read_bytes()[: trace.stat().st_size // 2])
+    with pytest.raises(TraceError, match=r"cut\.json: not a complete JSON trace"):
+        analyse_trace(cut)
+    done = subprocess.run([sys.executable, "-m", "analysis", "trace", str(cut)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1 and "cut.json" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_rocm_trace_counts_hip_launches(tmp_path):
+    """A minimal hand-made ROCm trace: hip runtime calls and their kernels."""
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 30},
+        {"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", "pid": 1, "tid": 1, "ts": 20, "dur": 5,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "hipExtModuleLaunchKernel", "pid": 1, "tid": 1, "ts": 50,
+         "dur": 5, "args": {"correlation": 8}},
+        {"ph": "X", "cat": "kernel", "name": "Cijk_gemm", "pid": 0, "tid": 0, "ts": 30, "dur": 40,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "elementwise", "pid": 0, "tid": 0, "ts": 70, "dur": 10,
+         "args": {"correlation": 8}},
+    ]
+    path = tmp_path / "rocm.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    m = analyse_trace(path)
+    assert m["platform"] == "rocm"
+    assert (m["launches_total"], m["kernels_total"], m["self_device_total_us"]) == (2, 2, 50)
+    assert m["self_cpu_total_us"] == 100  # the step's own 100 µs span, split among its children
+    assert m["per_step"]["gpu_busy"]["median"] == pytest.approx(0.5)
+    assert m["per_step"]["launch_lag_us"]["median"] == pytest.approx(15)  # lags 10 and 20
+    ops = {o["name"]: o for o in m["top_ops"]}
+    assert ops["aten::mm"]["self_device_us"] == 40  # the GEMM launched inside aten::mm
+
+
+def test_cli_json_prints_one_object(tmp_path):
+    trace, table = _profile_to_files(tmp_path, lambda: _cnn(torch.randn(1, 3, 8, 8)), steps=True)
+    done = subprocess.run([sys.executable, "-m", "analysis", "trace", str(trace), "--json"],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+    m = json.loads(done.stdout)
+    assert m["self_cpu_total_us"] == pytest.approx(table_footer(table)["CPU"], rel=0.01)
+    readable = subprocess.run([sys.executable, "-m", "analysis", "trace", str(trace)],
+                              cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "Self CPU total" in readable and "per step" in readable
+
+
+def test_single_trace_path_stays_light(tmp_path):
+    trace, _ = _profile_to_files(tmp_path, lambda: torch.randn(4, 4) + 1, steps=True)
+    code = (
+        "import sys; from analysis.__main__ import main; main(['trace', sys.argv[1], '--json']);"
+        "heavy = [m for m in ('pandas', 'seaborn', 'matplotlib', 'torch') if m in sys.modules];"
+        "print('HEAVY', heavy, file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(trace)], cwd=ROOT, capture_output=True, text=True)
+    assert "HEAVY []" in done.stderr, done.stderr
