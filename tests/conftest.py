@@ -41,7 +41,7 @@ def read_metrics(job_dir: Path) -> dict:
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
     """Job folders in job order (their names start with the job number)."""
-    dirs = [p for p in sweep_dir.iterdir() if p.is_dir()]
+    dirs = [p for p in sweep_dir.iterdir() if p.is_dir() and p.name.split("_", 1)[0].isdigit()]
     return sorted(dirs, key=lambda p: int(p.name.split("_", 1)[0]))
 
 

@@ -142,3 +142,5 @@ def test_single_run_in_process(tmp_path):
     assert m["status"] == "ok" and m["isolation"] == "none"
     assert not (out / "job_config.json").exists()  # no child process was needed
     assert done.stdout.splitlines()[0] == "[1/1] matmul_add size=16 bf16 cold eager ..."
+    assert (out / "report.html").is_file()  # the analysis runs after a single run too
+    assert (out / "summary.csv").read_text().count("\n") == 2  # header and the one job

@@ -1,0 +1,182 @@
+"""Sweep folder -> summary.csv, crossovers.csv, plots and report.html."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis import analyse_folder
+from analysis.sweep import crossover
+from tests.conftest import ROOT, job_dirs, run_cli, table_footer
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+# --- crossover ----------------------------------------------------------------------------------
+
+
+def test_crossover_interpolates_on_log_axes():
+    # work/host goes 0.1 -> 10 between sizes 10 and 100: log-midpoint, sqrt(10 * 100).
+    size, status = crossover([10, 100], [10.0, 10.0], [1.0, 100.0])
+    assert size == pytest.approx(math.sqrt(1000)) and status == "crossed between 10 and 100"
+
+
+def test_crossover_picks_the_bracketing_pair():
+    size, _ = crossover([1, 2, 4, 8], [10, 10, 10, 10], [1, 2, 5, 40])
+    # bracket (4, 8): d = log(0.5) -> log(4); t = log 2 / log 8 = 1/3
+    assert size == pytest.approx(4 * 2 ** (1 / 3))
+
+
+@pytest.mark.parametrize(
+    "host,work,status",
+    [
+        ([10, 10], [1, 2], "not reached: host exceeds work at every size swept"),
+        ([1, 1], [2, 3], "not reached: work exceeds host at every size"),
+    ],
+)
+def test_crossover_not_reached(host, work, status):
+    assert crossover([16, 512], host, work) == (None, status)
+
+
+def test_one_size_has_no_crossover():
+    assert crossover([64], [1], [2]) == (None, "not reached: one size only")
+
+
+# --- a hand-made job folder: hostile names are escaped --------------------------------------------
+
+
+def _hand_made_sweep(folder: Path, kernel_name: str) -> Path:
+    job = folder / "0_hostile"
+    job.mkdir(parents=True)
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": kernel_name, "pid": 1, "tid": 1, "ts": 10, "dur": 30},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 20, "dur": 5,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": kernel_name, "pid": 0, "tid": 7, "ts": 30, "dur": 40,
+         "args": {"correlation": 1}},
+    ]
+    (job / "t.json").write_text(json.dumps({"traceEvents": events}))
+    metrics = {
+        "job": job.name, "workload": "matmul_add", "size": 8, "dtype": "bf16", "compile": False,
+        "warmup": False, "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "status": "ok",
+        "error": None, "steps": 1, "self_cpu_total_us": 100.0, "self_device_total_us": 40.0,
+        "flops_per_call": 1088, "bytes_per_call": 512, "trace_file": "t.json", "table_file": "t.txt",
+    }
+    (job / "metrics.json").write_text(json.dumps(metrics))
+    return job
+
+
+def test_report_escapes_names_from_traces(tmp_path):
+    hostile = "<img src=x onerror=alert(1)>&\"quoted\" 'x'"
+    _hand_made_sweep(tmp_path, hostile)
+    analyse_folder(tmp_path, progress=lambda line: None)
+    html = (tmp_path / "report.html").read_text()
+    assert "<img src=x" not in html and "onerror=alert(1)>" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;&amp;&quot;quoted&quot;" in html
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert summary.loc[0, "top_kernel"] == hostile
+    assert summary.loc[0, "regime"] == "overhead-bound"  # 40 µs of device work under 100 µs of host
+    assert summary.loc[0, "peak_flops_per_s"] == pytest.approx(989e12)
+
+
+# --- end to end on the CPU --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cpu_sweep(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("analysis") / "sweep"
+    done = run_cli("-m", "size=16,64,512", "compile=false,true", f"hydra.sweep.dir={folder}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"analysis: 6 jobs -> {folder}/report.html" in done.stdout
+    return folder
+
+
+@pytest.mark.slow
+def test_sweep_leaves_tables_plots_and_report(cpu_sweep):
+    summary = pd.read_csv(cpu_sweep / "summary.csv")
+    assert len(summary) == 6 and (summary["status"] == "ok").all()
+    assert (cpu_sweep / "summary.parquet").is_file()
+    assert len(pd.read_parquet(cpu_sweep / "summary.parquet")) == 6
+    for _, row in summary.iterrows():
+        table = (cpu_sweep / row["job"] / row["table_file"]).read_text()
+        assert row["self_cpu_total_us"] == pytest.approx(table_footer(table)["CPU"], rel=0.01)
+        assert row["compute_us"] + row["overhead_us"] == pytest.approx(row["self_cpu_total_us"], rel=1e-6)
+    by_size = summary[~summary["compile"]].set_index("size")
+    assert by_size.loc[16, "regime"] == "overhead-bound"
+    assert by_size.loc[512, "regime"] == "compute-bound"
+
+    crossovers = pd.read_csv(cpu_sweep / "crossovers.csv")
+    assert len(crossovers) == 2 and set(crossovers["sizes"]) == {"16;64;512"}
+    eager = crossovers[~crossovers["compile"]].iloc[0]
+    assert 16 < eager["crossover_size"] < 512 and eager["status"].startswith("crossed between")
+
+    steps = pd.read_csv(cpu_sweep / "steps.csv")
+    assert len(steps) == 6 * 3
+    for name in ("crossover", "launches", "steps", "kernels", "throughput"):
+        assert (cpu_sweep / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    html = (cpu_sweep / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 5
+    assert "ui.perfetto.dev" in html and "Crossovers" in html
+
+
+@pytest.mark.slow
+def test_analysis_command_rewrites_the_outputs(cpu_sweep, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(cpu_sweep, copy)
+    for name in ("summary.csv", "crossovers.csv", "report.html"):
+        (copy / name).unlink()
+    shutil.rmtree(copy / "plots")
+    done = subprocess.run([sys.executable, "-m", "analysis", str(copy)], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    before = pd.read_csv(cpu_sweep / "summary.csv")
+    after = pd.read_csv(copy / "summary.csv")
+    pd.testing.assert_frame_equal(before, after)
+    assert (copy / "plots" / "crossover.png").is_file() and (copy / "report.html").is_file()
+
+
+@pytest.mark.slow
+def test_truncated_trace_is_named_and_the_rest_analysed(cpu_sweep, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(cpu_sweep, copy)
+    victim = job_dirs(copy)[2]
+    trace = next(p for p in victim.glob("*.json") if p.name not in ("metrics.json", "job_config.json"))
+    trace.write_bytes(trace.read_bytes()[:1000])
+    done = subprocess.run([sys.executable, "-m", "analysis", str(copy)], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert trace.name in done.stdout and victim.name in done.stdout
+    summary = pd.read_csv(copy / "summary.csv").set_index("job")
+    assert len(summary) == 6
+    assert trace.name in summary.loc[victim.name, "trace_error"]
+    assert summary.drop(victim.name)["trace_error"].isna().all()
+    assert victim.name in (copy / "report.html").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (CI installs it)")
+def test_report_renders_in_a_browser(cpu_sweep, tmp_path):
+    page = tmp_path / "report.html"
+    probe = (
+        "<script>window.addEventListener('load', () => { document.title = 'IMAGES:' + "
+        "Array.from(document.images).map(i => i.complete && i.naturalWidth > 0 ? 1 : 0).join('') + "
+        "':TABLES:' + document.querySelectorAll('table').length; });</script>"
+    )
+    page.write_text((cpu_sweep / "report.html").read_text().replace("</body>", probe + "</body>"))
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run",
+         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )
+    title = re.search(r"<title>IMAGES:([01]*):TABLES:(\d+)</title>", done.stdout)
+    assert title, done.stdout[:500] + done.stderr[-2000:]
+    assert title.group(1) == "11111"
+    assert int(title.group(2)) >= 4  # environment, crossovers, summary, per-job ops
