@@ -66,7 +66,8 @@ COMPUTE_OPS = frozenset(
         "cat index_select embedding_dense_backward"
     ).split()
 )
-COMPUTE_PREFIXES = ("cpp_fused", "mkldnn::", "onednn::")
+COMPUTE_PREFIXES = ("mkldnn::", "onednn::")
+COMPUTE_MARK = "cpp_fused"  # Inductor's C++ kernels, e.g. graph_0_cpp_fused_gelu_mul_0
 
 
 class TraceError(ValueError):
@@ -205,7 +206,7 @@ def _analyse(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, An
     totals = {"self": 0, "compute": 0, "launches": 0, "occupancy": 0}
     for i, h in enumerate(host):
         start, dur, name, cat, corr, self_ns = h[0], h[1], h[2], h[3], h[4], h[5]
-        compute = name in COMPUTE_OPS or name.startswith(COMPUTE_PREFIXES)
+        compute = name in COMPUTE_OPS or name.startswith(COMPUTE_PREFIXES) or COMPUTE_MARK in name
         totals["self"] += self_ns
         totals["compute"] += self_ns if compute else 0
         totals["launches"] += name in LAUNCHES

@@ -87,3 +87,15 @@ def test_cuda_job_device_total_equals_table_footer(tmp_path):
     footer = table_footer((tmp_path / record["table_file"]).read_text())
     assert record["self_device_total_us"] == pytest.approx(footer["CUDA"], rel=0.01)
     assert record["self_cpu_total_us"] == pytest.approx(footer["CPU"], rel=0.01)
+
+
+@pytest.mark.slow
+def test_compiled_cpu_mlp_names_its_fused_kernel(tmp_path):
+    config = JobConfig(workload=MLPConfig(dim=16, hidden=32), size=8, device="cpu", compile=True,
+                       run=IN_PROCESS)
+    record = run_job(config, tmp_path)
+    assert record["status"] == "ok", record["error"]
+    table = (tmp_path / record["table_file"]).read_text()
+    fused = [line for line in table.splitlines() if "cpp_fused" in line]
+    assert len(fused) == 1 and "gelu" in fused[0] and "mul" in fused[0]
+    assert fused[0].split()[-1] == "3"  # one fused kernel per step
