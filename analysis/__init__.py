@@ -13,22 +13,21 @@ PLOTS_DIR = "plots"
 
 
 def analyse_folder(folder: Path, progress: Callable[[str], None] = print) -> list[tuple[str, str]]:
-    """Write summary.csv/.parquet, steps.csv, kernels.csv, crossovers.csv, plots/ and report.html
-    into a sweep (or single-run) folder; return the problems found (job, what)."""
-    import pandas as pd
-
+    """Write summary.csv/.parquet, steps.csv, kernels.csv, ops.csv, crossovers.csv, claims.csv
+    (when the sweep can test the article's claims), plots/ and report.html into a sweep (or
+    single-run) folder; return the problems found (job, what)."""
+    from analysis.claims import evaluate
     from analysis.plots import write_plots
     from analysis.report import write_report
-    from analysis.sweep import analyse_sweep, write_tables
+    from analysis.sweep import analyse_sweep, frames, write_tables
 
     folder = Path(folder)
     tables = analyse_sweep(folder, progress)
-    write_tables(tables)
-    plots = write_plots(
-        pd.DataFrame(tables.jobs), pd.DataFrame(tables.steps), pd.DataFrame(tables.crossovers),
-        folder / PLOTS_DIR,
-    )
-    report = write_report(tables, plots)
+    data = frames(tables)
+    claims = evaluate(data["summary"], data["ops"], data["steps"], data["kernels"], data["crossovers"])
+    write_tables(folder, {**data, **({"claims": claims} if len(claims) else {})})
+    plots = write_plots(data["summary"], data["steps"], data["crossovers"], folder / PLOTS_DIR)
+    report = write_report(tables, plots, data, claims)
     point_latest(folder)
     progress(f"analysis: {len(tables.jobs)} jobs -> {report}")
     return tables.problems

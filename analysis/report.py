@@ -66,7 +66,99 @@ def _link(folder: Path, job: str, name: str) -> str:
     return f'<a href="{escape(f"{job}/{name}" if job != folder.name else name, quote=True)}">{escape(name)}</a>'
 
 
-def write_report(tables: SweepTables, plots: list[Path]) -> Path:
+def _pre_pair(left: tuple[str, str], right: tuple[str, str]) -> str:
+    cells = "".join(
+        f"<div style='flex:1;min-width:0'><h4>{escape(title)}</h4><pre style='font-size:11px;overflow-x:auto'>"
+        f"{escape(text)}</pre></div>" for title, text in (left, right)
+    )
+    return f"<div style='display:flex;gap:1em'>{cells}</div>"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        return f"(cannot read {path.name}: {exc})"
+
+
+def _article_check(folder: Path, data: dict[str, Any], claims: Any) -> list[str]:
+    """Each claim beside the article's number, and the article's figures from this run's data."""
+    from analysis.trace import TraceError, op_tree
+
+    parts = ["<h2>Article check</h2><p>The claims of the Hugging Face series “Profiling in PyTorch” "
+             "(its numbers: an A100, bf16) against this run (<code>claims.csv</code>).</p>"]
+    verdict = {"true": "<span class='ok'>holds</span>", "false": "<span class='bad'>does not hold</span>",
+               "n/a": "n/a"}
+    parts.append(_table(
+        ["part", "claim", "article", "this run", "verdict"],
+        ([escape(c["part"]), escape(c["claim"]), escape(c["expected"]), escape(c["measured"]),
+          verdict.get(c["holds"], escape(c["holds"]))] for _, c in claims.iterrows()),
+        left=4,
+    ))
+    summary = data["summary"]
+    ok = summary[(summary["status"] == "ok") & summary["trace_error"].isna()] if "trace_error" in summary else summary.iloc[0:0]
+    eager = ok[(ok["workload"] == "matmul_add") & (~ok["compile"].astype(bool))].sort_values(["warmup", "size"])
+    if eager.empty:
+        return parts
+    cold = eager[~eager["warmup"].astype(bool)]
+    series = (cold if not cold.empty else eager)
+    series = series[series["dtype"] == series["dtype"].iloc[0]]
+    small, big = series.iloc[0], series.iloc[-1]
+
+    parts.append("<h3>Figs 1–2: the profiler table at the smallest and the largest size</h3>")
+    parts.append(_pre_pair(
+        (f"size {small['size']} ({small['job']})", _read(folder / small["job"] / str(small["table_file"]).split(";")[0])),
+        (f"size {big['size']} ({big['job']})", _read(folder / big["job"] / str(big["table_file"]).split(";")[0])),
+    ))
+
+    parts.append(f"<h3>Fig 12: the dispatch chain of one step (first profiled step, size {small['size']})</h3>")
+    try:
+        tree = op_tree([folder / small["job"] / n for n in str(small["trace_file"]).split(";")])
+        lines = [f"{'  ' * r['depth']}{r['name']}  {r['dur_us']:,.1f} µs (at +{r['start_us']:,.1f})" for r in tree]
+        parts.append(f"<pre style='font-size:12px'>{escape(chr(10).join(lines))}</pre>")
+    except TraceError as exc:
+        parts.append(f"<p class='bad'>{escape(str(exc))}</p>")
+
+    steps = data["steps"]
+    same = eager[eager["size"] == small["size"]]
+    if not steps.empty and same["warmup"].nunique() == 2:
+        parts.append(f"<h3>Figs 5–7: cold vs warm, step by step (size {small['size']})</h3>")
+        rows = []
+        for _, job in same.iterrows():
+            for _, st in steps[steps["job"] == job["job"]].sort_values("step").iterrows():
+                rows.append([escape("warm" if job["warmup"] else "cold"), escape(str(st["step_name"])),
+                             escape(_fmt(st["host_us"])), escape(_fmt(st.get("device_us"))),
+                             escape(_fmt(job["dead_window_us"]) if st["step"] == 1 else "")])
+        parts.append(_table(["phase", "step", "host µs", "device µs", "dead window µs"], rows, left=2))
+
+    compiled = ok[(ok["workload"] == "matmul_add") & ok["compile"].astype(bool) & (ok["size"] == small["size"])
+                  & (ok["dtype"] == small["dtype"]) & (ok["warmup"] == small["warmup"])]
+    if not compiled.empty:
+        parts.append(f"<h3>Eager vs compile (size {small['size']})</h3>")
+        ops = data["ops"]
+        rows = []
+        for label, job in (("eager", small), ("compile", compiled.iloc[0])):
+            names = ops[ops["job"] == job["job"]]["name"]
+            aten = ", ".join(sorted(n for n in names if str(n).startswith("aten::")))
+            rows.append([label, escape(aten), escape(_fmt(job.get("step_aten_ops_median"))),
+                         escape(_fmt(job.get("step_kernels_median"))), escape(_fmt(job.get("step_launches_median"))),
+                         escape(_fmt(job["host_us_per_step"]))])
+        parts.append(_table(["mode", "aten ops", "aten ops/step", "kernels/step", "launches/step", "host µs/step"], rows, left=2))
+
+    kernels = data["kernels"]
+    if not kernels.empty:
+        k = kernels[kernels["job"] == big["job"]].head(5)
+        parts.append(f"<h3>Figs 17–18: the same kernel, step to step (size {big['size']})</h3>")
+        parts.append(_table(
+            ["kernel (CPU: compute op)", "calls", "median µs", "min µs", "max µs", "max / median"],
+            ([escape(str(r["name"])[:100]), escape(_fmt(r["calls"])), escape(_fmt(r["median_us"])),
+              escape(_fmt(r["min_us"])), escape(_fmt(r["max_us"])),
+              escape(_fmt(r["max_us"] / r["median_us"]) if r["median_us"] else "")] for _, r in k.iterrows()),
+        ))
+    return parts
+
+
+def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], claims: Any) -> Path:
     folder = tables.folder
     jobs = tables.jobs
     plan: dict[str, Any] = {}
@@ -109,6 +201,9 @@ def write_report(tables: SweepTables, plots: list[Path]) -> Path:
         left=5,
     ))
 
+    if len(claims):
+        parts += _article_check(folder, data, claims)
+
     parts.append("<h2>Plots</h2>")
     parts += [_image(p) for p in plots] or ["<p>No plots: no job finished with a readable trace.</p>"]
 
@@ -136,7 +231,7 @@ def write_report(tables: SweepTables, plots: list[Path]) -> Path:
                 extra += f"<pre>{escape(str(j['stderr_tail']))}</pre>"
         if j.get("trace_error"):
             extra += f"<p class='bad'>{escape(str(j['trace_error']))}</p>"
-        ops = tables.ops.get(name, [])
+        ops = tables.ops.get(name, [])[:15]
         if ops:
             extra += _table(
                 ["op", "calls", "self host µs", "self device µs"],

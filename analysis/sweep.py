@@ -28,7 +28,7 @@ class SweepTables:
     jobs: list[dict[str, Any]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     kernels: list[dict[str, Any]] = field(default_factory=list)
-    ops: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # job -> top ops
+    ops: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # job -> its ops, costliest first
     crossovers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -143,7 +143,7 @@ def _add_trace(tables: SweepTables, row: dict[str, Any], m: dict[str, Any]) -> N
         tables.steps.append(step)
     for k in m["kernels"]:
         tables.kernels.append({"job": job, **k})
-    tables.ops[job] = m["top_ops"][:15]
+    tables.ops[job] = m["top_ops"]
 
 
 # --- crossovers --------------------------------------------------------------------------------
@@ -205,27 +205,34 @@ def crossover(sizes: list[float], host: list[float], work: list[float]) -> tuple
 # --- writing ------------------------------------------------------------------------------------
 
 
-def write_tables(tables: SweepTables) -> list[Path]:
-    """summary.csv and .parquet, steps.csv, kernels.csv, crossovers.csv; atomically."""
+def frames(tables: SweepTables) -> dict[str, Any]:
+    """The tables as DataFrames, keyed by their file stem (summary, steps, kernels, ops, crossovers)."""
     import pandas as pd
+
+    return {
+        "summary": pd.DataFrame(tables.jobs),
+        "steps": pd.DataFrame(tables.steps),
+        "kernels": pd.DataFrame(tables.kernels),
+        "ops": pd.DataFrame(
+            [{"job": job, **op} for job, ops in tables.ops.items() for op in ops],
+            columns=["job", "name", "calls", "self_host_us", "self_device_us"]),
+        "crossovers": pd.DataFrame(tables.crossovers, columns=[
+            *SERIES_KEYS, "host_metric", "work_metric", "sizes", "crossover_size", "status"]),
+    }
+
+
+def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
+    """<stem>.csv for every table, and summary.parquet; atomically."""
+    import io
 
     from analysis.files import atomic_write_bytes, atomic_write_text
 
-    folder = tables.folder
-    summary = pd.DataFrame(tables.jobs)
     written = []
-    for name, frame in (
-        ("summary.csv", summary),
-        ("steps.csv", pd.DataFrame(tables.steps)),
-        ("kernels.csv", pd.DataFrame(tables.kernels)),
-        ("crossovers.csv", pd.DataFrame(tables.crossovers, columns=[
-            *SERIES_KEYS, "host_metric", "work_metric", "sizes", "crossover_size", "status"])),
-    ):
-        atomic_write_text(folder / name, frame.to_csv(index=False))
-        written.append(folder / name)
+    for name, frame in tables.items():
+        atomic_write_text(folder / f"{name}.csv", frame.to_csv(index=False))
+        written.append(folder / f"{name}.csv")
+    summary = tables["summary"]
     try:
-        import io
-
         buffer = io.BytesIO()
         summary.astype({c: "string" for c in summary.columns if summary[c].dtype == object}).to_parquet(buffer, index=False)
         atomic_write_bytes(folder / "summary.parquet", buffer.getvalue())

@@ -94,6 +94,7 @@ class Step:
     device_intervals: list[tuple[int, int]] = field(default_factory=list)
     kernel_ns: dict[str, list[int]] = field(default_factory=dict)
     compute_calls: dict[str, list[int]] = field(default_factory=dict)  # self ns per call
+    kernels_after_occupancy: dict[str, int] = field(default_factory=dict)
 
 
 def load_trace(path: Path) -> dict[str, Any]:
@@ -159,23 +160,13 @@ def _analyse(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, An
 
     host: list[list[Any]] = []
     for thread_events in threads.values():
-        thread_events.sort(key=lambda h: (h[0], -h[1]))
         offset = len(host)
-        stack: list[int] = []  # indices into host
-        for i, h in enumerate(thread_events):
-            start, end = h[0], h[0] + h[1]
+        for h, parent in zip(thread_events, _nest(thread_events)):
             h[5] = h[1]
-            while stack:
-                parent = host[stack[-1]]
-                parent_end = parent[0] + parent[1]
-                if start >= parent_end or end > parent_end:
-                    stack.pop()
-                else:
-                    parent[5] -= h[1]
-                    h[6] = stack[-1]
-                    break
-            host.append(h)
-            stack.append(offset + i)
+            if parent >= 0:
+                thread_events[parent][5] -= h[1]
+                h[6] = offset + parent
+        host.extend(thread_events)
     # thread of each host event, for the dead window
     thread_of: list[tuple[Any, Any]] = []
     for key, thread_events in threads.items():
@@ -204,6 +195,8 @@ def _analyse(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, An
     launch_step: dict[Any, tuple[Step | None, int, int]] = {}  # correlation -> (step, start, host index)
     ops: dict[str, list[float]] = {}  # name -> [calls, self host ns, self device ns]
     totals = {"self": 0, "compute": 0, "launches": 0, "occupancy": 0}
+    occupancy_pending: dict[Any, bool] = {}  # thread -> an occupancy query since its last launch
+    after_occupancy: set[Any] = set()  # correlation ids of launches that followed one
     for i, h in enumerate(host):
         start, dur, name, cat, corr, self_ns = h[0], h[1], h[2], h[3], h[4], h[5]
         compute = name in COMPUTE_OPS or name.startswith(COMPUTE_PREFIXES) or COMPUTE_MARK in name
@@ -215,8 +208,14 @@ def _analyse(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, An
         op[0] += 1
         op[1] += self_ns
         s = step_of(start)
-        if corr is not None and cat in ("cuda_runtime", "cuda_driver", "hip_runtime"):
-            launch_step[corr] = (s, start, i)
+        if cat in ("cuda_runtime", "cuda_driver", "hip_runtime"):
+            if name.startswith(OCCUPANCY_PREFIXES):
+                occupancy_pending[thread_of[i]] = True
+            elif name in LAUNCHES:
+                if occupancy_pending.pop(thread_of[i], False):
+                    after_occupancy.add(corr)
+            if corr is not None:
+                launch_step[corr] = (s, start, i)
         if s is None:
             continue
         s.host_self_ns += self_ns
@@ -251,6 +250,8 @@ def _analyse(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, An
         if cat == "kernel":
             s.kernels += 1
             s.kernel_ns.setdefault(name, []).append(dur)
+            if corr in after_occupancy:
+                s.kernels_after_occupancy[name] = s.kernels_after_occupancy.get(name, 0) + 1
         elif cat == "gpu_memcpy":
             s.memcpys += 1
         else:
@@ -260,6 +261,49 @@ def _analyse(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, An
         s.device_intervals = _clip(union, s.start, s.end)
 
     return _summarise(steps, windowed, host, device, ops, meta, thread_of, totals)
+
+
+def _nest(events: list[list[Any]]) -> list[int]:
+    """Sort one thread's [start, dur, ...] events in place and return each one's parent index
+    (-1 for none), by torch's rule: a child starts before its parent ends and ends within it."""
+    events.sort(key=lambda h: (h[0], -h[1]))
+    parents = []
+    stack: list[int] = []
+    for i, h in enumerate(events):
+        start, end = h[0], h[0] + h[1]
+        while stack:
+            parent = events[stack[-1]]
+            parent_end = parent[0] + parent[1]
+            if start >= parent_end or end > parent_end:
+                stack.pop()
+            else:
+                break
+        parents.append(stack[-1] if stack else -1)
+        stack.append(i)
+    return parents
+
+
+def op_tree(paths: Path | Sequence[Path], max_rows: int = 80) -> list[dict[str, Any]]:
+    """The first profiled step as an indented tree of host events: the dispatch chain."""
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    events = [
+        [_ns(e["ts"]), _ns(e.get("dur", 0)), e.get("name", ""), (e.get("pid"), e.get("tid"))]
+        for e in load_trace(paths[0])["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") not in NOT_HOST and e.get("cat") != "python_function"
+    ]
+    steps = sorted((h for h in events if h[2].startswith("ProfilerStep#")), key=lambda h: h[0])
+    if steps:
+        first = steps[0]
+        events = [h for h in events if h[3] == first[3] and first[0] <= h[0] < first[0] + first[1]]
+    parents = _nest(events)
+    depth: list[int] = []
+    rows = []
+    for h, parent in zip(events, parents):
+        depth.append(depth[parent] + 1 if parent >= 0 else 0)
+        if len(rows) < max_rows:
+            rows.append({"depth": depth[-1], "name": h[2], "start_us": (h[0] - events[0][0]) * 1e-3,
+                         "dur_us": h[1] * 1e-3})
+    return rows
 
 
 def _union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -327,9 +371,12 @@ def _summarise(
     # On the CPU the "kernels" are the compute ops, timed by their self time per call.
     per_call = (lambda s: s.kernel_ns) if platform != "cpu" else (lambda s: s.compute_calls)
     kernels: dict[str, list[int]] = {}
+    after_occupancy: dict[str, int] = {}
     for s in steps:
         for name, durs in per_call(s).items():
             kernels.setdefault(name, []).extend(durs)
+        for name, n in s.kernels_after_occupancy.items():
+            after_occupancy[name] = after_occupancy.get(name, 0) + n
     kernel_rows = sorted(
         (
             {
@@ -339,6 +386,7 @@ def _summarise(
                 "median_us": statistics.median(durs) * us,
                 "min_us": min(durs) * us,
                 "max_us": max(durs) * us,
+                "after_occupancy_query": after_occupancy.get(name, 0),
             }
             for name, durs in kernels.items()
         ),
