@@ -83,6 +83,8 @@ def _read(path: Path) -> str:
 
 def _article_check(folder: Path, data: dict[str, Any], claims: Any) -> list[str]:
     """Each claim beside the article's number, and the article's figures from this run's data."""
+    import pandas as pd
+
     from analysis.trace import TraceError, op_tree
 
     parts = ["<h2>Article check</h2><p>The claims of the Hugging Face series “Profiling in PyTorch” "
@@ -126,8 +128,9 @@ def _article_check(folder: Path, data: dict[str, Any], claims: Any) -> list[str]
         rows = []
         for _, job in same.iterrows():
             for _, st in steps[steps["job"] == job["job"]].sort_values("step").iterrows():
+                device_us = st.get("device_us") if pd.notna(job.get("device_us_per_step")) else None
                 rows.append([escape("warm" if job["warmup"] else "cold"), escape(str(st["step_name"])),
-                             escape(_fmt(st["host_us"])), escape(_fmt(st.get("device_us"))),
+                             escape(_fmt(st["host_us"])), escape(_fmt(device_us)),
                              escape(_fmt(job["dead_window_us"]) if st["step"] == 1 else "")])
         parts.append(_table(["phase", "step", "host µs", "device µs", "dead window µs"], rows, left=2))
 
