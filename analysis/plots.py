@@ -77,9 +77,8 @@ def _crossover(ok: pd.DataFrame, crossovers: pd.DataFrame, path: Path) -> Path:
         ok[~gpu].assign(quantity="compute", us=ok.loc[~gpu, "compute_us_per_step"]),
     ]
     long = pd.concat([p for p in parts if not p.empty], ignore_index=True)
-    long["series"] = long["mode"] + ", " + long["phase"]
     grid = sns.relplot(
-        data=long, x="size", y="us", hue="quantity", style="series", col="panel", row="mode",
+        data=long, x="size", y="us", hue="quantity", style="phase", col="panel", row="mode",
         kind="line", marker="o", height=3.4, aspect=1.25, facet_kws={"sharey": False},
     )
     _log_axes(grid)
@@ -88,9 +87,9 @@ def _crossover(ok: pd.DataFrame, crossovers: pd.DataFrame, path: Path) -> Path:
         for _, c in crossovers.iterrows():
             label = f"{c['workload']} {c['dtype']}"
             if label == panel and ("compile" if c["compile"] else "eager") == mode and pd.notna(c["crossover_size"]):
-                ax.axvline(c["crossover_size"], color="0.3", linestyle="--", linewidth=1)
                 phase = "warm" if c["warmup"] else "cold"
-                ax.annotate(f"{phase}: {c['crossover_size']:.0f}", (c["crossover_size"], 0.95),
+                ax.axvline(c["crossover_size"], color="0.3", linestyle="--" if phase == "cold" else ":", linewidth=1)
+                ax.annotate(f" {phase}: {c['crossover_size']:.0f}", (c["crossover_size"], 0.95 if phase == "cold" else 0.87),
                             xycoords=("data", "axes fraction"), fontsize=8, ha="left")
     grid.figure.suptitle("Where the work overtakes the host (dashed: crossover)", y=1.02)
     return _save(grid, path)
