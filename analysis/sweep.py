@@ -17,6 +17,7 @@ from analysis.peaks import DEFAULT_RIDGE_FLOPS_PER_BYTE, peak_for
 from analysis.trace import TraceError, analyse_trace, flat, regime
 
 METRICS_FILE = "metrics.json"
+SCHEMA_VERSION = 1  # of metrics.json, as the job side writes it
 SERIES_KEYS = ["workload", "dtype", "compile", "warmup", "device"]
 
 
@@ -37,9 +38,11 @@ class SweepTables:
         out = []
         for row in self.jobs:
             if row.get("status") != "ok":
-                out.append((row["job"], f"failed: {row.get('error')}"))
+                out.append((row["job"], f"{row.get('status')}: {row.get('error')}"))
             elif row.get("trace_error"):
                 out.append((row["job"], f"trace: {row['trace_error']}"))
+            if row.get("record_error"):
+                out.append((row["job"], f"record: {row['record_error']}"))
         return out
 
 
@@ -47,7 +50,8 @@ def job_folders(folder: Path) -> list[Path]:
     """The job folders of a sweep folder in job order, or the folder itself for a single run."""
     if (folder / METRICS_FILE).is_file():
         return [folder]
-    found = [p.parent for p in folder.glob(f"*/{METRICS_FILE}")]
+    found = {p.parent for p in folder.glob(f"*/{METRICS_FILE}")}
+    found |= {p.parent for p in folder.glob("*/.hydra") if p.is_dir()}  # started, maybe unfinished
 
     def order(p: Path) -> tuple[int, str]:
         head = p.name.split("_", 1)[0]
@@ -73,27 +77,39 @@ def analyse_sweep(folder: Path, progress: Callable[[str], None] | None = None) -
 
 
 def _add_job(tables: SweepTables, job_dir: Path) -> None:
+    if not (job_dir / METRICS_FILE).exists():
+        tables.jobs.append({"job": job_dir.name, "status": "missing", "trace_error": None, "record_error": None,
+                            "error": f"no {METRICS_FILE}: the job was not run or did not finish"})
+        return
     try:
         record = json.loads((job_dir / METRICS_FILE).read_text(encoding="utf-8"))
         if not isinstance(record, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as exc:
-        tables.jobs.append({"job": job_dir.name, "status": "failed", "error": f"unreadable {METRICS_FILE}: {exc}"})
+        tables.jobs.append({"job": job_dir.name, "status": "failed", "trace_error": None,
+                            "record_error": f"{job_dir / METRICS_FILE}: unreadable ({exc})",
+                            "error": f"unreadable {METRICS_FILE}"})
         return
     row = dict(record)
     row["job"] = job_dir.name
     row.setdefault("status", "failed")
     row["trace_error"] = None
+    row["record_error"] = None
+    version = record.get("schema_version")
+    if version != SCHEMA_VERSION:
+        row["record_error"] = (f"{job_dir / METRICS_FILE}: schema {version} (this analysis reads "
+                               f"schema {SCHEMA_VERSION}); analysed as far as its fields allow")
     if row["status"] == "ok":
         names = [n for n in str(row.get("trace_file") or "").split(";") if n]
         try:
             if not names:
                 raise TraceError(f"{job_dir / METRICS_FILE}: names no trace file")
             m = analyse_trace([job_dir / n for n in names])
+            _add_trace(tables, row, m)
         except TraceError as exc:
             row["trace_error"] = str(exc)
-        else:
-            _add_trace(tables, row, m)
+        except Exception as exc:  # one odd job never stops the analysis of the others
+            row["trace_error"] = f"{job_dir}: analysis failed ({type(exc).__name__}: {exc})"
     tables.jobs.append(row)
 
 

@@ -145,11 +145,13 @@ class RunConfig:
     isolation: str = "process"
     compile_cache: str = "fresh"
     warmup_iters: int = 3
+    job_timeout_s: int = 3600  # an isolated job still running after this is killed; 0: no limit
 
     def __post_init__(self) -> None:
         _require_choice("run.isolation", self.isolation, ISOLATIONS)
         _require_choice("run.compile_cache", self.compile_cache, COMPILE_CACHES)
         _require_positive_int("run.warmup_iters", self.warmup_iters)
+        _require_nonnegative_int("run.job_timeout_s", self.job_timeout_s)
 
 
 @dataclass
@@ -235,10 +237,19 @@ def register_configs() -> None:
     cs.store(name="schema", node=schema)
     for name, cls in WORKLOADS.items():
         cs.store(group="schema/workload", name=name, node=cls)
-    # Readable job folder names: `..._cold_eager`, `..._warm_compile`.
-    OmegaConf.register_new_resolver(
-        "cold_warm", lambda warm: "warm" if warm else "cold", replace=True
-    )
+    register_resolvers()
+
+
+def register_resolvers() -> None:
+    """`${cold_warm:...}` and `${eager_compile:...}`: readable job folder names."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("cold_warm", lambda warm: "warm" if warm else "cold", replace=True)
     OmegaConf.register_new_resolver(
         "eager_compile", lambda compiled: "compile" if compiled else "eager", replace=True
     )
+
+
+# Launchers that run jobs in other processes (submitit, joblib) resolve each job's folder name
+# there, after importing this module through the task function: the resolvers must exist then.
+register_resolvers()

@@ -231,21 +231,12 @@ def available_memory_bytes(device: str) -> int | None:
         return None
 
 
-def device_name(device: str) -> str:
+def device_name(device: str) -> str | None:
     if device == "cuda":
         import torch
 
         return torch.cuda.get_device_name()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
+    return records.cpu_model()
 
 
 def _gib(n: int) -> str:

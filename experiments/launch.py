@@ -20,23 +20,52 @@ from typing import Any, Iterator
 
 from experiments import records
 from experiments.config import JobConfig, config_to_dict
+from experiments.slots import CPU_SLOT, device_slot, slots_for, visible_gpus
 
 LOG_TAIL_LINES = 20
 
 
-def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None) -> dict[str, Any]:
-    """Run one grid point, print its progress lines, and return its metrics record."""
+class Interrupted:
+    """Set once a job was interrupted (Ctrl-C, SIGTERM): the jobs after it are not started."""
+
+    seen = False
+
+
+def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None) -> dict[str, Any] | None:
+    """Run one grid point, print its progress lines, and return its metrics record.
+
+    Resume: a job whose folder already holds an `ok` record of the same configuration is
+    skipped and its files are left untouched. After an interruption, returns None for the
+    jobs that were not started (no metrics.json: a rerun redoes them).
+    """
     tag = f"[{index}/{total if total else '?'}] {config.label}"
-    print(f"{tag} ...", flush=True)
-    start = time.perf_counter()
+    if Interrupted.seen:
+        print(f"{tag} not started: the sweep was interrupted", flush=True)
+        return None
+    previous = _read_record(job_dir)
+    if previous and previous.get("status") == "ok" and previous.get("config_hash") == records.config_hash(config):
+        print(f"{tag} skipped: already ok in {job_dir.name} (resume)", flush=True)
+        return previous
     job_dir.mkdir(parents=True, exist_ok=True)
     # A metrics.json left by an earlier run must not pass for this run's.
     (job_dir / records.METRICS_FILE).unlink(missing_ok=True)
-    with _inductor_cache(config) as env:
-        if config.run.isolation == "process":
-            record = _run_in_child(config, job_dir, env)
-        else:
-            record = _run_here(config, job_dir, env)
+    start = time.perf_counter()
+    try:
+        with device_slot(slots_for(config.device, visible_gpus())) as slot, _inductor_cache(config) as env:
+            where = "" if slot == CPU_SLOT else f" on GPU {slot}"
+            print(f"{tag} ...{where}", flush=True)
+            start = time.perf_counter()
+            if config.run.isolation == "process":
+                if slot != CPU_SLOT:
+                    env["CUDA_VISIBLE_DEVICES"] = slot
+                record = _run_in_child(config, job_dir, env)
+            else:
+                record = _run_here(config, job_dir, env)
+    except KeyboardInterrupt:
+        Interrupted.seen = True
+        record = records.base_record(config, job_dir)
+        record["error"] = "interrupted: the sweep was stopped while this job ran"
+        records.write_json(job_dir / records.METRICS_FILE, record)
     seconds = time.perf_counter() - start
     if record["status"] == "ok":
         print(f"{tag} ok {seconds:.1f} s", flush=True)
@@ -65,24 +94,33 @@ def _run_in_child(config: JobConfig, job_dir: Path, env: dict[str, str]) -> dict
     config_path = job_dir / records.CONFIG_FILE
     records.write_json(config_path, config_to_dict(config))
     log_path = job_dir / records.LOG_FILE
+    timeout = config.run.job_timeout_s or None
     with open(log_path, "wb") as log:
-        proc = subprocess.run(
-            [sys.executable, "-m", "experiments.job", str(config_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
-            check=False,
-        )
+        try:
+            returncode = subprocess.run(
+                [sys.executable, "-m", "experiments.job", str(config_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **env},
+                check=False,
+                timeout=timeout,
+            ).returncode
+            timed_out = False
+        except subprocess.TimeoutExpired:  # run() has killed the child
+            returncode, timed_out = -signal.SIGKILL, True
     record = _read_record(job_dir)
-    if proc.returncode == 0 and record is not None and record.get("status") == "ok":
+    if timed_out:
+        record = records.base_record(config, job_dir)
+        record["error"] = f"timeout: still running after run.job_timeout_s={timeout} s, killed"
+    elif returncode == 0 and record is not None and record.get("status") == "ok":
         return record
     # The job failed: keep what the child recorded, add how its process ended and its last words.
     if record is None:
         record = records.base_record(config, job_dir)
-        record["error"] = f"the job's process ended without a result ({_describe_exit(proc.returncode)})"
+        record["error"] = f"the job's process ended without a result ({_describe_exit(returncode)})"
     record["status"] = "failed"
-    record["exit_code"] = proc.returncode
+    record["exit_code"] = returncode
     record["stderr_tail"] = _tail(log_path)
     records.write_json(job_dir / records.METRICS_FILE, record)
     return record

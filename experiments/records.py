@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -17,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from experiments.config import JobConfig
+from experiments.config import JobConfig, config_to_dict
 
 SCHEMA_VERSION = 1
 METRICS_FILE = "metrics.json"
@@ -120,13 +121,74 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def config_hash(config: JobConfig) -> str:
+    """A fingerprint of everything that configures a job (not its folder name): resume keys on it."""
+    canonical = json.dumps(config_to_dict(config), sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
 def base_record(config: JobConfig, job_dir: Path) -> dict[str, Any]:
     """The fields every metrics.json has, whatever became of the job."""
     return {
         "schema_version": SCHEMA_VERSION,
         "job": job_dir.name,
+        "config_hash": config_hash(config),
         **settings_record(config),
         "status": "failed",
         "error": None,
         **environment_record(),
+    }
+
+
+def cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or None
+
+
+def gpu_inventory() -> list[dict[str, Any]]:
+    """GPUs as nvidia-smi lists them (no CUDA context is created); [] without one."""
+    query = "index,name,memory.total,driver_version"
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20, check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in done.stdout.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 4:
+            gpus.append({"index": fields[0], "name": fields[1], "memory_mib": fields[2], "driver_version": fields[3]})
+    return gpus
+
+
+def environment_file(command: list[str]) -> dict[str, Any]:
+    """environment.json of a sweep folder: where and how it ran."""
+    commit, dirty = git_state(Path.cwd())
+    gpus = gpu_inventory()
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    return {
+        "created_at": now_iso(),
+        "command": command,
+        "hostname": socket.gethostname(),
+        "python_version": platform.python_version(),
+        "torch_version": torch_version,
+        "cuda_build": torch_version.split("+", 1)[1] if torch_version and "+" in torch_version else None,
+        "driver_version": gpus[0]["driver_version"] if gpus else None,
+        "gpus": gpus,
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "git_commit": commit,
+        "git_dirty": dirty,
     }

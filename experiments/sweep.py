@@ -8,6 +8,7 @@ SystemExit with the message already printed.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments import records
 from experiments.config import ConfigError, JobConfig, config_from_dict
+from experiments.launch import Interrupted
 
 PLAN_FILE = "sweep.json"
+ENVIRONMENT_FILE = "environment.json"
 EXIT_BAD_INPUT = 2
 EXIT_FAILED_JOBS = 1
+EXIT_INTERRUPTED = 130
 
 
 def job_config(cfg: DictConfig) -> JobConfig:
@@ -87,6 +91,17 @@ def sweep_overrides(cfg: DictConfig) -> list[list[str]] | None:
     return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
 
+def _terminate_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _start(folder: Path) -> None:
+    """SIGTERM stops the sweep like Ctrl-C (the running job is recorded, the analysis still runs);
+    environment.json says where and how the sweep ran."""
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    records.write_json(folder / ENVIRONMENT_FILE, records.environment_file(sys.argv))
+
+
 class SweepCallback(Callback):
     """Validates every job of a run or sweep up front and prints the final tally."""
 
@@ -95,6 +110,7 @@ class SweepCallback(Callback):
             check_configs([job_config(config)])
         except ConfigError as exc:
             refuse(str(exc))
+        _start(Path(str(config.hydra.run.dir)))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.global_hydra import GlobalHydra
@@ -113,8 +129,9 @@ class SweepCallback(Callback):
                 cause = f"\n{exc.__cause__}" if exc.__cause__ else ""
                 refuse(f"{exc} (in the job {' '.join(overrides)}){cause}")
         check_configs(configs)
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        _start(sweep_dir)
         if jobs is not None:
-            sweep_dir = Path(str(config.hydra.sweep.dir))
             records.write_json(
                 sweep_dir / PLAN_FILE,
                 {"jobs": len(jobs), "overrides": jobs, "command": sys.argv, "created_at": records.now_iso()},
@@ -150,5 +167,9 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     print(f"done: {len(job_dirs)} job{'s' if len(job_dirs) != 1 else ''} ({counts}) in {folder}", flush=True)
     for name, error in failed:
         print(f"  failed: {name}: {error}", flush=True)
+    if Interrupted.seen:
+        print("interrupted: rerun the same command into the same folder to finish "
+              f"(hydra.sweep.dir={folder}); jobs already ok are skipped", flush=True)
+        raise SystemExit(EXIT_INTERRUPTED)
     if failed or missing:
         raise SystemExit(EXIT_FAILED_JOBS)

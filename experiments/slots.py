@@ -1,0 +1,78 @@
+"""One profiling job per device at a time, across every process of every sweep on this machine.
+
+Each job holds an exclusive lock on a device slot while it runs: one slot per visible GPU, or a
+single CPU slot. With the sequential launcher a slot is always free; with parallel launchers
+(joblib, submitit_local) jobs spread over the GPUs and wait when all are taken, so profiling
+jobs never share a device. Locks are flock()s on files in the machine's temp folder: the OS
+drops them when a process dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+CPU_SLOT = "cpu"
+
+
+def lock_folder() -> Path:
+    return Path(tempfile.gettempdir()) / "profsweep-device-locks"
+
+
+def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
+    """GPU ids this process may use: CUDA_VISIBLE_DEVICES when set, else what nvidia-smi lists."""
+    env = os.environ if env is None else env
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        # CUDA stops at the first invalid entry ("-1" hides every GPU).
+        out = []
+        for v in ids:
+            if v.startswith("-"):
+                break
+            out.append(v)
+        return out
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(listed.stdout.splitlines()) if line.startswith("GPU ")]
+
+
+def slots_for(device: str, gpus: list[str]) -> list[str]:
+    """The slots a job may take: GPUs for a CUDA job (device cuda, or auto with GPUs), else the CPU."""
+    if device == "cpu" or not gpus:
+        return [CPU_SLOT]
+    return gpus
+
+
+@contextlib.contextmanager
+def device_slot(slots: list[str], folder: Path | None = None, poll_s: float = 0.2,
+                timeout_s: float | None = None) -> Iterator[str]:
+    """Hold the first free slot of `slots` (exclusive across processes) and yield its name."""
+    folder = folder or lock_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        for slot in slots:
+            handle = open(folder / f"{slot}.lock", "a+")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                yield slot
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+            return
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"no free device among {', '.join(slots)} after {timeout_s} s")
+        time.sleep(poll_s)

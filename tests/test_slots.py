@@ -1,0 +1,75 @@
+"""Device slots: jobs never share a GPU (or the CPU), whatever launcher runs them."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from experiments.slots import CPU_SLOT, device_slot, slots_for, visible_gpus
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("0,1,2", ["0", "1", "2"]),
+    ("3", ["3"]),
+    ("", []),
+    ("-1", []),
+    ("2,-1,3", ["2"]),
+    ("GPU-5f2c,GPU-77aa", ["GPU-5f2c", "GPU-77aa"]),
+])
+def test_visible_gpus_follow_cuda_visible_devices(value, expected):
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": value}) == expected
+
+
+def test_cpu_jobs_and_gpu_less_machines_use_the_single_cpu_slot():
+    assert slots_for("cpu", ["0", "1"]) == [CPU_SLOT]
+    assert slots_for("auto", []) == [CPU_SLOT]
+    assert slots_for("auto", ["0", "1"]) == ["0", "1"]
+    assert slots_for("cuda", ["4"]) == ["4"]
+
+
+def test_concurrent_jobs_get_distinct_gpus(tmp_path):
+    with device_slot(["0", "1"], tmp_path) as first:
+        with device_slot(["0", "1"], tmp_path) as second:
+            assert {first, second} == {"0", "1"}
+            with pytest.raises(TimeoutError, match="no free device among 0, 1"):
+                with device_slot(["0", "1"], tmp_path, timeout_s=0.3):
+                    pass
+
+
+def test_a_waiting_job_gets_the_gpu_once_it_is_freed(tmp_path):
+    got = []
+    holding = threading.Event()
+    release = threading.Event()
+
+    def first_job():
+        with device_slot(["0"], tmp_path):
+            holding.set()
+            release.wait(5)
+
+    thread = threading.Thread(target=first_job)
+    thread.start()
+    holding.wait(5)
+
+    def second_job():
+        with device_slot(["0"], tmp_path, poll_s=0.05) as slot:
+            got.append((slot, time.monotonic()))
+
+    waiter = threading.Thread(target=second_job)
+    waiter.start()
+    time.sleep(0.3)
+    assert got == []  # still waiting: the GPU is taken
+    freed = time.monotonic()
+    release.set()
+    thread.join(5)
+    waiter.join(5)
+    assert got and got[0][0] == "0" and got[0][1] >= freed
+
+
+def test_sequential_jobs_reuse_the_same_gpu(tmp_path):
+    names = []
+    for _ in range(3):
+        with device_slot(["0", "1"], tmp_path) as slot:
+            names.append(slot)
+    assert names == ["0", "0", "0"]
