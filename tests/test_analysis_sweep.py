@@ -180,3 +180,33 @@ def test_report_renders_in_a_browser(cpu_sweep, tmp_path):
     assert title, done.stdout[:500] + done.stderr[-2000:]
     assert title.group(1) == "11111"
     assert int(title.group(2)) >= 4  # environment, crossovers, summary, per-job ops
+
+
+def test_bad_jobs_are_marked_and_the_rest_analysed(tmp_path):
+    good = _hand_made_sweep(tmp_path / "a", "gemm")
+    folder = tmp_path / "a"
+    record = json.loads((good / "metrics.json").read_text())
+    record["schema_version"] = 1
+    (good / "metrics.json").write_text(json.dumps(record))
+    old = folder / "1_old_schema"
+    shutil.copytree(good, old)
+    del record["schema_version"]
+    (old / "metrics.json").write_text(json.dumps(record))
+    lost = folder / "2_lost_trace"
+    shutil.copytree(good, lost)
+    (lost / "t.json").unlink()
+    unfinished = folder / "3_unfinished"
+    (unfinished / ".hydra").mkdir(parents=True)
+
+    done = subprocess.run([sys.executable, "-m", "analysis", str(folder)], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1
+    summary = pd.read_csv(folder / "summary.csv").set_index("job")
+    assert list(summary.index) == ["0_hostile", "1_old_schema", "2_lost_trace", "3_unfinished"]
+    assert pd.isna(summary.loc["0_hostile", "record_error"]) and pd.isna(summary.loc["0_hostile", "trace_error"])
+    assert "schema None" in summary.loc["1_old_schema", "record_error"]
+    assert summary.loc["1_old_schema", "top_kernel"] == "gemm"  # still analysed
+    assert "t.json: no such file" in summary.loc["2_lost_trace", "trace_error"]
+    assert summary.loc["3_unfinished", "status"] == "missing"
+    for name in ("1_old_schema", "2_lost_trace", "3_unfinished"):
+        assert name in done.stdout
+        assert name in (folder / "report.html").read_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from tests.conftest import job_dirs, read_metrics, run_cli, table_footer
@@ -80,6 +81,8 @@ def test_failed_jobs_are_recorded_and_the_sweep_goes_on(sweep_dir):
         assert "GiB" in m["error"] and "available on cpu" in m["error"]
         assert not (sweep_dir / name / "200000_fp32_cold_eager.json").exists()
     assert "done: 4 jobs (1 ok, 3 failed)" in done.stdout
+    summary = pd.read_csv(sweep_dir / "summary.csv")
+    assert list(summary["status"]) == ["ok", "failed", "failed", "failed"]
     assert "  failed: 2_matmul_add_200000_fp32_cold_eager: JobError: memory: " in done.stdout
 
 

@@ -1,0 +1,116 @@
+"""Scale out and survive: submitit and joblib launchers, resume, timeouts, interruption."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, job_dirs, read_metrics, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def _files(job_dir: Path) -> dict[str, tuple[int, bytes]]:
+    """Every artifact of a job folder (not Hydra's own .hydra/), with mtime and bytes."""
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in job_dir.iterdir() if p.is_file()}
+
+
+def test_submitit_local_sweep(sweep_dir):
+    done = run_cli("-m", "size=16,32", "hydra/launcher=submitit_local", f"hydra.sweep.dir={sweep_dir}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [read_metrics(d)["status"] for d in job_dirs(sweep_dir)] == ["ok", "ok"]
+    assert (sweep_dir / ".submitit").is_dir()  # the jobs really went through submitit
+    # The analysis ran on the submitting side, through the callback.
+    assert len(pd.read_csv(sweep_dir / "summary.csv")) == 2 and (sweep_dir / "report.html").is_file()
+    assert "done: 2 jobs (2 ok, 0 failed)" in done.stdout
+
+
+def test_parallel_launcher_never_runs_two_jobs_on_one_device(sweep_dir):
+    done = run_cli("-m", "size=16,32,48", "hydra/launcher=local_gpus", "hydra.launcher.n_jobs=3",
+                   f"hydra.sweep.dir={sweep_dir}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    spans = sorted((m["started_at"], m["finished_at"]) for m in map(read_metrics, job_dirs(sweep_dir)))
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert end <= start  # one after the other on the single CPU slot
+
+
+def test_resume_redoes_exactly_the_missing_job(sweep_dir):
+    args = ("-m", "size=16,32", f"hydra.sweep.dir={sweep_dir}")
+    assert run_cli(*args).returncode == 0
+    first, second = job_dirs(sweep_dir)
+    before = _files(first)
+    (second / "metrics.json").unlink()
+
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"[1/2] matmul_add size=16 bf16 cold eager skipped: already ok in {first.name} (resume)" in done.stdout
+    assert "[2/2] matmul_add size=32 bf16 cold eager ok " in done.stdout
+    assert _files(first) == before  # trace, table, metrics untouched
+    assert read_metrics(second)["status"] == "ok"
+
+    # Another configuration in the same folders is not "the same job": both are redone.
+    changed = run_cli(*args, "profiler.active=2")
+    assert changed.returncode == 0 and "skipped" not in changed.stdout
+    assert all(read_metrics(d)["steps"] == 2 for d in job_dirs(sweep_dir))
+
+
+def _hang_hook(folder: Path) -> dict[str, str]:
+    """Environment whose Python interpreters hang while starting up (job processes included)."""
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(
+        "import os, sys, time\n"
+        "if sys.argv[1:2] and sys.argv[1].endswith('job_config.json'):\n"
+        "    time.sleep(600)\n"
+    )
+    return {"PYTHONPATH": str(folder)}
+
+
+def test_a_hung_job_is_killed_at_its_timeout(tmp_path):
+    out = tmp_path / "run"
+    done = run_cli("size=16", "run.job_timeout_s=2", f"hydra.run.dir={out}", env=_hang_hook(tmp_path / "hook"))
+    assert done.returncode == 1
+    m = read_metrics(out)
+    assert m["status"] == "failed" and m["error"].startswith("timeout: still running after run.job_timeout_s=2 s")
+    assert "timeout" in done.stdout
+
+
+def test_sigterm_stops_the_sweep_and_a_rerun_finishes_it(sweep_dir):
+    args = [sys.executable, "experiments/run.py", "-m", "size=16,32,48", f"hydra.sweep.dir={sweep_dir}"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if line.startswith("[2/3]") and line.rstrip().endswith("..."):
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines += proc.stdout.read().splitlines()
+    assert proc.wait(120) == 130, "\n".join(lines)
+    first, second, third = job_dirs(sweep_dir)
+    assert read_metrics(first)["status"] == "ok"
+    assert read_metrics(second)["error"].startswith("interrupted")
+    assert not (third / "metrics.json").exists()
+    assert "[3/3] matmul_add size=48 bf16 cold eager not started: the sweep was interrupted" in lines
+    summary = pd.read_csv(sweep_dir / "summary.csv")  # the analysis of what finished is written
+    assert list(summary["status"]) == ["ok", "failed", "missing"]
+    assert not [p for p in sweep_dir.rglob("*") if p.name.endswith((".tmp", ".partial"))]
+
+    rerun = run_cli("-m", "size=16,32,48", f"hydra.sweep.dir={sweep_dir}")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "skipped: already ok" in rerun.stdout
+    assert [read_metrics(d)["status"] for d in job_dirs(sweep_dir)] == ["ok", "ok", "ok"]
+
+
+def test_environment_file(sweep_dir):
+    assert run_cli("-m", "size=16", f"hydra.sweep.dir={sweep_dir}").returncode == 0
+    env = json.loads((sweep_dir / "environment.json").read_text())
+    for key in ("python_version", "torch_version", "cuda_build", "driver_version", "gpus", "cpu_model",
+                "hostname", "git_commit", "git_dirty", "command"):
+        assert key in env, key
+    assert env["command"][-2:] == ["size=16", f"hydra.sweep.dir={sweep_dir}"]
