@@ -70,6 +70,20 @@ COMPUTE_PREFIXES = ("mkldnn::", "onednn::")
 COMPUTE_MARK = "cpp_fused"  # Inductor's C++ kernels, e.g. graph_0_cpp_fused_gelu_mul_0
 
 
+try:  # orjson parses big traces about 3x faster than the standard library
+    from orjson import JSONDecodeError as _OrjsonError
+    from orjson import loads as _orjson_loads
+
+    def _loads(raw: bytes) -> Any:
+        try:
+            return _orjson_loads(raw)
+        except _OrjsonError as exc:
+            raise ValueError(str(exc)) from None
+
+except ImportError:  # pragma: no cover - orjson is a dependency, json the fallback
+    _loads = json.loads
+
+
 class TraceError(ValueError):
     """A trace that cannot be read; the message starts with the file's path."""
 
@@ -104,7 +118,7 @@ def load_trace(path: Path) -> dict[str, Any]:
         raw = path.read_bytes()
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
-        data = json.loads(raw)
+        data = _loads(raw)
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
@@ -125,9 +139,9 @@ def analyse_trace(paths: Path | Sequence[Path]) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     for path in paths:
         data = load_trace(path)
-        events.extend(data["traceEvents"])
+        events.extend(data.pop("traceEvents"))
         if not meta:
-            meta = {k: v for k, v in data.items() if k != "traceEvents"}
+            meta = data
     try:
         result = _analyse(events, meta)
     except (KeyError, TypeError, ValueError) as exc:
@@ -137,26 +151,31 @@ def analyse_trace(paths: Path | Sequence[Path]) -> dict[str, Any]:
 
 
 def _ns(value: Any) -> int:
-    return round(float(value) * 1000)
+    """µs (float, 3 decimals at most) -> integer ns; half-up, which for timestamps is round()."""
+    return int(float(value) * 1000.0 + 0.5)
 
 
 def _analyse(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """Metrics of the events (the list is emptied as they are read)."""
     # --- split: host events per thread, device events, launch calls by correlation id --------
     threads: dict[tuple[Any, Any], list[list[Any]]] = {}
     device: list[tuple[int, int, str, str, Any]] = []  # start, dur, cat, name, correlation
-    for e in events:
+    for e in events:  # the hot loop: ~100k events in a 35 MB trace; _ns() inlined
         if e.get("ph") != "X":
             continue
         cat = e.get("cat")
         if cat in DEVICE_CATEGORIES:
             args = e.get("args") or {}
-            device.append((_ns(e["ts"]), _ns(e.get("dur", 0)), cat, e.get("name", ""), args.get("correlation")))
+            device.append((int(float(e["ts"]) * 1000.0 + 0.5), int(float(e.get("dur", 0)) * 1000.0 + 0.5),
+                           cat, e.get("name", ""), args.get("correlation")))
         elif cat not in NOT_HOST:
             args = e.get("args") or {}
             # [start, dur, name, cat, correlation, self, parent index]
             threads.setdefault((e.get("pid"), e.get("tid")), []).append(
-                [_ns(e["ts"]), _ns(e.get("dur", 0)), e.get("name", ""), cat, args.get("correlation"), 0, -1]
+                [int(float(e["ts"]) * 1000.0 + 0.5), int(float(e.get("dur", 0)) * 1000.0 + 0.5),
+                 e.get("name", ""), cat, args.get("correlation"), 0, -1]
             )
+    events.clear()  # the event dicts are the bulk of the memory; only the lists above are needed
 
     host: list[list[Any]] = []
     for thread_events in threads.values():

@@ -1,0 +1,76 @@
+"""Benchmark 3: does profiling change what it measures? For warm, compute-bound grid points, the
+median profiled step (from the job's own trace) vs torch.utils.benchmark.Timer on the same call
+(CPU), or CUDA events (GPU). Goal: within 10%.
+
+    .venv/bin/python benchmarks/fidelity.py [--sizes 512,1024] [--dtypes bf16,fp32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.utils.benchmark as tb
+
+from analysis.trace import analyse_trace
+from experiments.config import JobConfig, ProfilerConfig, RunConfig
+from experiments.job import run_job
+from experiments.workloads import build
+
+
+def reference_us(config: JobConfig, device: str) -> float:
+    """Median time of one call without the profiler."""
+    fn, args = build(config, device)
+    with torch.no_grad():
+        for _ in range(3):
+            fn(*args)
+        if device == "cuda":
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(20):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn(*args)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) * 1e3)
+            return statistics.median(times)
+        timer = tb.Timer(stmt="fn(*args)", globals={"fn": fn, "args": args}, num_threads=torch.get_num_threads())
+        return timer.blocked_autorange(min_run_time=1.0).median * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="512,1024")
+    parser.add_argument("--dtypes", default="bf16,fp32")
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ok = True
+    print(f"{'grid point':<28} {'profiled µs':>12} {'reference µs':>13} {'ratio':>7}")
+    for dtype in args.dtypes.split(","):
+        for size in map(int, args.sizes.split(",")):
+            config = JobConfig(size=size, dtype=dtype, warmup=True, device=device,
+                               profiler=ProfilerConfig(active=10),
+                               run=RunConfig(isolation="none", compile_cache="shared"))
+            with tempfile.TemporaryDirectory() as tmp:
+                record = run_job(config, Path(tmp))
+                assert record["status"] == "ok", record["error"]
+                m = analyse_trace(Path(tmp) / record["trace_file"])
+            # On a GPU the step time is the device's; on the CPU the host step is the work.
+            key = "device_us" if device == "cuda" else "host_us"
+            profiled = m["per_step"][key]["median"]
+            reference = reference_us(config, device)
+            ratio = profiled / reference
+            ok &= abs(ratio - 1) <= 0.10
+            print(f"{config.label:<28} {profiled:12.1f} {reference:13.1f} {ratio:7.3f}")
+    print(f"goal: every ratio within 10% of 1: {'met' if ok else 'NOT MET'} "
+          "(ratio - 1 = the profiler's overhead on a step)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

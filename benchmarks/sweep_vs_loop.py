@@ -1,0 +1,44 @@
+"""Benchmark 2: the main job vs a shell loop over a standalone article-style script.
+
+    .venv/bin/python benchmarks/sweep_vs_loop.py [--rounds 2] [--sizes 64,1024,4096]
+
+A: python experiments/run.py -m size=... compile=true,false   (analysis included)
+B: a shell loop running benchmarks/article_script.py once per grid point
+C: A with run.isolation=none (the fast mode, not honest for cold starts)
+Every compiled job gets a fresh Inductor cache in all three. Goals: A ≤ 1.15× B, C ≤ 0.6× B.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+
+from common import ROOT, alternate, report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--sizes", default="64,1024,4096")
+    args = parser.parse_args()
+    out = tempfile.mkdtemp(prefix="bench-sweep-")
+    py = sys.executable
+    loop = (
+        f"for size in {args.sizes.replace(',', ' ')}; do for c in --compile ''; do "
+        f"TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) {py} benchmarks/article_script.py --size $size $c "
+        f"--out {out}/loop/$size$c || exit 1; done; done"
+    )
+    sweep = [py, "experiments/run.py", "-m", f"size={args.sizes}", "compile=true,false"]
+    runs = alternate({
+        # A new folder each round (${now:...} with microseconds), or resume would skip every job.
+        "sweep": sweep + [f"hydra.sweep.dir={out}/sweep/${{now:%H-%M-%S-%f}}"],
+        "loop": ["bash", "-c", loop],
+        "fast": sweep + ["run.isolation=none", f"hydra.sweep.dir={out}/fast/${{now:%H-%M-%S-%f}}"],
+    }, args.rounds, cwd=ROOT)
+    ok = report(runs, [("sweep", "loop", "time", 1.15), ("fast", "loop", "time", 0.6)])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
