@@ -24,10 +24,11 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 # Not host work: device-side records, the trace's own span, profiler overhead. (Python frames,
@@ -111,40 +112,97 @@ class Step:
     kernels_after_occupancy: dict[str, int] = field(default_factory=dict)
 
 
-def load_trace(path: Path) -> dict[str, Any]:
-    """The trace as a dict with `traceEvents`; a bare list of events is accepted too."""
-    path = Path(path)
+CHUNK_BYTES = 1 << 20
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")  # between two objects of the events array (usually)
+
+
+def _read(path: Path) -> bytes:
     try:
         raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        data = _loads(raw)
+        return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise TraceError(f"{path}: cannot read it ({exc})") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: not a complete JSON trace ({exc})") from None
-    if isinstance(data, list):
-        data = {"traceEvents": data}
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise TraceError(f"{path}: not a Chrome trace (no traceEvents list)")
-    return data
+
+
+class _EventBatches:
+    """Iterate over the events of a Chrome trace a megabyte at a time; `meta` (everything but
+    the events) is set once the iteration ends.
+
+    Parsing the events array piece by piece keeps memory near the size of the file instead of
+    the several times more that one json.loads of the whole document takes.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.raw = _read(path)
+        self.meta: dict[str, Any] = {}
+        key = self.raw.find(b'"traceEvents"')
+        if key >= 0:
+            self.start = self.raw.find(b"[", key)
+            between = self.raw[key + len(b'"traceEvents"'):self.start] if self.start > 0 else b"?"
+            if self.start < 0 or between.strip() != b":":
+                raise TraceError(f"{path}: not a Chrome trace (traceEvents is not a list)")
+        elif self.raw.lstrip()[:1] == b"[":
+            self.start = self.raw.find(b"[")  # a bare list of events
+        else:
+            raise TraceError(f"{path}: not a Chrome trace (no traceEvents list)")
+
+    def _fail(self, exc: Exception) -> TraceError:
+        return TraceError(f"{self.path}: not a complete JSON trace ({exc})")
+
+    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
+        raw, pos = self.raw, self.start + 1
+        while True:
+            m = _BOUNDARY.search(raw, pos + CHUNK_BYTES)
+            batch = None
+            while m is not None and batch is None:
+                try:
+                    batch = _loads(b"[" + raw[pos:m.start() + 1] + b"]")
+                except ValueError:  # the boundary was inside a string or a nested value
+                    m = _BOUNDARY.search(raw, m.end())
+            if batch is None:
+                break
+            yield batch
+            pos = m.end() - 1
+        # The tail: the last events, the array's closing bracket, and the rest of the document.
+        k = len(raw)
+        error: Exception = ValueError("no closing bracket")
+        while True:
+            k = raw.rfind(b"]", pos, k)
+            if k < 0:
+                self.raw = b""
+                raise self._fail(error)
+            try:
+                batch = _loads(b"[" + raw[pos:k] + b"]")
+                meta = _loads(raw[:self.start] + b"[]" + raw[k + 1:])
+            except ValueError as exc:
+                error = exc
+                continue
+            break
+        self.meta = meta if isinstance(meta, dict) else {}
+        self.meta.pop("traceEvents", None)
+        self.raw = b""
+        yield batch
+
+
+def load_trace(path: Path) -> dict[str, Any]:
+    """The whole trace as a dict with `traceEvents` (a bare list of events is accepted too)."""
+    batches = _EventBatches(Path(path))
+    events = [e for batch in batches for e in batch]
+    return {**batches.meta, "traceEvents": events}
 
 
 def analyse_trace(paths: Path | Sequence[Path]) -> dict[str, Any]:
     """Metrics of one trace, or of the cycles of one run (same clock) taken together."""
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    events: list[dict[str, Any]] = []
-    meta: dict[str, Any] = {}
-    for path in paths:
-        data = load_trace(path)
-        events.extend(data.pop("traceEvents"))
-        if not meta:
-            meta = data
+    readers = [_EventBatches(p) for p in paths]
     try:
-        result = _analyse(events, meta)
+        result = _analyse((batch for reader in readers for batch in reader), readers)
     except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, TraceError):
+            raise
         raise TraceError(f"{paths[0]}: malformed events ({type(exc).__name__}: {exc})") from None
     result["files"] = [str(p) for p in paths]
     return result
@@ -155,27 +213,31 @@ def _ns(value: Any) -> int:
     return int(float(value) * 1000.0 + 0.5)
 
 
-def _analyse(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
-    """Metrics of the events (the list is emptied as they are read)."""
+def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatches]) -> dict[str, Any]:
+    """Metrics of the events, read batch by batch (the readers' `meta` is set at the end)."""
     # --- split: host events per thread, device events, launch calls by correlation id --------
     threads: dict[tuple[Any, Any], list[list[Any]]] = {}
     device: list[tuple[int, int, str, str, Any]] = []  # start, dur, cat, name, correlation
-    for e in events:  # the hot loop: ~100k events in a 35 MB trace; _ns() inlined
-        if e.get("ph") != "X":
-            continue
-        cat = e.get("cat")
-        if cat in DEVICE_CATEGORIES:
-            args = e.get("args") or {}
-            device.append((int(float(e["ts"]) * 1000.0 + 0.5), int(float(e.get("dur", 0)) * 1000.0 + 0.5),
-                           cat, e.get("name", ""), args.get("correlation")))
-        elif cat not in NOT_HOST:
-            args = e.get("args") or {}
-            # [start, dur, name, cat, correlation, self, parent index]
-            threads.setdefault((e.get("pid"), e.get("tid")), []).append(
-                [int(float(e["ts"]) * 1000.0 + 0.5), int(float(e.get("dur", 0)) * 1000.0 + 0.5),
-                 e.get("name", ""), cat, args.get("correlation"), 0, -1]
-            )
-    events.clear()  # the event dicts are the bulk of the memory; only the lists above are needed
+    strings: dict[str, str] = {}  # one copy of each name: 100k events share a few thousand
+    for batch in batches:
+        for e in batch:  # the hot loop: ~100k events in a 35 MB trace; _ns() inlined
+            if e.get("ph") != "X":
+                continue
+            cat = e.get("cat")
+            if cat in DEVICE_CATEGORIES:
+                args = e.get("args") or {}
+                name = e.get("name", "")
+                device.append((int(float(e["ts"]) * 1000.0 + 0.5), int(float(e.get("dur", 0)) * 1000.0 + 0.5),
+                               cat, strings.setdefault(name, name), args.get("correlation")))
+            elif cat not in NOT_HOST:
+                args = e.get("args") or {}
+                name = e.get("name", "")
+                # [start, dur, name, cat, correlation, self, parent index]
+                threads.setdefault((e.get("pid"), e.get("tid")), []).append(
+                    [int(float(e["ts"]) * 1000.0 + 0.5), int(float(e.get("dur", 0)) * 1000.0 + 0.5),
+                     strings.setdefault(name, name), strings.setdefault(cat, cat), args.get("correlation"), 0, -1]
+                )
+    meta = readers[0].meta if readers else {}
 
     host: list[list[Any]] = []
     for thread_events in threads.values():
