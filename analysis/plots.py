@@ -113,9 +113,17 @@ def _launches(ok: pd.DataFrame, path: Path) -> Path:
     return _save(grid, path)
 
 
+def _few_sizes(frame: pd.DataFrame, most: int = 4) -> pd.DataFrame:
+    """The rows of at most `most` sizes, spread from the smallest to the largest."""
+    sizes = sorted(frame["size"].unique())
+    if len(sizes) > most:
+        sizes = [sizes[round(i * (len(sizes) - 1) / (most - 1))] for i in range(most)]
+    return frame[frame["size"].isin(sizes)]
+
+
 def _steps(steps: pd.DataFrame, path: Path) -> Path:
     grid = sns.relplot(
-        data=steps, x="step", y="host_us", hue="phase", style="mode", col="size", col_wrap=4,
+        data=_few_sizes(steps), x="step", y="host_us", hue="phase", style="mode", col="size", col_wrap=4,
         kind="line", marker="o", height=2.8, aspect=1.1, facet_kws={"sharey": False},
     )
     _log_axes(grid, x=False)
@@ -126,7 +134,7 @@ def _steps(steps: pd.DataFrame, path: Path) -> Path:
 
 def _kernels(steps: pd.DataFrame, ok: pd.DataFrame, path: Path) -> Path:
     names = ok.set_index("job")["top_kernel"].astype(str).str.slice(0, 40)
-    data = steps.dropna(subset=["top_kernel_us"]).assign(kernel=lambda f: f["job"].map(names))
+    data = _few_sizes(steps.dropna(subset=["top_kernel_us"])).assign(kernel=lambda f: f["job"].map(names))
     data["size"] = data["size"].astype(str)
     grid = sns.relplot(
         data=data, x="step", y="top_kernel_us", hue="size", style="phase", col="mode",
