@@ -43,10 +43,21 @@ def reference_us(config: JobConfig, device: str) -> float:
         return timer.blocked_autorange(min_run_time=1.0).median * 1e6
 
 
+def profiled_us(config: JobConfig, device: str) -> float:
+    """Median profiled step of the job, read from its trace."""
+    with tempfile.TemporaryDirectory() as tmp:
+        record = run_job(config, Path(tmp))
+        assert record["status"] == "ok", record["error"]
+        m = analyse_trace(Path(tmp) / record["trace_file"])
+    # On a GPU the step time is the device's; on the CPU the host step is the work.
+    return m["per_step"]["device_us" if device == "cuda" else "host_us"]["median"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="512,1024")
     parser.add_argument("--dtypes", default="bf16,fp32")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     ok = True
@@ -54,16 +65,14 @@ def main() -> int:
     for dtype in args.dtypes.split(","):
         for size in map(int, args.sizes.split(",")):
             config = JobConfig(size=size, dtype=dtype, warmup=True, device=device,
-                               profiler=ProfilerConfig(active=10),
+                               profiler=ProfilerConfig(active=20),
                                run=RunConfig(isolation="none", compile_cache="shared"))
-            with tempfile.TemporaryDirectory() as tmp:
-                record = run_job(config, Path(tmp))
-                assert record["status"] == "ok", record["error"]
-                m = analyse_trace(Path(tmp) / record["trace_file"])
-            # On a GPU the step time is the device's; on the CPU the host step is the work.
-            key = "device_us" if device == "cuda" else "host_us"
-            profiled = m["per_step"][key]["median"]
-            reference = reference_us(config, device)
+            profiled_runs, reference_runs = [], []
+            for _ in range(args.rounds):  # A B A B: the machine's noise hits both alike
+                profiled_runs.append(profiled_us(config, device))
+                reference_runs.append(reference_us(config, device))
+            profiled = statistics.median(profiled_runs)
+            reference = statistics.median(reference_runs)
             ratio = profiled / reference
             ok &= abs(ratio - 1) <= 0.10
             print(f"{config.label:<28} {profiled:12.1f} {reference:13.1f} {ratio:7.3f}")
