@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 SWEEP ?= size=64,1024,4096 compile=true,false
 
-.PHONY: sweep test clean-venv
+.PHONY: sweep test clean-venv gpu-evidence
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,3 +22,7 @@ test: $(VENV)/.installed
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Part 1 and Part 2 on a GPU machine with its own torch: make gpu-evidence OUT=docs/results/h200
+gpu-evidence:
+	bash scripts/gpu_evidence.sh $(OUT)
