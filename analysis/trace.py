@@ -219,22 +219,29 @@ def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatche
     threads: dict[tuple[Any, Any], list[list[Any]]] = {}
     device: list[tuple[int, int, str, str, Any]] = []  # start, dur, cat, name, correlation
     strings: dict[str, str] = {}  # one copy of each name: 100k events share a few thousand
+    # Timestamps are µs with 3 decimals, ~1e12 or more: multiplied by 1000 as they are, a double
+    # can be 1 ns off, enough to break the nesting. Relative to a base ~1000 s earlier they
+    # convert to ns exactly.
+    base: int | None = None
     for batch in batches:
         for e in batch:  # the hot loop: ~100k events in a 35 MB trace; _ns() inlined
             if e.get("ph") != "X":
                 continue
+            if base is None:
+                base = int(float(e["ts"])) - 10**9
             cat = e.get("cat")
             if cat in DEVICE_CATEGORIES:
                 args = e.get("args") or {}
                 name = e.get("name", "")
-                device.append((int(float(e["ts"]) * 1000.0 + 0.5), int(float(e.get("dur", 0)) * 1000.0 + 0.5),
+                device.append((int((float(e["ts"]) - base) * 1000.0 + 0.5),
+                               int(float(e.get("dur", 0)) * 1000.0 + 0.5),
                                cat, strings.setdefault(name, name), args.get("correlation")))
             elif cat not in NOT_HOST:
                 args = e.get("args") or {}
                 name = e.get("name", "")
                 # [start, dur, name, cat, correlation, self, parent index]
                 threads.setdefault((e.get("pid"), e.get("tid")), []).append(
-                    [int(float(e["ts"]) * 1000.0 + 0.5), int(float(e.get("dur", 0)) * 1000.0 + 0.5),
+                    [int((float(e["ts"]) - base) * 1000.0 + 0.5), int(float(e.get("dur", 0)) * 1000.0 + 0.5),
                      strings.setdefault(name, name), strings.setdefault(cat, cat), args.get("correlation"), 0, -1]
                 )
     meta = readers[0].meta if readers else {}
@@ -368,9 +375,13 @@ def op_tree(paths: Path | Sequence[Path], max_rows: int = 80) -> list[dict[str, 
     """The first profiled step as an indented tree of host events: the dispatch chain."""
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     events = [
-        [_ns(e["ts"]), _ns(e.get("dur", 0)), e.get("name", ""), (e.get("pid"), e.get("tid"))]
-        for e in load_trace(paths[0])["traceEvents"]
+        e for e in load_trace(paths[0])["traceEvents"]
         if e.get("ph") == "X" and e.get("cat") not in NOT_HOST and e.get("cat") != "python_function"
+    ]
+    base = int(float(events[0]["ts"])) - 10**9 if events else 0
+    events = [
+        [_ns(float(e["ts"]) - base), _ns(e.get("dur", 0)), e.get("name", ""), (e.get("pid"), e.get("tid"))]
+        for e in events
     ]
     steps = sorted((h for h in events if h[2].startswith("ProfilerStep#")), key=lambda h: h[0])
     if steps:

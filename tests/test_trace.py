@@ -188,3 +188,20 @@ def test_single_trace_path_stays_light(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code, str(trace)], cwd=ROOT, capture_output=True, text=True)
     assert "HEAVY []" in done.stderr, done.stderr
+
+
+def test_nesting_survives_large_timestamps(tmp_path):
+    """µs timestamps ~5e12 with 3 decimals: converted naively to ns in floating point, this
+    child ends 1 ns after its parent and would not nest (the self total would double)."""
+    events = [
+        {"ph": "X", "cat": "python_function", "name": "outer", "pid": 1, "tid": 1,
+         "ts": 5352503227889.772, "dur": 700.5},
+        {"ph": "X", "cat": "python_function", "name": "inner", "pid": 1, "tid": 1,
+         "ts": 5352503227890.974, "dur": 699.298},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    m = analyse_trace(path)
+    assert m["self_cpu_total_us"] == pytest.approx(700.5)
+    ops = {o["name"]: o["self_host_us"] for o in m["top_ops"]}
+    assert ops["outer"] == pytest.approx(700.5 - 699.298) and ops["inner"] == pytest.approx(699.298)
