@@ -37,8 +37,14 @@ def measure(cmd: Sequence[str], cwd: Path = ROOT, env: dict[str, str] | None = N
     return Run(wall, usage.ru_maxrss / 1024, code)
 
 
-def alternate(contenders: dict[str, Sequence[str]], rounds: int, **kwargs) -> dict[str, list[Run]]:
-    """Every contender once per round, in the same order, `rounds` times."""
+def alternate(contenders: dict[str, Sequence[str]], rounds: int, warmup_rounds: int = 1,
+              **kwargs) -> dict[str, list[Run]]:
+    """Every contender once per round, in the same order, `rounds` times, after `warmup_rounds`
+    unrecorded rounds (page cache, .pyc files, compiler caches of the system)."""
+    for r in range(warmup_rounds):
+        for name, cmd in contenders.items():
+            run = measure(cmd, **kwargs)
+            print(f"  warm-up {r + 1}/{warmup_rounds} {name:<12} {run.wall_s:7.3f} s (not counted)", flush=True)
     runs: dict[str, list[Run]] = {name: [] for name in contenders}
     for r in range(rounds):
         for name, cmd in contenders.items():
@@ -65,7 +71,10 @@ def report(runs: dict[str, list[Run]], goals: Sequence[tuple[str, str, str, floa
     for name, baseline, metric, limit in goals:
         pick = median_wall if metric == "time" else median_rss
         ratio = pick(runs[name]) / pick(runs[baseline])
+        attr = "wall_s" if metric == "time" else "peak_rss_mb"
+        paired = [getattr(a, attr) / getattr(b, attr) for a, b in zip(runs[name], runs[baseline])]
         met = ratio <= limit
         ok &= met
-        print(f"goal: {name} {metric} <= {limit}x {baseline}: {ratio:.2f}x  {'met' if met else 'NOT MET'}")
+        print(f"goal: {name} {metric} <= {limit}x {baseline}: {ratio:.2f}x  {'met' if met else 'NOT MET'}"
+              f"  (round by round: {', '.join(f'{p:.2f}' for p in paired)})")
     return ok

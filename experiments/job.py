@@ -3,9 +3,10 @@
     python -m experiments.job <job_dir>/job_config.json
 
 is how the sweep runs each job in a fresh interpreter (and how a person reruns one by hand).
-Order of work: validate, check memory, build inputs, time the first call on its own, warm up
-(when asked), profile with the configured schedule, export the Chrome trace and the
-key_averages() table, write metrics.json. Every file is written atomically.
+Order of work: validate, check memory, build inputs, time the first call on its own (cold: as
+the profiler's first wait step; warm: as the first warm-up call), warm up (when asked), profile
+with the configured schedule, export the Chrome trace and the key_averages() table, write
+metrics.json. Every file is written atomically.
 """
 
 from __future__ import annotations
@@ -89,22 +90,30 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
                 backend=config.compiler.backend,
                 dynamic=config.compiler.dynamic,
             )
-        sync()
-        start = time.perf_counter()
-        fn(*args)
-        sync()
-        out["first_call_ms"] = (time.perf_counter() - start) * 1e3
-        if config.compile:
-            out.update(_compile_counters())
 
+        def first_call() -> None:
+            """Timed on its own: compilation included, device synchronized before and after."""
+            sync()
+            start = time.perf_counter()
+            fn(*args)
+            sync()
+            out["first_call_ms"] = (time.perf_counter() - start) * 1e3
+            if config.compile:
+                out.update(_compile_counters())
+
+        p = config.profiler
+        # As in the article, no call is added to time the first one: cold, it is the profiler's
+        # first wait step (never recorded); warm, the first of the run.warmup_iters warm-up calls.
+        first_in_profiler = not config.warmup and p.wait >= 1
+        if not first_in_profiler:
+            first_call()
         if config.warmup:
             start = time.perf_counter()
-            for _ in range(config.run.warmup_iters):
+            for _ in range(config.run.warmup_iters - 1):
                 fn(*args)
             sync()
             out["warmup_ms"] = (time.perf_counter() - start) * 1e3
 
-        p = config.profiler
         activities = [ProfilerActivity.CPU]
         if device == "cuda":
             activities.append(ProfilerActivity.CUDA)
@@ -118,9 +127,12 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
             with_stack=p.with_stack,
             profile_memory=p.profile_memory,
         ) as prof:
-            for _ in range(p.total_steps):
+            for step in range(p.total_steps):
                 with record_function(config.workload.name):
-                    fn(*args)
+                    if step == 0 and first_in_profiler:
+                        first_call()
+                    else:
+                        fn(*args)
                 prof.step()
         sync()
 
