@@ -171,24 +171,17 @@ def gpu_inventory() -> list[dict[str, Any]]:
 
 def environment_file(command: list[str]) -> dict[str, Any]:
     """environment.json of a sweep folder: where and how it ran."""
-    commit, dirty = git_state(Path.cwd())
+    env = environment_record()
+    torch_version = env["torch_version"]
     gpus = gpu_inventory()
-    try:
-        torch_version = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        torch_version = None
     return {
         "created_at": now_iso(),
         "command": command,
-        "hostname": socket.gethostname(),
-        "python_version": platform.python_version(),
-        "torch_version": torch_version,
+        **env,
         "cuda_build": torch_version.split("+", 1)[1] if torch_version and "+" in torch_version else None,
         "driver_version": gpus[0]["driver_version"] if gpus else None,
         "gpus": gpus,
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
-        "git_commit": commit,
-        "git_dirty": dirty,
     }

@@ -123,10 +123,8 @@ class SweepCallback(Callback):
             try:
                 composed = loader.load_sweep_config(config, list(overrides))
                 configs.append(job_config(composed))
-            except ConfigError as exc:
-                refuse(f"{exc} (in the job {' '.join(overrides)})")
-            except HydraException as exc:
-                cause = f"\n{exc.__cause__}" if exc.__cause__ else ""
+            except (ConfigError, HydraException) as exc:
+                cause = f"\n{exc.__cause__}" if exc.__cause__ else ""  # Hydra's names the key
                 refuse(f"{exc} (in the job {' '.join(overrides)}){cause}")
         check_configs(configs)
         sweep_dir = Path(str(config.hydra.sweep.dir))
