@@ -13,7 +13,6 @@ import os
 import platform
 import socket
 import subprocess
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -26,13 +25,6 @@ CONFIG_FILE = "job_config.json"
 LOG_FILE = "job.log"
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp alone gives 0600
 
 
 def artifact_stem(config: JobConfig) -> str:
@@ -43,16 +35,16 @@ def artifact_stem(config: JobConfig) -> str:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write to a temp file in the same folder, then rename: readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # Named before anything is created, so an interrupt at any point can still remove it.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        os.chmod(tmp, FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
