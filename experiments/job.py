@@ -11,6 +11,7 @@ metrics.json. Every file is written atomically.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -266,4 +267,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    # Everything is written and closed: skip the interpreter's last garbage collection over
+    # torch's and Inductor's objects, which takes about 1.3 s after a compiled job on 2 cores.
+    gc.freeze()
+    sys.exit(code)

@@ -3,6 +3,8 @@
     python experiments/run.py -m size=64,1024,4096 compile=true,false
 """
 
+import gc
+
 import hydra
 from omegaconf import DictConfig
 
@@ -17,4 +19,9 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     register_configs()
-    main()
+    try:
+        main()
+    finally:
+        # Everything is written and closed: skip the interpreter's last garbage collection over
+        # pandas', matplotlib's and Hydra's objects (about 0.4 s of every sweep's end).
+        gc.freeze()

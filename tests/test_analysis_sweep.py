@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -126,6 +127,39 @@ def test_sweep_leaves_tables_plots_and_report(cpu_sweep):
     html = (cpu_sweep / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 5
     assert "ui.perfetto.dev" in html and "Crossovers" in html
+
+
+_DRAW_BOTH_WAYS = """
+import sys, threading
+from pathlib import Path
+from analysis import plots
+from analysis.sweep import analyse_sweep, frames
+
+folder, out = Path(sys.argv[1]), Path(sys.argv[2])
+data = frames(analyse_sweep(folder, lambda line: None))
+assert plots.drawing_processes(5) == 2, plots.drawing_processes(5)
+forked = plots.write_plots(data["summary"], data["steps"], data["crossovers"], out / "forked")
+stop = threading.Event()
+threading.Thread(target=stop.wait).start()  # another thread: no fork, drawn here one by one
+assert plots.drawing_processes(5) == 1
+here = plots.write_plots(data["summary"], data["steps"], data["crossovers"], out / "here")
+stop.set()
+import torch  # loaded: no fork either
+assert plots.drawing_processes(5) == 1
+print(" ".join(p.name for p in forked), "|", " ".join(p.name for p in here))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="drawing in parallel needs 2 cores")
+def test_plots_drawn_in_forked_processes_equal_plots_drawn_here(cpu_sweep, tmp_path):
+    done = subprocess.run([sys.executable, "-c", _DRAW_BOTH_WAYS, str(cpu_sweep), str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    names = "crossover.png launches.png steps.png kernels.png throughput.png"
+    assert done.stdout.strip() == f"{names} | {names}"
+    for name in names.split():
+        assert (tmp_path / "forked" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
 
 
 @pytest.mark.slow

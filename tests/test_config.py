@@ -120,3 +120,56 @@ def test_settings_record_is_flat_and_complete():
                 "compile_mode", "compile_backend", "compile_dynamic",
                 "isolation", "compile_cache", "warmup_iters"):
         assert key in record, key
+
+
+# --- the sweep's bookkeeping around composition -------------------------------------------------
+
+
+def test_composed_configs_are_handed_out_as_copies(hydra_conf):
+    from experiments.sweep import ComposedOnce
+
+    master = compose("config", return_hydra_config=True)
+    known = compose("config", overrides=["size=1024"], return_hydra_config=True)
+    calls: list[list[str]] = []
+
+    def load(master_config, overrides):
+        calls.append(overrides)
+        return compose("config", overrides=overrides, return_hydra_config=True)
+
+    reuse = ComposedOnce(load, master, {("size=1024",): known})
+    first = reuse(master, ["size=1024"])
+    first.size = 7  # the launcher writes into what it gets
+    assert reuse(master, ["size=1024"]).size == 1024 and known.size == 1024 and calls == []
+    assert reuse(master, ["size=2048"]).size == 2048 and calls == [["size=2048"]]
+    other_master = compose("config", overrides=["dtype=fp32"], return_hydra_config=True)
+    reuse(other_master, ["size=1024"])
+    assert calls[-1] == ["size=1024"]  # another master config: composed, not reused
+
+
+@pytest.mark.parametrize(
+    "overrides,own_processes",
+    [
+        ([], True),
+        (["size=64,1024"], True),
+        (["run=fast"], False),
+        (["run.isolation=none"], False),
+        (["run.isolation=process,none"], False),
+        (["~run"], False),
+        (["run.warmup_iters=5"], True),
+    ],
+)
+def test_analysis_preloads_only_when_every_job_has_its_own_process(hydra_conf, overrides, own_processes):
+    from analysis.callback import jobs_in_own_processes
+
+    plain = [o for o in overrides if "," not in o and not o.startswith("~")]
+    config = compose("config", overrides=plain, return_hydra_config=True)
+    config.hydra.overrides.task = overrides
+    assert jobs_in_own_processes(config) is own_processes
+
+
+def test_sweep_parameters_of_a_preset_count_as_overrides(hydra_conf):
+    from analysis.callback import jobs_in_own_processes
+
+    config = compose("config", return_hydra_config=True)
+    config.hydra.sweeper.params = {"size": "16,64", "run.isolation": "none,process"}
+    assert not jobs_in_own_processes(config)
