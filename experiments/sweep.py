@@ -115,7 +115,9 @@ class ComposedOnce:
         known = self.composed.get(tuple(sweep_overrides)) if master_config is self.master else None
         if known is None:
             return self.load(master_config, sweep_overrides)
-        return copy.deepcopy(known)
+        composed = copy.deepcopy(known)  # a deep copy does not keep resolved values: copy them
+        OmegaConf.copy_cache(from_config=master_config, to_config=composed)  # as Hydra does
+        return composed
 
 
 def _reuse_compositions(master: DictConfig, composed: dict[tuple[str, ...], DictConfig]) -> None:

@@ -44,6 +44,16 @@ def test_two_sizes_eager_and_compile(sweep_dir):
     assert plan["jobs"] == 4
 
 
+def test_a_time_stamped_sweep_folder_is_one_folder(tmp_path):
+    # Hydra's default sweep folder is time-stamped (${now:...}): every job of the sweep must
+    # land in the one folder stamped when the sweep started, however long the jobs take.
+    done = run_cli("-m", "size=16,32", "compile=false", f"hydra.sweep.dir={tmp_path}/${{now:%H-%M-%S-%f}}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [folder] = list(tmp_path.iterdir())
+    assert [d.name for d in job_dirs(folder)] == ["0_matmul_add_16_bf16_cold_eager", "1_matmul_add_32_bf16_cold_eager"]
+    assert done.stdout.splitlines()[-1] == f"done: 2 jobs (2 ok, 0 failed) in {folder}"
+
+
 def test_identical_cold_compiles_both_pay_compilation(sweep_dir, tmp_path):
     # compile_cache=fresh (default): each job compiles from scratch, in its own interpreter.
     fresh = run_cli("-m", "size=32,32", "compile=true", f"hydra.sweep.dir={sweep_dir}")
