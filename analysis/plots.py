@@ -32,7 +32,8 @@ def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.copy()
     frame["mode"] = frame["compile"].map({True: "compile", False: "eager"})
     frame["phase"] = frame["warmup"].map({True: "warm", False: "cold"})
-    frame["panel"] = frame["workload"].astype(str) + " " + frame["dtype"].astype(str)
+    series = frame["variant"] if "variant" in frame else frame["workload"]
+    frame["panel"] = series.astype(str) + " " + frame["dtype"].astype(str)
     return frame
 
 
@@ -130,7 +131,7 @@ def _crossover(ok: pd.DataFrame, crossovers: pd.DataFrame, path: Path) -> Path:
     grid.set_axis_labels("size", "µs per step")
     for (mode, panel), ax in grid.axes_dict.items():
         for _, c in crossovers.iterrows():
-            label = f"{c['workload']} {c['dtype']}"
+            label = f"{c['variant']} {c['dtype']}"
             if label == panel and ("compile" if c["compile"] else "eager") == mode and pd.notna(c["crossover_size"]):
                 phase = "warm" if c["warmup"] else "cold"
                 ax.axvline(c["crossover_size"], color="0.3", linestyle="--" if phase == "cold" else ":", linewidth=1)

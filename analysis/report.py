@@ -24,7 +24,7 @@ code{background:#f5f5f5;padding:1px 4px}details{margin:.3em 0}
 """
 
 SUMMARY_COLUMNS = [
-    ("job", "job"), ("workload", "workload"), ("size", "size"), ("dtype", "dtype"),
+    ("job", "job"), ("variant", "workload"), ("size", "size"), ("dtype", "dtype"),
     ("compile", "compile"), ("warmup", "warm"), ("device", "device"), ("status", "status"),
     ("first_call_ms", "first call ms"), ("host_us_per_step", "host µs/step"),
     ("device_us_per_step", "device µs/step"), ("compute_us_per_step", "compute µs/step (CPU)"),
@@ -199,7 +199,7 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
                  "(on the CPU: compute overtakes framework overhead), interpolated on log axes.</p>")
     parts.append(_table(
         ["workload", "dtype", "compile", "warmup", "device", "sizes", "crossover size", "status"],
-        ([escape(_fmt(c[k])) for k in ("workload", "dtype", "compile", "warmup", "device", "sizes")]
+        ([escape(_fmt(c[k])) for k in ("variant", "dtype", "compile", "warmup", "device", "sizes")]
          + [escape(_fmt(c["crossover_size"])), escape(c["status"])] for c in tables.crossovers),
         left=5,
     ))

@@ -18,7 +18,8 @@ from analysis.trace import TraceError, analyse_trace, flat, regime
 
 METRICS_FILE = "metrics.json"
 SCHEMA_VERSION = 1  # of metrics.json, as the job side writes it
-SERIES_KEYS = ["workload", "dtype", "compile", "warmup", "device"]
+SERIES_KEYS = ["workload", "variant", "dtype", "compile", "warmup", "device"]
+WORKLOAD_PREFIX = "workload_"  # metrics.json's workload settings: workload_batch, workload_backend, ...
 
 
 @dataclass
@@ -72,8 +73,27 @@ def analyse_sweep(folder: Path, progress: Callable[[str], None] | None = None) -
         if len(dirs) > 10 and (now - last > 2 or i == len(dirs)):
             report(f"analysed {i}/{len(dirs)} jobs")
             last = now
+    name_variants(tables)
     tables.crossovers = crossovers(tables.jobs)
     return tables
+
+
+def name_variants(tables: SweepTables) -> None:
+    """Give every job and step row its `variant`: the workload, plus the workload settings that
+    differ between that workload's jobs in this sweep (`bmm batch=1`, `attention backend=flash`),
+    so that a sweep over them gives one series each instead of one mixed series."""
+    by_workload: dict[str, list[dict[str, Any]]] = {}
+    for row in tables.jobs:
+        if row.get("workload") is not None:
+            by_workload.setdefault(str(row["workload"]), []).append(row)
+    for name, rows in by_workload.items():
+        keys = sorted({k for row in rows for k in row if k.startswith(WORKLOAD_PREFIX)})
+        varying = [k for k in keys if len({repr(row.get(k)) for row in rows}) > 1]
+        for row in rows:
+            row["variant"] = " ".join([name] + [f"{k[len(WORKLOAD_PREFIX):]}={row.get(k)}" for k in varying])
+    variant_of = {row["job"]: row.get("variant") for row in tables.jobs}
+    for step in tables.steps:
+        step["variant"] = variant_of.get(step["job"])
 
 
 def _add_job(tables: SweepTables, job_dir: Path) -> None:

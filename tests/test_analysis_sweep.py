@@ -51,6 +51,33 @@ def test_one_size_has_no_crossover():
     assert crossover([64], [1], [2]) == (None, "not reached: one size only")
 
 
+def test_a_sweep_over_a_workload_setting_gives_one_series_per_value():
+    from analysis.sweep import SweepTables, crossovers, name_variants
+
+    def row(job, workload, size, host, work, **settings):
+        return {"job": job, "workload": workload, "size": size, "dtype": "bf16", "compile": False,
+                "warmup": False, "device": "cpu", "status": "ok", "trace_error": None,
+                "host_us_per_step": host + work, "overhead_us_per_step": host, "compute_us_per_step": work,
+                **{f"workload_{k}": v for k, v in settings.items()}}
+
+    tables = SweepTables(Path("."))
+    tables.jobs = [  # batch=1 crosses between 16 and 64, batch=8 is compute-bound throughout
+        row("0", "bmm", 16, 10.0, 1.0, batch=1, dim=4), row("1", "bmm", 64, 10.0, 100.0, batch=1, dim=4),
+        row("2", "bmm", 16, 1.0, 8.0, batch=8, dim=4), row("3", "bmm", 64, 1.0, 800.0, batch=8, dim=4),
+        row("4", "matmul_add", 16, 10.0, 1.0), row("5", "matmul_add", 64, 10.0, 100.0),
+        {"job": "6", "status": "missing"},
+    ]
+    tables.steps = [{"job": "2", "step": 1}]
+    name_variants(tables)
+    assert [r.get("variant") for r in tables.jobs] == [
+        "bmm batch=1", "bmm batch=1", "bmm batch=8", "bmm batch=8", "matmul_add", "matmul_add", None]
+    assert tables.steps[0]["variant"] == "bmm batch=8"
+    found = {c["variant"]: c for c in crossovers(tables.jobs)}
+    assert set(found) == {"bmm batch=1", "bmm batch=8", "matmul_add"}
+    assert found["bmm batch=1"]["sizes"] == "16;64" and 16 < found["bmm batch=1"]["crossover_size"] < 64
+    assert found["bmm batch=8"]["status"] == "not reached: work exceeds host at every size"
+
+
 # --- a hand-made job folder: hostile names are escaped --------------------------------------------
 
 
