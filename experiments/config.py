@@ -21,6 +21,8 @@ DEVICES = ("auto", "cpu", "cuda")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 ISOLATIONS = ("process", "none")
 COMPILE_CACHES = ("fresh", "shared")
+SDPA_BACKENDS = ("auto", "math", "flash", "efficient", "cudnn")  # auto: torch chooses
+CUDA_ONLY_SDPA_BACKENDS = ("efficient", "cudnn")
 
 
 def _require_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -89,8 +91,24 @@ class MLPConfig:
     hidden: int = 3072
 
 
+@dataclass
+class AttentionConfig:
+    """F.scaled_dot_product_attention(q, k, v), q, k, v all (batch, heads, size, head_dim):
+    size is the sequence length; backend pins SDPA's kernel (auto: torch chooses one)."""
+
+    name: str = "attention"
+    batch: int = 4
+    heads: int = 8
+    head_dim: int = 64
+    causal: bool = False
+    backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        _require_choice("workload.backend", self.backend, SDPA_BACKENDS)
+
+
 WORKLOADS: dict[str, type] = {
-    cls().name: cls for cls in (MatmulAddConfig, BmmConfig, LinearConfig, MLPConfig)
+    cls().name: cls for cls in (MatmulAddConfig, BmmConfig, LinearConfig, MLPConfig, AttentionConfig)
 }
 
 
@@ -191,8 +209,12 @@ class JobConfig:
 
     @property
     def label(self) -> str:
-        """The grid values in words, as the progress lines show them."""
-        return f"{self.workload.name} size={self.size} {self.dtype} {self.phase} {self.mode}"
+        """The grid values in words, as the progress lines show them; workload settings that
+        differ from their defaults are named (`attention backend=flash size=512 ...`)."""
+        w = self.workload
+        changed = [f"{f.name}={getattr(w, f.name)}" for f in dataclasses.fields(w)
+                   if f.name != "name" and getattr(w, f.name) != f.default]
+        return " ".join([w.name, *changed, f"size={self.size} {self.dtype} {self.phase} {self.mode}"])
 
 
 # --- plain-data round trip (the child process reads this, not Hydra) --------------------------

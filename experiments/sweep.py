@@ -18,7 +18,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from experiments import records
-from experiments.config import ConfigError, JobConfig, config_from_dict
+from experiments.config import CUDA_ONLY_SDPA_BACKENDS, ConfigError, JobConfig, config_from_dict
 from experiments.launch import Interrupted
 
 PLAN_FILE = "sweep.json"
@@ -68,14 +68,24 @@ def refuse(message: str) -> None:
 
 
 def check_configs(configs: list[JobConfig]) -> None:
-    """Checks that need the machine: device=cuda needs a CUDA device torch can see."""
-    if any(c.device == "cuda" for c in configs):
+    """Checks that need the machine: device=cuda, and a CUDA-only SDPA backend (attention's
+    efficient, cudnn) unless device=cpu refuses it outright, need a CUDA device torch can see."""
+    cuda_kernels = [c for c in configs if getattr(c.workload, "backend", None) in CUDA_ONLY_SDPA_BACKENDS]
+    for c in cuda_kernels:
+        if c.device == "cpu":
+            refuse(f"workload.backend={c.workload.backend!r} is not allowed with device=cpu: it is a "
+                   "CUDA kernel; choose auto, math or flash")
+    if any(c.device == "cuda" for c in configs) or cuda_kernels:
         import torch
 
         if not torch.cuda.is_available():
             from experiments.job import cuda_unavailable_message
 
-            refuse(cuda_unavailable_message())
+            if any(c.device == "cuda" for c in configs):
+                refuse(cuda_unavailable_message())
+            backend = cuda_kernels[0].workload.backend
+            refuse(f"workload.backend={backend!r} is not allowed here: it is a CUDA kernel and torch "
+                   f"{torch.__version__} sees no CUDA device; choose auto, math or flash")
 
 
 def sweep_overrides(cfg: DictConfig) -> list[list[str]] | None:
@@ -143,9 +153,11 @@ def _terminate_as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _start(folder: Path) -> None:
+def _start(folder: Path, key: str) -> None:
     """SIGTERM stops the sweep like Ctrl-C (the running job is recorded, the analysis still runs);
     environment.json says where and how the sweep ran."""
+    if folder.exists() and not folder.is_dir():
+        refuse(f"{key}={folder} is a file, not a folder: choose another {key}")
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     records.write_json(folder / ENVIRONMENT_FILE, records.environment_file(sys.argv))
 
@@ -158,7 +170,7 @@ class SweepCallback(Callback):
             check_configs([job_config(config)])
         except ConfigError as exc:
             refuse(str(exc))
-        _start(Path(str(config.hydra.run.dir)))
+        _start(Path(str(config.hydra.run.dir)), "hydra.run.dir")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.global_hydra import GlobalHydra
@@ -178,7 +190,7 @@ class SweepCallback(Callback):
         check_configs(configs)
         _reuse_compositions(config, composed)
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        _start(sweep_dir)
+        _start(sweep_dir, "hydra.sweep.dir")
         if jobs is not None:
             records.write_json(
                 sweep_dir / PLAN_FILE,

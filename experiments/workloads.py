@@ -1,4 +1,5 @@
-"""The workloads of the "Profiling in PyTorch" series: what one profiled step calls, and its cost.
+"""The workloads of the "Profiling in PyTorch" series (matmul_add, bmm, linear, mlp, attention):
+what one profiled step calls, and its cost.
 
 `cost()` needs no torch and no allocation, so a job can refuse a size that cannot fit before it
 allocates anything. `build()` makes the inputs on the device and returns the function to call.
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from experiments.config import JobConfig
+from experiments.config import CUDA_ONLY_SDPA_BACKENDS, JobConfig
 
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -43,6 +44,17 @@ def cost(config: JobConfig) -> Cost:
             flops=6 * n * d * h + 2 * n * h,  # three GEMMs, then gelu and mul on (n, hidden)
             bytes=(weights + rows) * e,
             memory_bytes=(weights + rows + 3 * n * h) * e,  # gate, up and their product alive
+        )
+    if w.name == "attention":
+        b, h, d = w.batch, w.heads, w.head_dim
+        scores = b * h * n * n  # one (size, size) score matrix per batch and head
+        io = 4 * b * h * n * d  # q, k, v read, the output written
+        useful = 0.5 if w.causal else 1.0  # a causal mask leaves half the matrix to compute
+        return Cost(
+            flops=int(useful * (4 * scores * d + 2 * scores)),  # q·kᵀ and p·v; scale and softmax
+            bytes=io * e,
+            # Only the math backend holds the scores and their softmax; fused kernels tile them.
+            memory_bytes=(io + (2 * scores if w.backend == "math" else 0)) * e,
         )
     raise ValueError(f"no cost model for workload {w.name!r}")
 
@@ -83,7 +95,41 @@ def build(config: JobConfig, device: str) -> tuple[Callable[..., Any], tuple[Any
 
         return GeGLU().eval(), (torch.randn(n, w.dim, **factory),)
 
+    if w.name == "attention":
+        q, k, v = (torch.randn(w.batch, w.heads, n, w.head_dim, **factory) for _ in range(3))
+        return attention(w.causal, w.backend, device), (q, k, v)
+
     raise ValueError(f"no builder for workload {w.name!r}")
+
+
+SDPA_BACKEND_NAMES = {
+    "math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+}
+
+
+def attention(causal: bool, backend: str, device: str) -> Callable[..., Any]:
+    """One SDPA call; with a backend other than auto, inside sdpa_kernel(that backend), which
+    torch.compile traces too."""
+    import torch.nn.functional as F
+
+    if backend in CUDA_ONLY_SDPA_BACKENDS and device != "cuda":
+        raise ValueError(f"workload.backend={backend!r} is not allowed on {device}: it is a CUDA "
+                         "kernel; choose auto, math or flash")
+    if backend == "auto":
+
+        def sdpa(q: Any, k: Any, v: Any) -> Any:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        return sdpa
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    chosen = getattr(SDPBackend, SDPA_BACKEND_NAMES[backend])
+
+    def pinned_sdpa(q: Any, k: Any, v: Any) -> Any:
+        with sdpa_kernel(chosen):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return pinned_sdpa
 
 
 def matmul_add(x: Any, w: Any, b: Any) -> Any:

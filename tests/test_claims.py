@@ -13,6 +13,7 @@ from tests.conftest import run_cli
 @pytest.mark.parametrize("preset,needles", [
     ("part1", ["size: 64,128,256,512,1024,2048,4096", "dtype: bf16,fp32", "compile: false,true", "warmup: false,true"]),
     ("part2", ["workload: linear,mlp", "size: 128,1024,8192,16384", "warmup: 'true'"]),
+    ("part3", ["size: 128,512,2048", "workload.backend: math,flash", "compile: false,true"]),
 ])
 def test_presets_compose(preset, needles):
     job = run_cli(f"+experiment={preset}", "--cfg", "job")

@@ -87,10 +87,12 @@ def test_workload_keys_can_be_overridden(hydra_conf):
         ("run.isolation=thread", ["run.isolation='thread'", "process, none"]),
         ("run.compile_cache=old", ["run.compile_cache='old'", "fresh, shared"]),
         ("workload.batch=0", ["workload.batch=0", "> 0"]),
+        ("workload.backend=fast", ["workload.backend='fast'", "auto, math, flash, efficient, cudnn"]),
     ],
 )
 def test_bad_values_are_refused_with_key_value_and_choices(hydra_conf, override, needles):
-    overrides = [override] + (["workload=bmm"] if override.startswith("workload.") else [])
+    workload = "attention" if override.startswith("workload.backend") else "bmm"
+    overrides = [override] + ([f"workload={workload}"] if override.startswith("workload.") else [])
     with pytest.raises(ConfigError) as info:
         job_config(compose(config_name="config", overrides=overrides))
     for needle in needles:

@@ -157,3 +157,51 @@ def test_single_run_in_process(tmp_path):
     assert done.stdout.splitlines()[0] == "[1/1] matmul_add size=16 bf16 cold eager ..."
     assert (out / "report.html").is_file()  # the analysis runs after a single run too
     assert (out / "summary.csv").read_text().count("\n") == 2  # header and the one job
+
+
+def test_attention_backends_each_run_their_own_kernel(sweep_dir):
+    done = run_cli("-m", "workload=attention", "size=16,32", "workload.backend=math,flash",
+                   "workload.batch=1", "workload.heads=2", f"hydra.sweep.dir={sweep_dir}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[1/4] attention batch=1 heads=2 backend=math size=16 bf16 cold eager ..." in done.stdout
+    kernel = {"math": "aten::_scaled_dot_product_attention_math",
+              "flash": "aten::_scaled_dot_product_flash_attention_for_cpu"}
+    for job_dir in job_dirs(sweep_dir):
+        m = read_metrics(job_dir)
+        assert m["status"] == "ok" and m["workload_backend"] in kernel
+        names = {e.get("name") for e in json.loads((job_dir / m["trace_file"]).read_text())["traceEvents"]}
+        assert kernel[m["workload_backend"]] in names
+        other = kernel["flash" if m["workload_backend"] == "math" else "math"]
+        assert other not in names
+        footer = table_footer((job_dir / m["table_file"]).read_text())
+        assert m["self_cpu_total_us"] == pytest.approx(footer["CPU"], rel=0.01)
+    summary = pd.read_csv(sweep_dir / "summary.csv")
+    assert sorted(set(summary["variant"])) == ["attention backend=flash", "attention backend=math"]
+    crossovers = pd.read_csv(sweep_dir / "crossovers.csv")
+    assert sorted(crossovers["variant"]) == ["attention backend=flash", "attention backend=math"]
+    assert set(crossovers["sizes"]) == {"16;32"}
+
+
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_cuda_only_attention_backend_is_refused_without_cuda(tmp_path, device):
+    import torch
+
+    if device == "auto" and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    done = run_cli("-m", "workload=attention", "size=16", "workload.backend=math,efficient",
+                   f"device={device}", f"hydra.sweep.dir={tmp_path / 'out'}")
+    assert done.returncode == 2
+    assert "workload.backend='efficient' is not allowed" in done.stderr
+    assert "choose auto, math or flash" in done.stderr
+    assert not list(tmp_path.rglob("metrics.json"))
+
+
+@pytest.mark.parametrize("multirun", [True, False], ids=["sweep", "single"])
+def test_an_output_folder_that_is_a_file_is_refused(tmp_path, multirun):
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder")
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    done = run_cli(*(["-m", "size=16,32"] if multirun else ["size=16"]), f"{key}={taken}")
+    assert done.returncode == 2, done.stderr
+    assert f"{key}={taken} is a file, not a folder" in done.stderr
+    assert "Traceback" not in done.stderr and taken.read_text() == "not a folder"

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments.config import BmmConfig, JobConfig, LinearConfig, MatmulAddConfig, MLPConfig
+from experiments.config import (
+    AttentionConfig,
+    BmmConfig,
+    JobConfig,
+    LinearConfig,
+    MatmulAddConfig,
+    MLPConfig,
+)
 from experiments.workloads import build, cost
 
 
@@ -35,6 +42,7 @@ def test_memory_estimate_grows_with_dtype_and_size():
         (BmmConfig(batch=3), 8, (3, 8, 8)),
         (LinearConfig(), 16, (16, 64)),
         (MLPConfig(dim=8, hidden=24), 5, (5, 8)),
+        (AttentionConfig(batch=2, heads=3, head_dim=4), 8, (2, 3, 8, 4)),
     ],
 )
 def test_built_workloads_run_on_cpu(workload, size, out_shape):
@@ -50,3 +58,39 @@ def test_modules_are_in_eval_and_linear_has_bias():
     assert not fn.training and fn.bias is not None and fn.weight.dtype == torch.bfloat16
     mlp, _ = build(JobConfig(workload=MLPConfig(dim=4, hidden=8), size=4), "cpu")
     assert not mlp.training and all(m.bias is None for m in (mlp.gate, mlp.up, mlp.down))
+
+
+def test_attention_cost_by_hand():
+    w = AttentionConfig(batch=2, heads=3, head_dim=4)
+    c = cost(JobConfig(workload=w, size=5, dtype="fp32"))
+    # per (batch, head): q·kᵀ 5x4 @ 4x5 and p·v 5x5 @ 5x4, 100 multiply-adds each; scale and
+    # softmax over the 5x5 scores; q, k, v and the output are 2*3*5*4 elements each.
+    assert c.flops == 6 * (2 * 100 + 2 * 100 + 2 * 25)
+    assert c.bytes == 4 * 120 * 4 and c.memory_bytes == c.bytes
+    math = cost(JobConfig(workload=AttentionConfig(batch=2, heads=3, head_dim=4, backend="math"), size=5, dtype="fp32"))
+    assert math.memory_bytes == c.bytes + 2 * 6 * 25 * 4  # the scores and their softmax
+    causal = cost(JobConfig(workload=AttentionConfig(batch=2, heads=3, head_dim=4, causal=True), size=5, dtype="fp32"))
+    assert causal.flops == c.flops // 2
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_backends_agree_with_a_hand_written_softmax(causal):
+    torch.manual_seed(0)
+    outs = {}
+    for backend in ("auto", "math", "flash"):
+        fn, (q, k, v) = build(JobConfig(workload=AttentionConfig(batch=1, heads=2, head_dim=8, causal=causal,
+                                                                 backend=backend), size=6, dtype="fp32"), "cpu")
+        if backend == "auto":
+            scores = q @ k.transpose(-1, -2) / 8**0.5
+            if causal:
+                scores = scores.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
+            expected = torch.softmax(scores, dim=-1) @ v
+            args = (q, k, v)
+        with torch.no_grad():
+            outs[backend] = fn(*args)
+        torch.testing.assert_close(outs[backend], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_cuda_only_attention_backends_are_refused_on_the_cpu():
+    with pytest.raises(ValueError, match="workload.backend='efficient' is not allowed on cpu"):
+        build(JobConfig(workload=AttentionConfig(backend="efficient"), size=8), "cpu")
