@@ -59,7 +59,8 @@ COMPUTE_OPS = frozenset(
     for name in (
         "mm addmm bmm baddbmm addbmm addmv mv dot vdot _addmm_activation "
         "add add_ sub sub_ mul mul_ div div_ neg pow exp log sqrt rsqrt tanh sigmoid "
-        "gelu silu relu relu_ hardtanh leaky_relu clamp where "
+        "gelu silu relu relu_ hardtanh leaky_relu clamp where masked_fill masked_fill_ "
+        "eq ne lt le gt ge isneginf isposinf isinf isnan logical_not logical_and logical_or all any "
         "sum mean amax amin max min _softmax _log_softmax native_layer_norm native_group_norm "
         "native_batch_norm _native_batch_norm_legit_no_training mkldnn_convolution "
         "mkldnn_linear _mkldnn_transpose convolution_overrideable copy_ fill_ zero_ "
