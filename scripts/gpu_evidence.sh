@@ -9,6 +9,8 @@
 # compile, cold and warm: 24 jobs) and Part 2 (linear and mlp at 1024 and 8192 tokens, eager
 # and compile, warm: 8 jobs). Traces are gzipped afterwards; the analysis reads them as they are.
 # PART1_SIZES / PART2_SIZES / PYTHON override the defaults (e.g. a first try on a CPU).
+# PART3_SIZES (empty by default: not in the 8 minutes) adds attention at those sequence lengths
+# with every SDPA backend, eager, warm: 4 jobs per size, e.g. PART3_SIZES=1024,8192.
 set -euo pipefail
 out=${1:?usage: scripts/gpu_evidence.sh OUT_DIR}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,6 +18,7 @@ cd "$here"
 PYTHON=${PYTHON:-python3}
 PART1_SIZES=${PART1_SIZES:-64,512,4096}
 PART2_SIZES=${PART2_SIZES:-1024,8192}
+PART3_SIZES=${PART3_SIZES:-}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
@@ -34,6 +37,12 @@ start=$(date +%s)
 status=0
 "$PYTHON" experiments/run.py -m +experiment=part1 "size=$PART1_SIZES" "hydra.sweep.dir=$out/part1" || status=$?
 "$PYTHON" experiments/run.py -m +experiment=part2 "size=$PART2_SIZES" "hydra.sweep.dir=$out/part2" || status=$?
+parts="part1 part2"
+if [ -n "$PART3_SIZES" ]; then
+  parts="$parts part3"
+  "$PYTHON" experiments/run.py -m +experiment=part3 "size=$PART3_SIZES" compile=false warmup=true \
+    workload.backend=math,flash,efficient,cudnn "hydra.sweep.dir=$out/part3" || status=$?
+fi
 
 # Keep the folders small: gzip every trace, point metrics.json at the .gz, redo the analysis.
 find "$out" -mindepth 3 -maxdepth 3 -name '*.json' ! -name metrics.json ! -name job_config.json \
@@ -48,6 +57,6 @@ for metrics in Path(sys.argv[1]).glob("*/*/metrics.json"):
         record["trace_file"] = ";".join(f"{n}.gz" for n in names)
         metrics.write_text(json.dumps(record, indent=2) + "\n")
 PY
-for part in part1 part2; do "$PYTHON" -m analysis "$out/$part" || status=$?; done
+for part in $parts; do [ ! -d "$out/$part" ] || "$PYTHON" -m analysis "$out/$part" || status=$?; done
 echo "gpu evidence in $out after $(( $(date +%s) - start )) s (exit $status)"
 exit $status
