@@ -25,8 +25,6 @@ import seaborn as sns  # noqa: E402
 
 from analysis.files import atomic_write_bytes  # noqa: E402
 
-PLOTS = ("crossover", "launches", "steps", "kernels", "throughput")
-
 
 def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.copy()
@@ -50,10 +48,10 @@ def _save(grid: Any, path: Path) -> Path:
 def _log_axes(grid: Any, x: bool = True, y: bool = True) -> None:
     grid.set_titles(row_template="{row_name}", col_template="{col_name}")
     for ax in grid.axes.flat:
-        if not x:
-            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         if x:
             ax.set_xscale("log", base=2)
+        else:
+            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         if y:
             ax.set_yscale("log")
 

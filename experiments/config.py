@@ -25,6 +25,13 @@ SDPA_BACKENDS = ("auto", "math", "flash", "efficient", "cudnn")  # auto: torch c
 CUDA_ONLY_SDPA_BACKENDS = ("efficient", "cudnn")
 
 
+def cuda_kernel_refusal(backend: str, where: str, why: str = "") -> str:
+    """The refusal of a CUDA-only SDPA backend `where` it cannot run, naming what can."""
+    *others, last = [b for b in SDPA_BACKENDS if b not in CUDA_ONLY_SDPA_BACKENDS]
+    return (f"workload.backend={backend!r} is not allowed {where}: it is a CUDA kernel{why}; "
+            f"choose {', '.join(others)} or {last}")
+
+
 def _require_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigError(f"{key}={value!r} is not allowed: choose one of {', '.join(allowed)}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -23,8 +24,6 @@ SCHEMA_VERSION = 1
 METRICS_FILE = "metrics.json"
 CONFIG_FILE = "job_config.json"
 LOG_FILE = "job.log"
-
-
 
 
 def artifact_stem(config: JobConfig) -> str:
@@ -144,7 +143,13 @@ def cpu_model() -> str | None:
 
 
 def gpu_inventory() -> list[dict[str, Any]]:
-    """GPUs as nvidia-smi lists them (no CUDA context is created); [] without one."""
+    """GPUs as nvidia-smi lists them (no CUDA context is created); [] without one. Asked once
+    per process: the sweep process needs it for environment.json and for every job's slot."""
+    return [dict(gpu) for gpu in _gpu_inventory()]
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu_inventory() -> tuple[dict[str, Any], ...]:
     query = "index,name,memory.total,driver_version"
     try:
         done = subprocess.run(
@@ -152,13 +157,13 @@ def gpu_inventory() -> list[dict[str, Any]]:
             capture_output=True, text=True, timeout=20, check=True,
         )
     except (OSError, subprocess.SubprocessError):
-        return []
+        return ()
     gpus = []
     for line in done.stdout.splitlines():
         fields = [f.strip() for f in line.split(",")]
         if len(fields) == 4:
             gpus.append({"index": fields[0], "name": fields[1], "memory_mib": fields[2], "driver_version": fields[3]})
-    return gpus
+    return tuple(gpus)
 
 
 def environment_file(command: list[str]) -> dict[str, Any]:

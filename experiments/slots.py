@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import os
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
+
+from experiments.records import gpu_inventory
 
 CPU_SLOT = "cpu"
 
@@ -39,17 +39,7 @@ def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
                 break
             out.append(v)
         return out
-    return list(_listed_gpus())
-
-
-@functools.lru_cache(maxsize=1)
-def _listed_gpus() -> tuple[str, ...]:
-    """nvidia-smi's GPU indices, asked once per process (the sweep process asks for every job)."""
-    try:
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    return tuple(str(i) for i, line in enumerate(listed.stdout.splitlines()) if line.startswith("GPU "))
+    return [gpu["index"] for gpu in gpu_inventory()]
 
 
 def slots_for(device: str, gpus: list[str]) -> list[str]:

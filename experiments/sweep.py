@@ -18,7 +18,13 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from experiments import records
-from experiments.config import CUDA_ONLY_SDPA_BACKENDS, ConfigError, JobConfig, config_from_dict
+from experiments.config import (
+    CUDA_ONLY_SDPA_BACKENDS,
+    ConfigError,
+    JobConfig,
+    config_from_dict,
+    cuda_kernel_refusal,
+)
 from experiments.launch import Interrupted
 
 PLAN_FILE = "sweep.json"
@@ -73,19 +79,20 @@ def check_configs(configs: list[JobConfig]) -> None:
     cuda_kernels = [c for c in configs if getattr(c.workload, "backend", None) in CUDA_ONLY_SDPA_BACKENDS]
     for c in cuda_kernels:
         if c.device == "cpu":
-            refuse(f"workload.backend={c.workload.backend!r} is not allowed with device=cpu: it is a "
-                   "CUDA kernel; choose auto, math or flash")
-    if any(c.device == "cuda" for c in configs) or cuda_kernels:
-        import torch
+            refuse(cuda_kernel_refusal(c.workload.backend, "with device=cpu"))
+    cuda_devices = any(c.device == "cuda" for c in configs)
+    if not (cuda_devices or cuda_kernels):
+        return
+    import torch
 
-        if not torch.cuda.is_available():
-            from experiments.job import cuda_unavailable_message
+    if torch.cuda.is_available():
+        return
+    if cuda_devices:
+        from experiments.job import cuda_unavailable_message
 
-            if any(c.device == "cuda" for c in configs):
-                refuse(cuda_unavailable_message())
-            backend = cuda_kernels[0].workload.backend
-            refuse(f"workload.backend={backend!r} is not allowed here: it is a CUDA kernel and torch "
-                   f"{torch.__version__} sees no CUDA device; choose auto, math or flash")
+        refuse(cuda_unavailable_message())
+    refuse(cuda_kernel_refusal(cuda_kernels[0].workload.backend, "here",
+                               f" and torch {torch.__version__} sees no CUDA device"))
 
 
 def sweep_overrides(cfg: DictConfig) -> list[list[str]] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from experiments.config import CUDA_ONLY_SDPA_BACKENDS, JobConfig
+from experiments.config import CUDA_ONLY_SDPA_BACKENDS, JobConfig, cuda_kernel_refusal
 
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -113,8 +113,7 @@ def attention(causal: bool, backend: str, device: str) -> Callable[..., Any]:
     import torch.nn.functional as F
 
     if backend in CUDA_ONLY_SDPA_BACKENDS and device != "cuda":
-        raise ValueError(f"workload.backend={backend!r} is not allowed on {device}: it is a CUDA "
-                         "kernel; choose auto, math or flash")
+        raise ValueError(cuda_kernel_refusal(backend, f"on {device}"))
     if backend == "auto":
 
         def sdpa(q: Any, k: Any, v: Any) -> Any:
