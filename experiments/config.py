@@ -8,8 +8,11 @@ child process that profiles a job never needs Hydra.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from experiments.seam import short_name
 
 
 class ConfigError(ValueError):
@@ -18,19 +21,10 @@ class ConfigError(ValueError):
 
 DTYPES = ("bf16", "fp16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
+OPTIMIZERS = ("adamw", "sgd")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 ISOLATIONS = ("process", "none")
 COMPILE_CACHES = ("fresh", "shared")
-SDPA_BACKENDS = ("auto", "math", "flash", "efficient", "cudnn")  # auto: torch chooses
-CUDA_ONLY_SDPA_BACKENDS = ("efficient", "cudnn")
-
-
-def cuda_kernel_refusal(backend: str, where: str, why: str = "") -> str:
-    """The refusal of a CUDA-only SDPA backend `where` it cannot run, naming what can."""
-    *others, last = [b for b in SDPA_BACKENDS if b not in CUDA_ONLY_SDPA_BACKENDS]
-    return (f"workload.backend={backend!r} is not allowed {where}: it is a CUDA kernel{why}; "
-            f"choose {', '.join(others)} or {last}")
-
 
 def _require_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
@@ -52,71 +46,59 @@ def _require_bool(key: str, value: Any) -> None:
         raise ConfigError(f"{key}={value!r} is not allowed: {key} must be true or false")
 
 
-def _check_fields(prefix: str, obj: Any) -> None:
-    """Validate every int/bool field of a dataclass by its declared type."""
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if f.type in ("int", int):
-            _require_positive_int(f"{prefix}{f.name}", value)
-        elif f.type in ("bool", bool):
-            _require_bool(f"{prefix}{f.name}", value)
+# --- the workload: a factory named by import path, and its own settings ------------------------
 
-
-# --- workloads: one schema per workload, selected by the `workload` config group ------------
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # it names job folders and series
+SETTING_TYPES = (bool, int, float, str, type(None))
 
 
 @dataclass
-class MatmulAddConfig:
-    """torch.add(torch.matmul(x, w), b) with x, w, b all (size, size)."""
+class WorkloadConfig:
+    """What a grid point profiles: `target`, the factory's import path (`_target_` in the YAML
+    and on the command line), `name` (folder names, series, the step's record_function) and the
+    workload's own settings, free keys passed to the factory as keyword arguments.
 
+    Whether the factory exists and takes these settings is checked by experiments.seam before
+    any job runs (it imports the factory's module); here only their form is checked."""
+
+    target: str = "experiments.workloads.matmul_add"
     name: str = "matmul_add"
-
-
-@dataclass
-class BmmConfig:
-    """matmul_add with a leading batch axis: x, w, b all (batch, size, size)."""
-
-    name: str = "bmm"
-    batch: int = 8
-
-
-@dataclass
-class LinearConfig:
-    """nn.Linear(in_features, out_features, bias=True) on (size, in_features) rows."""
-
-    name: str = "linear"
-    in_features: int = 32
-    out_features: int = 64
-
-
-@dataclass
-class MLPConfig:
-    """GeGLU block down(gelu_tanh(gate(x)) * up(x)), no biases, on (size, dim) rows."""
-
-    name: str = "mlp"
-    dim: int = 768
-    hidden: int = 3072
-
-
-@dataclass
-class AttentionConfig:
-    """F.scaled_dot_product_attention(q, k, v), q, k, v all (batch, heads, size, head_dim):
-    size is the sequence length; backend pins SDPA's kernel (auto: torch chooses one)."""
-
-    name: str = "attention"
-    batch: int = 4
-    heads: int = 8
-    head_dim: int = 64
-    causal: bool = False
-    backend: str = "auto"
+    settings: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _require_choice("workload.backend", self.backend, SDPA_BACKENDS)
+        if not isinstance(self.target, str) or not self.target.strip():
+            raise ConfigError(f"workload._target_={self.target!r} is not allowed: name a factory as "
+                              "package.module:function")
+        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
+            raise ConfigError(f"workload.name={self.name!r} is not allowed: use letters, digits, "
+                              "'_', '.' or '-' (it names the job folders)")
+        for key, value in self.settings.items():
+            if key == "target":
+                raise ConfigError("workload.target is not allowed: the factory is workload._target_")
+            values = value if isinstance(value, list) else [value]
+            if not key.isidentifier() or not all(isinstance(v, SETTING_TYPES) for v in values):
+                raise ConfigError(f"workload.{key}={value!r} is not allowed: a workload setting is a "
+                                  "keyword argument of the factory with a number, string, bool or list value")
 
+    def as_node(self) -> dict[str, Any]:
+        """The form of the YAML files and of job_config.json: `_target_`, `name`, the settings."""
+        return {"_target_": self.target, "name": self.name, **self.settings}
 
-WORKLOADS: dict[str, type] = {
-    cls().name: cls for cls in (MatmulAddConfig, BmmConfig, LinearConfig, MLPConfig, AttentionConfig)
-}
+    @classmethod
+    def builtin(cls, name: str, **settings: Any) -> "WorkloadConfig":
+        """One of the series' workloads (experiments/workloads.py) by its name."""
+        return cls(target=f"experiments.workloads.{name}", name=name, settings=settings)
+
+    @classmethod
+    def from_node(cls, node: Mapping[str, Any]) -> "WorkloadConfig":
+        node = dict(node)
+        target = node.pop("_target_", None)
+        name = node.pop("name", None)
+        if target is None and isinstance(name, str):  # a job_config.json from before the seam
+            return cls.builtin(name, **node)
+        if name is None and isinstance(target, str):
+            name = short_name(target)
+        return cls(target=target, name=name, settings=node)
 
 
 # --- settings groups ---------------------------------------------------------------------------
@@ -183,28 +165,29 @@ class RunConfig:
 class JobConfig:
     """One grid point: the user-facing keys plus the settings groups."""
 
-    workload: Any = field(default_factory=MatmulAddConfig)
+    workload: Any = field(default_factory=WorkloadConfig)  # Any: Hydra's node is open (free keys)
     size: int = 64
     dtype: str = "bf16"
     compile: bool = False
     warmup: bool = False
     device: str = "auto"
+    train: bool = False
+    optimizer: str = "adamw"
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     def __post_init__(self) -> None:
-        name = getattr(self.workload, "name", self.workload)
-        if type(self.workload) not in WORKLOADS.values():
-            raise ConfigError(
-                f"workload={name!r} is not allowed: choose one of {', '.join(WORKLOADS)}"
-            )
-        _check_fields("workload.", self.workload)
+        if not isinstance(self.workload, WorkloadConfig):
+            raise ConfigError(f"workload={self.workload!r} is not allowed: choose a workload config group "
+                              "(matmul_add, bmm, linear, mlp, attention, custom)")
         _require_positive_int("size", self.size)
         _require_choice("dtype", self.dtype, DTYPES)
         _require_choice("device", self.device, DEVICES)
         _require_bool("compile", self.compile)
         _require_bool("warmup", self.warmup)
+        _require_bool("train", self.train)
+        _require_choice("optimizer", self.optimizer, OPTIMIZERS)
 
     @property
     def phase(self) -> str:
@@ -217,31 +200,34 @@ class JobConfig:
     @property
     def label(self) -> str:
         """The grid values in words, as the progress lines show them; workload settings that
-        differ from their defaults are named (`attention backend=flash size=512 ...`)."""
+        differ from the factory's defaults are named (`attention backend=flash size=512 ...`)."""
+        from experiments.seam import defaults
+
         w = self.workload
-        changed = [f"{f.name}={getattr(w, f.name)}" for f in dataclasses.fields(w)
-                   if f.name != "name" and getattr(w, f.name) != f.default]
-        return " ".join([w.name, *changed, f"size={self.size} {self.dtype} {self.phase} {self.mode}"])
+        known = defaults(w.target)
+        changed = [f"{k}={v}" for k, v in w.settings.items() if k not in known or known[k] != v]
+        trained = [f"train {self.optimizer}"] if self.train else []
+        return " ".join([w.name, *changed, f"size={self.size} {self.dtype} {self.phase} {self.mode}", *trained])
 
 
 # --- plain-data round trip (the child process reads this, not Hydra) --------------------------
 
 
 def config_to_dict(config: JobConfig) -> dict[str, Any]:
-    """A JSON-ready nested dict, the inverse of `config_from_dict`."""
-    return dataclasses.asdict(config)
+    """A JSON-ready nested dict, the inverse of `config_from_dict`; the workload in its YAML form."""
+    data = dataclasses.asdict(config)
+    data["workload"] = config.workload.as_node()
+    return data
 
 
 def config_from_dict(data: Mapping[str, Any]) -> JobConfig:
     """Rebuild and validate a JobConfig from `config_to_dict` output (or a resolved Hydra config)."""
     data = dict(data)
-    workload = dict(data.pop("workload", {"name": "matmul_add"}))
-    name = workload.get("name")
-    if name not in WORKLOADS:
-        raise ConfigError(f"workload={name!r} is not allowed: choose one of {', '.join(WORKLOADS)}")
+    workload = data.pop("workload", None)
     try:
         return JobConfig(
-            workload=WORKLOADS[name](**workload),
+            workload=(WorkloadConfig() if workload is None
+                      else WorkloadConfig.from_node(workload) if isinstance(workload, Mapping) else workload),
             profiler=ProfilerConfig(**data.pop("profiler", {})),
             compiler=CompilerConfig(**data.pop("compiler", {})),
             run=RunConfig(**data.pop("run", {})),
@@ -260,23 +246,28 @@ def register_configs() -> None:
     from omegaconf import OmegaConf
 
     cs = ConfigStore.instance()
-    # The workload is chosen by its config group, which brings its own schema.
+    # The workload is chosen by its config group; its node is open: its own settings are free
+    # keys (workload.hidden=512 needs no +), checked against the factory's signature instead.
     schema = OmegaConf.structured(JobConfig)
     schema.workload = "???"
     cs.store(name="schema", node=schema)
-    for name, cls in WORKLOADS.items():
-        cs.store(group="schema/workload", name=name, node=cls)
+    workload = OmegaConf.create({})
+    OmegaConf.set_struct(workload, False)
+    cs.store(group="schema", name="workload", node=workload)
     register_resolvers()
 
 
 def register_resolvers() -> None:
-    """`${cold_warm:...}` and `${eager_compile:...}`: readable job folder names."""
+    """`${cold_warm:...}`, `${eager_compile:...}`, `${train_suffix:...}` (readable job folder
+    names) and `${short_name:...}` (a custom workload is named after its factory)."""
     from omegaconf import OmegaConf
 
     OmegaConf.register_new_resolver("cold_warm", lambda warm: "warm" if warm else "cold", replace=True)
     OmegaConf.register_new_resolver(
         "eager_compile", lambda compiled: "compile" if compiled else "eager", replace=True
     )
+    OmegaConf.register_new_resolver("short_name", short_name, replace=True)
+    OmegaConf.register_new_resolver("train_suffix", lambda train: "_train" if train else "", replace=True)
 
 
 # Launchers that run jobs in other processes (submitit, joblib) resolve each job's folder name

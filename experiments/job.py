@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from experiments import records, workloads
+from experiments import records, seam
 from experiments.config import ConfigError, JobConfig, config_from_dict
 
 MEMORY_HEADROOM = 0.9  # a job may plan to use at most this share of the free memory
@@ -48,55 +48,72 @@ def run_job(config: JobConfig, job_dir: Path) -> dict[str, Any]:
     return record
 
 
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
 def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
     """Do the job's work, adding each measurement to `out` as soon as it is known."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+    from experiments import counting
+    from experiments.steps import make_step, optimizer_slots
+
     device = resolve_device(config.device)
-    cost = workloads.cost(config)
+    w = config.workload
+    grid = {"size": config.size, "dtype": getattr(torch, DTYPES[config.dtype]), "device": torch.device(device)}
+    cost = seam.estimate(w.target, w.settings, **grid)
     free = available_memory_bytes(device)
     out.update(
         device=device,
         device_name=device_name(device),
         torch_version=torch.__version__,
         cuda_version=torch.version.cuda,
-        flops_per_call=cost.flops,
-        bytes_per_call=cost.bytes,
-        memory_estimate_bytes=cost.memory_bytes,
         memory_available_bytes=free,
     )
-    if free is not None and cost.memory_bytes > MEMORY_HEADROOM * free:
-        raise JobError(
-            f"memory: {config.label} needs about {_gib(cost.memory_bytes)} (estimate of inputs, "
-            f"weights and live intermediates) but only {_gib(free)} is available on {device}"
-        )
+    _add_cost(out, cost, config)
+    _check_memory(out, config, device, free)
 
     def sync() -> None:
         if device == "cuda":
             torch.cuda.synchronize()
 
     with torch.no_grad():
-        fn, args = workloads.build(config, device)
-        if config.compile:
-            if device == "cpu":
-                # Name Inductor's generated C++ kernels in the trace (graph_0_cpp_fused_...), so
-                # their time shows as compute instead of hiding in the compiled graph's call.
-                import torch._inductor.config as inductor_config
+        workload = seam.build(w.target, w.settings, **grid)
+    if cost is None and workload.cost is not None:
+        cost = workload.cost
+        _add_cost(out, cost, config)
+        _check_memory(out, config, device, free)
+    compile_fn = None
+    if config.compile:
+        if device == "cpu":
+            # Name Inductor's generated C++ kernels in the trace (graph_0_cpp_fused_...), so
+            # their time shows as compute instead of hiding in the compiled graph's call.
+            import torch._inductor.config as inductor_config
 
-                inductor_config.cpp.enable_kernel_profile = True
-            fn = torch.compile(
-                fn,
-                mode=config.compiler.mode,
-                backend=config.compiler.backend,
-                dynamic=config.compiler.dynamic,
-            )
+            inductor_config.cpp.enable_kernel_profile = True
+
+        def compile_fn(fn: Any) -> Any:
+            return torch.compile(fn, mode=config.compiler.mode, backend=config.compiler.backend,
+                                 dynamic=config.compiler.dynamic)
+
+    step = make_step(workload, train=config.train, optimizer=config.optimizer, name=w.name, compile_fn=compile_fn)
+    grad_mode = torch.enable_grad if config.train else torch.no_grad
+    with grad_mode():
+        if cost is None:
+            # A lower bound before the first call: the tensors the factory made, their gradients
+            # and optimizer state; the first call's activations are not known yet.
+            resident = counting.storage_bytes([*counting.tensors(workload.args), *step.parameters,
+                                               *_module_tensors(workload.fn)])
+            grads = counting.storage_bytes(step.parameters) * (1 + optimizer_slots(config.optimizer))
+            out["memory_estimate_bytes"] = resident + (grads if config.train else 0)
+            _check_memory(out, config, device, free)
 
         def first_call() -> None:
             """Timed on its own: compilation included, device synchronized before and after."""
             sync()
             start = time.perf_counter()
-            fn(*args)
+            step.call()
             sync()
             out["first_call_ms"] = (time.perf_counter() - start) * 1e3
             if config.compile:
@@ -111,7 +128,7 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
         if config.warmup:
             start = time.perf_counter()
             for _ in range(config.run.warmup_iters - 1):
-                fn(*args)
+                step.call()
             sync()
             out["warmup_ms"] = (time.perf_counter() - start) * 1e3
 
@@ -120,6 +137,7 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
             activities.append(ProfilerActivity.CUDA)
         cycles: list[dict[str, Any]] = []
         exporter = _exporter(config, job_dir, device, cycles)
+        first_active = p.wait + p.warmup  # the first recorded step of each cycle
         with profile(
             activities=activities,
             schedule=schedule(wait=p.wait, warmup=p.warmup, active=p.active, repeat=p.repeat),
@@ -128,14 +146,35 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
             with_stack=p.with_stack,
             profile_memory=p.profile_memory,
         ) as prof:
-            for step in range(p.total_steps):
-                with record_function(config.workload.name):
-                    if step == 0 and first_in_profiler:
+            for i in range(p.total_steps):
+                if device == "cuda" and i == first_active:
+                    sync()
+                    torch.cuda.reset_peak_memory_stats()
+                with record_function(w.name):
+                    if i == 0 and first_in_profiler:
                         first_call()
                     else:
-                        fn(*args)
+                        step.call()
                 prof.step()
         sync()
+        if device == "cuda":
+            out["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated())
+            out["peak_memory_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+        else:
+            # One extra call, after the profiled steps: the live tensors plus the allocator's peak.
+            transient = counting.transient_peak_bytes(step.call)
+            resident = counting.live_tensor_bytes(torch.device(device))
+            out["peak_memory_bytes"] = resident + transient if transient is not None else None
+        out["peak_memory_source"] = "cuda allocator" if device == "cuda" else "live tensors + cpu allocator events"
+        if cost is None:
+            # No cost model: count FLOPs on one eager call, and the bytes it must move.
+            out["flops_per_call"] = counting.count_flops(step.eager)
+            weights = counting.storage_bytes([*step.parameters, *_module_tensors(workload.fn)])
+            # Inputs read and the output written once; weights read once, and in training also
+            # their gradients written and read, and the optimizer state read and written.
+            reads = 1 + (2 + 2 * optimizer_slots(config.optimizer) if config.train else 0)
+            out["bytes_per_call"] = counting.moved_bytes(workload.args, [], step.eager()) + reads * weights
+            out["flops_source"] = "counted"
 
     if len(cycles) != p.repeat:
         raise JobError(f"the profiler delivered {len(cycles)} of {p.repeat} traces")
@@ -147,6 +186,42 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
         trace_file=";".join(c["trace_file"] for c in cycles),
         table_file=";".join(c["table_file"] for c in cycles),
     )
+
+
+def _module_tensors(fn: Any) -> list[Any]:
+    """An nn.Module's parameters and buffers ([] for a function)."""
+    from torch import nn
+
+    if not isinstance(fn, nn.Module):
+        return []
+    return [*fn.parameters(), *fn.buffers()]
+
+
+def _add_cost(out: dict[str, Any], cost: seam.Cost | None, config: JobConfig) -> None:
+    """The cost model's numbers; a training step adds the backward pass (twice the forward's
+    FLOPs), gradients and optimizer state, and activations kept for the backward pass."""
+    from experiments.steps import optimizer_slots
+
+    if cost is None:
+        out.update(flops_per_call=None, bytes_per_call=None, memory_estimate_bytes=None, flops_source=None)
+        return
+    flops, moved, memory = cost.flops, cost.bytes, cost.memory_bytes
+    if config.train:
+        slots = optimizer_slots(config.optimizer)
+        flops = 3 * flops
+        moved = moved + (2 + 2 * slots) * cost.param_bytes  # gradients written and read, state read and written
+        memory = 2 * memory + (1 + slots) * cost.param_bytes
+    out.update(flops_per_call=flops, bytes_per_call=moved, memory_estimate_bytes=memory, flops_source="model")
+
+
+def _check_memory(out: dict[str, Any], config: JobConfig, device: str, free: int | None) -> None:
+    need = out.get("memory_estimate_bytes")
+    if free is not None and need is not None and need > MEMORY_HEADROOM * free:
+        raise JobError(
+            f"memory: {config.label} needs about {_gib(need)} (estimate of inputs, weights"
+            f"{', gradients, optimizer state' if config.train else ''} and live intermediates) but only "
+            f"{_gib(free)} is available on {device}"
+        )
 
 
 def _exporter(

@@ -18,6 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from experiments import seam
 from experiments.config import JobConfig, config_to_dict
 
 SCHEMA_VERSION = 1
@@ -27,8 +28,9 @@ LOG_FILE = "job.log"
 
 
 def artifact_stem(config: JobConfig) -> str:
-    """`<size>_<dtype>_<cold|warm>_<eager|compile>`, the article's file names."""
-    return f"{config.size}_{config.dtype}_{config.phase}_{config.mode}"
+    """`<size>_<dtype>_<cold|warm>_<eager|compile>`, the article's file names (`_train` after
+    them for training steps)."""
+    return f"{config.size}_{config.dtype}_{config.phase}_{config.mode}{'_train' if config.train else ''}"
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -60,10 +62,13 @@ def settings_record(config: JobConfig) -> dict[str, Any]:
         "compile": config.compile,
         "warmup": config.warmup,
         "device_requested": config.device,
+        "train": config.train,
+        "optimizer": config.optimizer if config.train else None,
     }
-    for f in dataclasses.fields(config.workload):
-        if f.name != "name":
-            record[f"workload_{f.name}"] = getattr(config.workload, f.name)
+    record["workload_target"] = config.workload.target
+    # Every setting the factory was called with, its defaults too (they name series as well).
+    for key, value in {**seam.defaults(config.workload.target), **config.workload.settings}.items():
+        record[f"workload_{key}"] = value
     for prefix, group in (("profiler", config.profiler), ("compile", config.compiler)):
         for f in dataclasses.fields(group):
             record[f"{prefix}_{f.name}"] = getattr(group, f.name)

@@ -18,13 +18,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from experiments import records
-from experiments.config import (
-    CUDA_ONLY_SDPA_BACKENDS,
-    ConfigError,
-    JobConfig,
-    config_from_dict,
-    cuda_kernel_refusal,
-)
+from experiments import seam
+from experiments.config import ConfigError, JobConfig, config_from_dict
 from experiments.launch import Interrupted
 
 PLAN_FILE = "sweep.json"
@@ -36,11 +31,19 @@ EXIT_INTERRUPTED = 130
 
 def job_config(cfg: DictConfig) -> JobConfig:
     """The typed, validated job configuration of a composed Hydra config."""
-    plain = {
-        str(key): OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
-        for key in cfg
-        if key != "hydra"
-    }
+    from omegaconf.errors import MissingMandatoryValue
+
+    try:
+        plain = {
+            str(key): OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
+            for key in cfg
+            if key != "hydra"
+        }
+    except MissingMandatoryValue as exc:
+        key = getattr(exc, "full_key", None) or "a key"
+        hint = (": name your factory, e.g. workload._target_=mybench.blocks:make_block"
+                if "_target_" in str(key) else "")
+        raise ConfigError(f"{key} is missing{hint}") from None
     return config_from_dict(plain)
 
 
@@ -74,14 +77,31 @@ def refuse(message: str) -> None:
 
 
 def check_configs(configs: list[JobConfig]) -> None:
-    """Checks that need the machine: device=cuda, and a CUDA-only SDPA backend (attention's
-    efficient, cudnn) unless device=cpu refuses it outright, need a CUDA device torch can see."""
-    cuda_kernels = [c for c in configs if getattr(c.workload, "backend", None) in CUDA_ONLY_SDPA_BACKENDS]
-    for c in cuda_kernels:
-        if c.device == "cpu":
-            refuse(cuda_kernel_refusal(c.workload.backend, "with device=cpu"))
+    """Checks that need the factories or the machine, once per distinct workload: the factory
+    imports, is callable and takes the settings (experiments.seam.check); settings that run only
+    on CUDA (attention's efficient and cudnn backends) need a CUDA device torch can see, and
+    device=cuda too."""
+    cuda_only: list[seam.CudaOnly] = []
+    seen: set[str] = set()
+    for c in configs:
+        key = json.dumps([c.workload.target, c.workload.settings, c.device], sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            seam.check(c.workload.target, c.workload.settings)
+            needs = seam.needs_cuda(c.workload.target, c.workload.settings)
+        except seam.WorkloadError as exc:
+            refuse(str(exc))
+        except Exception as exc:  # the factory's own hook failed: name it
+            refuse(f"workload._target_={c.workload.target!r}: checking its settings failed "
+                   f"({type(exc).__name__}: {exc})")
+        if needs and c.device == "cpu":
+            refuse(needs.refusal("with device=cpu"))
+        if needs:
+            cuda_only.append(needs)
     cuda_devices = any(c.device == "cuda" for c in configs)
-    if not (cuda_devices or cuda_kernels):
+    if not (cuda_devices or cuda_only):
         return
     import torch
 
@@ -91,8 +111,7 @@ def check_configs(configs: list[JobConfig]) -> None:
         from experiments.job import cuda_unavailable_message
 
         refuse(cuda_unavailable_message())
-    refuse(cuda_kernel_refusal(cuda_kernels[0].workload.backend, "here",
-                               f" and torch {torch.__version__} sees no CUDA device"))
+    refuse(cuda_only[0].refusal("here", f" and torch {torch.__version__} sees no CUDA device"))
 
 
 def sweep_overrides(cfg: DictConfig) -> list[list[str]] | None:

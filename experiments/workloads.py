@@ -1,119 +1,154 @@
-"""The workloads of the "Profiling in PyTorch" series (matmul_add, bmm, linear, mlp, attention):
-what one profiled step calls, and its cost.
+"""The workloads of the "Profiling in PyTorch" series, as factories of the workload seam
+(experiments/seam.py): matmul_add, bmm, linear, mlp, attention. Each YAML file of
+conf/workload/ names one of them by `_target_`; a user's own factory plugs in the same way.
 
-`cost()` needs no torch and no allocation, so a job can refuse a size that cannot fit before it
-allocates anything. `build()` makes the inputs on the device and returns the function to call.
+Each factory carries its cost model (`@costed`), counted from the shapes without allocating
+anything, so a job can refuse a size that cannot fit first. No torch at import.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
-from experiments.config import CUDA_ONLY_SDPA_BACKENDS, JobConfig, cuda_kernel_refusal
+from experiments.seam import AtLeast, Cost, CudaOnly, Workload, costed
 
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-
-
-@dataclass(frozen=True)
-class Cost:
-    """What one call of a workload costs, counted from its shapes."""
-
-    flops: int  # multiply-adds count 2; each elementwise output element counts 1
-    bytes: int  # compulsory traffic: inputs and weights read once, the output written once
-    memory_bytes: int  # estimated peak footprint: inputs, weights and live intermediates
-
-
-def cost(config: JobConfig) -> Cost:
-    w, n, e = config.workload, config.size, ELEMENT_BYTES[config.dtype]
-    if w.name == "matmul_add":
-        return Cost(flops=2 * n**3 + n**2, bytes=4 * n * n * e, memory_bytes=5 * n * n * e)
-    if w.name == "bmm":
-        b = w.batch
-        return Cost(
-            flops=b * (2 * n**3 + n**2), bytes=4 * b * n * n * e, memory_bytes=5 * b * n * n * e
-        )
-    if w.name == "linear":
-        i, o = w.in_features, w.out_features
-        moved = (n * i + i * o + o + n * o) * e
-        return Cost(flops=2 * n * i * o + n * o, bytes=moved, memory_bytes=moved)
-    if w.name == "mlp":
-        d, h = w.dim, w.hidden
-        weights, rows = 3 * d * h, 2 * n * d  # gate, up, down; input and output rows
-        return Cost(
-            flops=6 * n * d * h + 2 * n * h,  # three GEMMs, then gelu and mul on (n, hidden)
-            bytes=(weights + rows) * e,
-            memory_bytes=(weights + rows + 3 * n * h) * e,  # gate, up and their product alive
-        )
-    if w.name == "attention":
-        b, h, d = w.batch, w.heads, w.head_dim
-        scores = b * h * n * n  # one (size, size) score matrix per batch and head
-        io = 4 * b * h * n * d  # q, k, v read, the output written
-        useful = 0.5 if w.causal else 1.0  # a causal mask leaves half the matrix to compute
-        return Cost(
-            flops=int(useful * (4 * scores * d + 2 * scores)),  # q·kᵀ and p·v; scale and softmax
-            bytes=io * e,
-            # Only the math backend holds the scores and their softmax; fused kernels tile them.
-            memory_bytes=(io + (2 * scores if w.backend == "math" else 0)) * e,
-        )
-    raise ValueError(f"no cost model for workload {w.name!r}")
-
-
-def build(config: JobConfig, device: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """The function of one step and its arguments, made on `device` in the configured dtype.
-
-    Modules are in eval() and calls are meant to run under torch.no_grad().
-    """
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.dtype]
-    w, n = config.workload, config.size
-    factory = {"device": device, "dtype": dtype}
-
-    if w.name in ("matmul_add", "bmm"):
-        shape = (n, n) if w.name == "matmul_add" else (w.batch, n, n)
-        x, weight, bias = (torch.randn(shape, **factory) for _ in range(3))
-        return matmul_add, (x, weight, bias)
-
-    if w.name == "linear":
-        module = nn.Linear(w.in_features, w.out_features, bias=True, **factory).eval()
-        return module, (torch.randn(n, w.in_features, **factory),)
-
-    if w.name == "mlp":
-
-        class GeGLU(nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.gate = nn.Linear(w.dim, w.hidden, bias=False, **factory)
-                self.up = nn.Linear(w.dim, w.hidden, bias=False, **factory)
-                self.down = nn.Linear(w.hidden, w.dim, bias=False, **factory)
-
-            def forward(self, x: torch.Tensor) -> torch.Tensor:
-                return self.down(F.gelu(self.gate(x), approximate="tanh") * self.up(x))
-
-        return GeGLU().eval(), (torch.randn(n, w.dim, **factory),)
-
-    if w.name == "attention":
-        q, k, v = (torch.randn(w.batch, w.heads, n, w.head_dim, **factory) for _ in range(3))
-        return attention(w.causal, w.backend, device), (q, k, v)
-
-    raise ValueError(f"no builder for workload {w.name!r}")
-
-
+Count = Annotated[int, AtLeast(1)]
+SDPA_BACKENDS = ("auto", "math", "flash", "efficient", "cudnn")  # auto: torch chooses
+CUDA_ONLY_SDPA_BACKENDS = ("efficient", "cudnn")
 SDPA_BACKEND_NAMES = {
     "math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
 }
 
 
-def attention(causal: bool, backend: str, device: str) -> Callable[..., Any]:
+def _randn(*shape: int, dtype: Any, device: Any) -> Any:
+    import torch
+
+    return torch.randn(shape, dtype=dtype, device=device)
+
+
+# --- Part 1: matmul + add ------------------------------------------------------------------------
+
+
+def add_matmul(x: Any, w: Any, b: Any) -> Any:
+    """The article's step: torch.add(torch.matmul(x, w), b)."""
+    import torch
+
+    return torch.add(torch.matmul(x, w), b)
+
+
+def _matmul_add_cost(*, size: int, dtype: Any, batch: int = 1, **_: Any) -> Cost:
+    n, e = size, dtype.itemsize
+    return Cost(flops=batch * (2 * n**3 + n**2), bytes=4 * batch * n * n * e,
+                memory_bytes=5 * batch * n * n * e, param_bytes=3 * batch * n * n * e)
+
+
+@costed(_matmul_add_cost)
+def matmul_add(*, size: int, dtype: Any, device: Any) -> Workload:
+    """torch.add(torch.matmul(x, w), b) with x, w, b all (size, size)."""
+    return Workload(add_matmul, tuple(_randn(size, size, dtype=dtype, device=device) for _ in range(3)))
+
+
+@costed(_matmul_add_cost)
+def bmm(*, size: int, dtype: Any, device: Any, batch: Count = 8) -> Workload:
+    """matmul_add with a leading batch axis: x, w, b all (batch, size, size)."""
+    return Workload(add_matmul, tuple(_randn(batch, size, size, dtype=dtype, device=device) for _ in range(3)))
+
+
+# --- Part 2: nn.Linear and the GeGLU MLP ------------------------------------------------------------
+
+
+def _linear_cost(*, size: int, dtype: Any, in_features: int = 32, out_features: int = 64, **_: Any) -> Cost:
+    n, i, o, e = size, in_features, out_features, dtype.itemsize
+    moved = (n * i + i * o + o + n * o) * e
+    return Cost(flops=2 * n * i * o + n * o, bytes=moved, memory_bytes=moved, param_bytes=(i * o + o) * e)
+
+
+@costed(_linear_cost)
+def linear(*, size: int, dtype: Any, device: Any, in_features: Count = 32, out_features: Count = 64) -> Workload:
+    """nn.Linear(in_features, out_features, bias=True) on (size, in_features) rows."""
+    from torch import nn
+
+    module = nn.Linear(in_features, out_features, bias=True, device=device, dtype=dtype)
+    return Workload(module, (_randn(size, in_features, dtype=dtype, device=device),))
+
+
+def _mlp_cost(*, size: int, dtype: Any, dim: int = 768, hidden: int = 3072, **_: Any) -> Cost:
+    n, d, h, e = size, dim, hidden, dtype.itemsize
+    weights, rows = 3 * d * h, 2 * n * d  # gate, up, down; input and output rows
+    return Cost(
+        flops=6 * n * d * h + 2 * n * h,  # three GEMMs, then gelu and mul on (n, hidden)
+        bytes=(weights + rows) * e,
+        memory_bytes=(weights + rows + 3 * n * h) * e,  # gate, up and their product alive
+        param_bytes=weights * e,
+    )
+
+
+@costed(_mlp_cost)
+def mlp(*, size: int, dtype: Any, device: Any, dim: Count = 768, hidden: Count = 3072) -> Workload:
+    """GeGLU block down(gelu_tanh(gate(x)) * up(x)), no biases, on (size, dim) rows."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    class GeGLU(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = nn.Linear(dim, hidden, bias=False, device=device, dtype=dtype)
+            self.up = nn.Linear(dim, hidden, bias=False, device=device, dtype=dtype)
+            self.down = nn.Linear(hidden, dim, bias=False, device=device, dtype=dtype)
+
+        def forward(self, x: Any) -> Any:
+            return self.down(F.gelu(self.gate(x), approximate="tanh") * self.up(x))
+
+    return Workload(GeGLU(), (_randn(size, dim, dtype=dtype, device=device),))
+
+
+# --- Part 3: attention ------------------------------------------------------------------------------
+
+
+def _attention_needs_cuda(*, backend: str = "auto", **_: Any) -> CudaOnly | None:
+    """A CUDA-only SDPA backend, and what runs elsewhere."""
+    if backend not in CUDA_ONLY_SDPA_BACKENDS:
+        return None
+    *others, last = [b for b in SDPA_BACKENDS if b not in CUDA_ONLY_SDPA_BACKENDS]
+    return CudaOnly(f"workload.backend={backend!r}", "it is a CUDA kernel", f"choose {', '.join(others)} or {last}")
+
+
+def _attention_cost(*, size: int, dtype: Any, batch: int = 4, heads: int = 8, head_dim: int = 64,
+                    causal: bool = False, backend: str = "auto", **_: Any) -> Cost:
+    n, e = size, dtype.itemsize
+    scores = batch * heads * n * n  # one (size, size) score matrix per batch and head
+    io = 4 * batch * heads * n * head_dim  # q, k, v read, the output written
+    useful = 0.5 if causal else 1.0  # a causal mask leaves half the matrix to compute
+    return Cost(
+        flops=int(useful * (4 * scores * head_dim + 2 * scores)),  # q·kᵀ and p·v; scale and softmax
+        bytes=io * e,
+        # Only the math backend holds the scores and their softmax; fused kernels tile them.
+        memory_bytes=(io + (2 * scores if backend == "math" else 0)) * e,
+        param_bytes=3 * io // 4 * e,
+    )
+
+
+@costed(_attention_cost)
+def attention(*, size: int, dtype: Any, device: Any, batch: Count = 4, heads: Count = 8,
+              head_dim: Count = 64, causal: bool = False,
+              backend: Literal[SDPA_BACKENDS] = "auto") -> Workload:
+    """F.scaled_dot_product_attention(q, k, v), q, k, v all (batch, heads, size, head_dim): size is
+    the sequence length; backend pins SDPA's kernel with sdpa_kernel (auto: torch chooses)."""
+    qkv = tuple(_randn(batch, heads, size, head_dim, dtype=dtype, device=device) for _ in range(3))
+    return Workload(sdpa_step(causal, backend, str(getattr(device, "type", device))), qkv)
+
+
+attention.needs_cuda = _attention_needs_cuda  # type: ignore[attr-defined]
+
+
+def sdpa_step(causal: bool, backend: str, device: str) -> Callable[..., Any]:
     """One SDPA call; with a backend other than auto, inside sdpa_kernel(that backend), which
     torch.compile traces too."""
     import torch.nn.functional as F
 
-    if backend in CUDA_ONLY_SDPA_BACKENDS and device != "cuda":
-        raise ValueError(cuda_kernel_refusal(backend, f"on {device}"))
+    cuda_only = _attention_needs_cuda(backend=backend)
+    if cuda_only and device != "cuda":
+        raise ValueError(cuda_only.refusal(f"on {device}"))
     if backend == "auto":
 
         def sdpa(q: Any, k: Any, v: Any) -> Any:
@@ -129,9 +164,3 @@ def attention(causal: bool, backend: str, device: str) -> Callable[..., Any]:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     return pinned_sdpa
-
-
-def matmul_add(x: Any, w: Any, b: Any) -> Any:
-    import torch
-
-    return torch.add(torch.matmul(x, w), b)

@@ -14,11 +14,12 @@ from omegaconf import OmegaConf
 from experiments.config import (
     ConfigError,
     JobConfig,
-    MLPConfig,
+    WorkloadConfig,
     config_from_dict,
     config_to_dict,
     register_configs,
 )
+from experiments import seam
 from experiments.records import settings_record
 from experiments.sweep import job_config
 from tests.conftest import ROOT
@@ -55,23 +56,29 @@ def test_defaults_mirror_the_article(hydra_conf):
     [(g, p.stem) for g in GROUPS for p in sorted((CONF / g).glob("*.yaml"))],
 )
 def test_every_group_option_composes_with_its_values(hydra_conf, group, option):
-    config = job_config(compose(config_name="config", overrides=[f"{group}={option}"]))
-    node = dataclasses.asdict(getattr(config, group))
+    custom = ["workload._target_=mybench.blocks:make_block"] if option == "custom" else []
+    config = job_config(compose(config_name="config", overrides=[f"{group}={option}", *custom]))
+    part = getattr(config, group)
+    node = part.as_node() if group == "workload" else dataclasses.asdict(part)
     expected = {k: v for k, v in yaml.safe_load((CONF / group / f"{option}.yaml").read_text()).items() if k != "defaults"}
+    if option == "custom":  # named after its factory
+        expected.update(_target_="mybench.blocks:make_block", name="make_block")
     assert {k: node[k] for k in expected} == expected
+    if group == "workload" and option != "custom":  # the YAML's defaults are the factory's
+        assert seam.defaults(part.target) == part.settings
 
 
 def test_article_shapes_for_part2(hydra_conf):
     mlp = job_config(compose(config_name="config", overrides=["workload=mlp"])).workload
     linear = job_config(compose(config_name="config", overrides=["workload=linear"])).workload
-    assert (mlp.dim, mlp.hidden) == (768, 3072)
-    assert (linear.in_features, linear.out_features) == (32, 64)
+    assert (mlp.settings["dim"], mlp.settings["hidden"]) == (768, 3072)
+    assert (linear.settings["in_features"], linear.settings["out_features"]) == (32, 64)
 
 
 def test_workload_keys_can_be_overridden(hydra_conf):
     cfg = compose(config_name="config", overrides=["workload=mlp", "workload.hidden=128", "size=8"])
     config = job_config(cfg)
-    assert isinstance(config.workload, MLPConfig) and config.workload.hidden == 128
+    assert config.workload.name == "mlp" and config.workload.settings["hidden"] == 128
 
 
 @pytest.mark.parametrize(
@@ -93,20 +100,23 @@ def test_workload_keys_can_be_overridden(hydra_conf):
 def test_bad_values_are_refused_with_key_value_and_choices(hydra_conf, override, needles):
     workload = "attention" if override.startswith("workload.backend") else "bmm"
     overrides = [override] + ([f"workload={workload}"] if override.startswith("workload.") else [])
-    with pytest.raises(ConfigError) as info:
-        job_config(compose(config_name="config", overrides=overrides))
+    with pytest.raises((ConfigError, seam.WorkloadError)) as info:
+        # A workload's own settings are checked against its factory, as the sweep does.
+        w = job_config(compose(config_name="config", overrides=overrides)).workload
+        seam.check(w.target, w.settings)
     for needle in needles:
         assert needle in str(info.value)
 
 
 def test_round_trip_through_plain_data():
-    config = JobConfig(workload=MLPConfig(dim=16, hidden=32), size=8, dtype="fp32", compile=True)
+    config = JobConfig(workload=WorkloadConfig.builtin("mlp", dim=16, hidden=32), size=8, dtype="fp32", compile=True)
     assert config_from_dict(config_to_dict(config)) == config
 
 
 def test_unknown_workload_and_key_are_refused():
-    with pytest.raises(ConfigError, match="workload='nope'.*matmul_add, bmm, linear, mlp"):
-        config_from_dict({"workload": {"name": "nope"}})
+    nope = config_from_dict({"workload": {"name": "nope"}}).workload
+    with pytest.raises(seam.WorkloadError, match="'experiments.workloads.nope' does not import.*no attribute 'nope'"):
+        seam.check(nope.target, nope.settings)
     with pytest.raises(ConfigError, match="unknown configuration key"):
         config_from_dict({"sise": 3})
 
@@ -117,7 +127,7 @@ def test_bool_is_not_a_size():
 
 
 def test_settings_record_is_flat_and_complete():
-    record = settings_record(JobConfig(workload=MLPConfig()))
+    record = settings_record(JobConfig(workload=WorkloadConfig.builtin("mlp")))
     assert all(not isinstance(v, (dict, list)) for v in record.values())
     for key in ("workload", "size", "dtype", "compile", "warmup", "device_requested",
                 "workload_dim", "workload_hidden", "profiler_active", "profiler_row_limit",

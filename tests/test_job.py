@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from experiments.config import JobConfig, MLPConfig, ProfilerConfig, RunConfig
+from experiments.config import JobConfig, ProfilerConfig, RunConfig, WorkloadConfig
 from experiments.job import run_job
 from tests.conftest import table_footer
 
@@ -57,7 +57,7 @@ def test_repeat_writes_one_trace_per_cycle_and_sums_their_footers(tmp_path):
 
 
 def test_mlp_table_sees_three_gemms_per_step(tmp_path):
-    config = JobConfig(workload=MLPConfig(dim=16, hidden=32), size=8, device="cpu", run=IN_PROCESS)
+    config = JobConfig(workload=WorkloadConfig.builtin("mlp", dim=16, hidden=32), size=8, device="cpu", run=IN_PROCESS)
     record = run_job(config, tmp_path)
     table = (tmp_path / record["table_file"]).read_text()
     mm = next(line for line in table.splitlines() if line.strip().startswith("aten::mm "))
@@ -91,7 +91,7 @@ def test_cuda_job_device_total_equals_table_footer(tmp_path):
 
 @pytest.mark.slow
 def test_compiled_cpu_mlp_names_its_fused_kernel(tmp_path):
-    config = JobConfig(workload=MLPConfig(dim=16, hidden=32), size=8, device="cpu", compile=True,
+    config = JobConfig(workload=WorkloadConfig.builtin("mlp", dim=16, hidden=32), size=8, device="cpu", compile=True,
                        run=IN_PROCESS)
     record = run_job(config, tmp_path)
     assert record["status"] == "ok", record["error"]

@@ -1,0 +1,148 @@
+"""Counts taken outside the profiled steps: FLOPs of a workload without a cost model, the bytes it
+must move, and its peak memory on the CPU. Each runs one extra call, after the profiled steps,
+so neither the timed first call nor a profiled step is touched.
+
+FLOPs: torch.utils.flop_counter.FlopCounterMode over one eager call. Its own formulas count the
+matrix products (mm, addmm, bmm, convolutions, attention: multiply-adds count 2); we add, as the
+hand cost models do, 1 FLOP per output element of every op torch tags `pointwise` (add, mul,
+gelu, where, ...) and the bias add of addmm and baddbmm. Reductions, softmax, norms and copies
+are not counted.
+
+Peak memory on the CPU: the bytes of the live tensors on the device (inputs, parameters,
+gradients, optimizer state, anything a factory keeps), plus the peak that the CPU allocator
+reaches above them during one extra call profiled with profile_memory=True (the trace's
+"Total Allocated").
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import tempfile
+import warnings
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+
+def _elements(out_shape: Any) -> int:
+    if isinstance(out_shape, (list, tuple)) and out_shape and isinstance(out_shape[0], (list, tuple, torch.Size)):
+        return sum(_elements(s) for s in out_shape)
+    return math.prod(out_shape) if out_shape is not None else 0
+
+
+def _pointwise_flop(*args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    return _elements(out_shape)
+
+
+def _addmm_flop(bias: Any, a: Any, b: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """mm's 2·m·k·n, plus the bias added to each output element (the hand models count it)."""
+    *batch, m, k = a
+    n = b[-1]
+    return math.prod(batch) * 2 * m * k * n + _elements(out_shape)
+
+
+def _pointwise_packets() -> set[Any]:
+    """The aten operator packets known so far with an overload tagged pointwise."""
+    found = set()
+    for name in dir(torch.ops.aten):
+        try:
+            packet = getattr(torch.ops.aten, name)
+            overloads = [getattr(packet, o) for o in packet.overloads()]
+        except (AttributeError, RuntimeError, TypeError):
+            continue
+        if any(torch.Tag.pointwise in o.tags for o in overloads):
+            found.add(packet)
+    return found
+
+
+def count_flops(call: Callable[[], Any]) -> int:
+    """FLOPs of one `call` (an eager step), by the rule in the module's docstring.
+
+    Python only learns of an operator once it is dispatched to it, so when the counted call
+    meets pointwise operators that were unknown before it, it is counted again with them."""
+    known: set[Any] = set()
+    while True:
+        packets = _pointwise_packets()
+        mapping = {p: _pointwise_flop for p in packets}
+        mapping[torch.ops.aten.addmm] = mapping[torch.ops.aten.baddbmm] = _addmm_flop
+        counter = FlopCounterMode(display=False, custom_mapping=mapping)
+        with counter:
+            call()
+        if packets <= known or not (_pointwise_packets() - packets):
+            return int(counter.get_total_flops())
+        known = packets
+
+
+def tensors(objects: Iterable[Any]) -> Iterable[torch.Tensor]:
+    for obj in objects:
+        if isinstance(obj, torch.Tensor):
+            yield obj
+        elif isinstance(obj, (list, tuple)):
+            yield from tensors(obj)
+        elif isinstance(obj, dict):
+            yield from tensors(obj.values())
+
+
+def storage_bytes(items: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `items` (views share theirs)."""
+    seen: dict[tuple[str, int], int] = {}
+    for t in items:
+        try:
+            storage = t.untyped_storage()
+            seen[(str(t.device), storage.data_ptr())] = storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # a tensor without storage (meta, sparse)
+            continue
+    return sum(seen.values())
+
+
+def moved_bytes(args: tuple[Any, ...], parameters: Iterable[torch.Tensor], output: Any) -> int:
+    """Compulsory traffic of one call, as the hand models count it: inputs and weights read once,
+    the output written once."""
+    return storage_bytes([*tensors(args), *parameters, *tensors([output])])
+
+
+def live_tensor_bytes(device: torch.device) -> int:
+    """Bytes of every tensor alive in this process on `device`, counted once per storage."""
+    with warnings.catch_warnings():  # isinstance() on some of torch's deprecated objects warns
+        warnings.simplefilter("ignore")
+        found = [o for o in gc.get_objects() if _is_tensor(o)]
+    # Plain tensors and parameters only: the compiler's fake tensors own no memory.
+    real = [o for o in found if type(o) in (torch.Tensor, torch.nn.Parameter)]
+    return storage_bytes(o for o in real if o.device.type == device.type and not o.is_meta)
+
+
+def _is_tensor(obj: Any) -> bool:
+    try:
+        return isinstance(obj, torch.Tensor)
+    except ReferenceError:  # a weak proxy whose object is gone
+        return False
+
+
+def transient_peak_bytes(call: Callable[[], Any]) -> int | None:
+    """The CPU allocator's peak above its starting point during one `call`, read off the memory
+    events of a trace recorded with profile_memory=True; None when the trace has none."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        call()
+    fd, path = tempfile.mkstemp(prefix="profsweep-memory-", suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path, encoding="utf-8") as f:
+            events = json.load(f).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    memory = sorted(
+        (e for e in events if e.get("name") == "[memory]" and int((e.get("args") or {}).get("Device Type", 0)) == 0),
+        key=lambda e: float(e.get("ts", 0)),
+    )
+    if not memory:
+        return None
+    first = memory[0]["args"]
+    start = int(first["Total Allocated"]) - int(first["Bytes"])
+    return max(0, max(int(e["args"]["Total Allocated"]) for e in memory) - start)

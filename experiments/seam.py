@@ -1,0 +1,295 @@
+"""The workload seam: every workload, built-in or a user's, is a factory named by import path.
+
+    # mybench/blocks.py
+    def make_block(*, size, dtype, device, hidden: int = 512):
+        block = Block(hidden).to(device=device, dtype=dtype)
+        return block, (torch.randn(size, hidden, device=device, dtype=dtype),)
+
+    python experiments/run.py -m workload=custom workload._target_=mybench.blocks:make_block \
+        workload.hidden=512,1024 size=128,512
+
+A factory is called with the keyword arguments `size` (int), `dtype` (a torch.dtype), `device`
+(a torch.device) and the workload's own settings (every other key of `workload.`), and returns
+what one step calls: `(fn, args)`, a callable (a function or an nn.Module) and the tuple of its
+arguments, or a `Workload`, which may add a `loss` (for train=true) and a `cost`.
+
+A factory may also carry a cost model as an attribute, `factory.cost(**the same keywords) ->
+Cost`, computed before anything is allocated (the job refuses a grid point that cannot fit);
+`@costed(model)` attaches it. The settings' annotations are checked before any job starts:
+`int`, `float`, `bool`, `str`, `Literal[...]` choices, and `Annotated[int, AtLeast(1)]`.
+
+Light on purpose: no torch at import, so the sweep process can check targets cheaply.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+GRID_ARGUMENTS = ("size", "dtype", "device")  # what every factory is given besides its settings
+
+
+class WorkloadError(ValueError):
+    """A workload target or setting that cannot be used; the message names key, value and why."""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one call of a workload costs, counted from its shapes."""
+
+    flops: int  # multiply-adds count 2; each elementwise output element counts 1
+    bytes: int  # compulsory traffic: inputs and weights read once, the output written once
+    memory_bytes: int  # estimated peak footprint of inference: inputs, weights, live intermediates
+    param_bytes: int = 0  # what a training step updates (gradients and optimizer state scale with it)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one step calls, and optionally how to train it and what it costs.
+
+    loss: for train=true, `loss(output) -> scalar tensor`; default: the output's sum.
+    cost: a hand count of one call; without it the job counts FLOPs with FlopCounterMode.
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    loss: Callable[[Any], Any] | None = None
+    cost: Cost | None = None
+
+
+@dataclass(frozen=True)
+class AtLeast:
+    """An `Annotated` bound on a numeric setting: `Annotated[int, AtLeast(1)]`."""
+
+    minimum: float
+
+
+@dataclass(frozen=True)
+class CudaOnly:
+    """What `factory.needs_cuda(**settings)` returns for settings that run only on CUDA (None
+    otherwise): the sweep refuses such a grid point on the CPU before any job starts."""
+
+    setting: str  # e.g. "workload.backend='efficient'"
+    why: str  # e.g. "it is a CUDA kernel"
+    instead: str  # e.g. "choose auto, math or flash"
+
+    def refusal(self, where: str, detail: str = "") -> str:
+        return f"{self.setting} is not allowed {where}: {self.why}{detail}; {self.instead}"
+
+
+def needs_cuda(target: str, settings: Mapping[str, Any]) -> CudaOnly | None:
+    """The factory's answer to whether these settings need a CUDA device (None: they do not)."""
+    hook = getattr(locate(target), "needs_cuda", None)
+    return hook(**settings) if callable(hook) else None
+
+
+def costed(model: Callable[..., Cost]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Attach a cost model to a factory: `model(**the factory's keywords) -> Cost`."""
+
+    def attach(factory: Callable[..., Any]) -> Callable[..., Any]:
+        factory.cost = model  # type: ignore[attr-defined]
+        return factory
+
+    return attach
+
+
+# --- finding a target -------------------------------------------------------------------------
+
+
+def locate(target: str) -> Any:
+    """The object named `package.module:attribute` or `package.module.attribute`.
+
+    The working directory is searched too (as `python -m` does), after everything on sys.path,
+    so a user's module next to where they run the sweep is found without installing it.
+    """
+    if not isinstance(target, str) or not target.strip() or target.strip() in ("???", "None"):
+        raise WorkloadError(f"workload._target_={target!r} is not allowed: name a factory as "
+                            "package.module:function (e.g. mybench.blocks:make_block)")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+    if ":" in target:
+        module_name, _, attribute = target.partition(":")
+        module = _import(target, module_name)
+        return _attribute(target, module, attribute)
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):  # the longest importable module prefix
+        module_name = ".".join(parts[:cut])
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and not module_name.startswith(exc.name):
+                raise _import_failure(target, exc) from exc  # the module exists; its import failed
+            continue
+        except Exception as exc:
+            raise _import_failure(target, exc) from exc
+        return _attribute(target, module, ".".join(parts[cut:]))
+    raise WorkloadError(f"workload._target_={target!r} does not import: no module named "
+                        f"{parts[0]!r} (looked on PYTHONPATH and in {cwd})")
+
+
+def _import(target: str, module_name: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except Exception as exc:
+        raise _import_failure(target, exc) from exc
+
+
+def _import_failure(target: str, exc: BaseException) -> WorkloadError:
+    where = f" (looked on PYTHONPATH and in {os.getcwd()})" if isinstance(exc, ModuleNotFoundError) else ""
+    return WorkloadError(f"workload._target_={target!r} does not import: {type(exc).__name__}: {exc}{where}")
+
+
+def _attribute(target: str, module: Any, path: str) -> Any:
+    obj = module
+    for name in path.split("."):
+        try:
+            obj = getattr(obj, name)
+        except AttributeError:
+            raise WorkloadError(f"workload._target_={target!r} does not import: module "
+                                f"{module.__name__!r} has no attribute {path!r}") from None
+    return obj
+
+
+def defaults(target: str) -> dict[str, Any]:
+    """The factory's own settings and their default values ({} when it cannot be inspected)."""
+    try:
+        parameters = inspect.signature(locate(target)).parameters
+    except (WorkloadError, TypeError, ValueError):
+        return {}
+    simple = (bool, int, float, str, type(None))
+    return {name: p.default if isinstance(p.default, simple) else repr(p.default)
+            for name, p in parameters.items()
+            if name not in GRID_ARGUMENTS and p.default is not inspect.Parameter.empty
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def short_name(target: str) -> str:
+    """The factory's own name, which names the workload unless workload.name says otherwise."""
+    return str(target).replace(":", ".").rsplit(".", 1)[-1]
+
+
+# --- checking a target and its settings before any job runs -----------------------------------
+
+
+def check(target: str, settings: Mapping[str, Any]) -> Callable[..., Any]:
+    """The factory, once it is shown to accept the grid arguments and `settings`; else a
+    WorkloadError naming the key, the value and Python's own words."""
+    factory = locate(target)
+    if not callable(factory):
+        raise WorkloadError(f"workload._target_={target!r} is not callable: it is a {type(factory).__name__}")
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return factory  # a builtin without a signature: it will tell at call time
+    try:
+        signature.bind(**{name: None for name in GRID_ARGUMENTS}, **settings)
+    except TypeError as exc:
+        raise WorkloadError(_binding_message(target, signature, settings, exc)) from None
+    hints = _hints(factory)
+    for key, value in settings.items():
+        parameter = signature.parameters.get(key)
+        if parameter is not None and key in hints:
+            problem = _mismatch(value, hints[key])
+            if problem:
+                raise WorkloadError(f"workload.{key}={value!r} is not allowed: {problem} "
+                                    f"({target} declares {key}: {_hint_name(hints[key])})")
+    return factory
+
+
+def _binding_message(target: str, signature: inspect.Signature, settings: Mapping[str, Any],
+                     exc: TypeError) -> str:
+    params = signature.parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    missing_grid = [n for n in GRID_ARGUMENTS if n not in params and not takes_any]
+    if missing_grid:
+        return (f"workload._target_={target!r} rejects its arguments ({exc}): a workload factory "
+                f"takes the keyword arguments {', '.join(GRID_ARGUMENTS)} and its settings")
+    own = [n for n, p in params.items() if n not in GRID_ARGUMENTS
+           and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [k for k in settings if k not in params] if not takes_any else []
+    missing = [n for n in own if params[n].default is inspect.Parameter.empty and n not in settings]
+    allowed = f"its settings are {', '.join(own)}" if own else "it takes no settings"
+    if unknown:
+        key = unknown[0]
+        return f"workload.{key}={settings[key]!r} is not allowed: {target} rejects it ({exc}); {allowed}"
+    if missing:
+        return f"workload.{missing[0]} is missing: {target} needs it ({exc}); set workload.{missing[0]}=..."
+    return f"workload._target_={target!r} rejects its arguments ({exc})"
+
+
+def _hints(factory: Callable[..., Any]) -> dict[str, Any]:
+    """The factory's annotations, evaluated where possible (string annotations of a module with
+    `from __future__ import annotations` too); names that cannot be evaluated stay strings."""
+    fn = factory.__init__ if inspect.isclass(factory) else factory
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        return dict(getattr(fn, "__annotations__", {}) or {})
+
+
+def _hint_name(hint: Any) -> str:
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    return hint if isinstance(hint, str) else getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+_SIMPLE = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _mismatch(value: Any, hint: Any) -> str | None:
+    """Why `value` does not fit the annotation `hint`, or None (also for annotations we do not read)."""
+    bounds: list[AtLeast] = []
+    if typing.get_origin(hint) is typing.Annotated:
+        hint, *extras = typing.get_args(hint)
+        bounds = [e for e in extras if isinstance(e, AtLeast)]
+    hint = _SIMPLE.get(hint, hint) if isinstance(hint, str) else hint
+    if typing.get_origin(hint) is typing.Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            return f"choose one of {', '.join(str(c) for c in choices)}"
+        return None
+    if hint is bool and not isinstance(value, bool):
+        return "it must be true or false"
+    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
+        return "it must be an integer"
+    if hint is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        return "it must be a number"
+    if hint is str and not isinstance(value, str):
+        return "it must be a string"
+    for bound in bounds:
+        if isinstance(value, (int, float)) and value < bound.minimum:
+            return f"it must be >= {bound.minimum:g}" if bound.minimum != 1 else "it must be an integer > 0"
+    return None
+
+
+# --- building -----------------------------------------------------------------------------------
+
+
+def estimate(target: str, settings: Mapping[str, Any], **grid: Any) -> Cost | None:
+    """The factory's cost model for this grid point, when it has one (nothing is allocated)."""
+    model = getattr(locate(target), "cost", None)
+    return model(**grid, **settings) if callable(model) else None
+
+
+def build(target: str, settings: Mapping[str, Any], **grid: Any) -> Workload:
+    """Call the factory for one grid point and return its Workload."""
+    made = locate(target)(**grid, **settings)
+    if isinstance(made, Workload):
+        workload = made
+    elif isinstance(made, (tuple, list)) and len(made) == 2:
+        workload = Workload(made[0], made[1])
+    else:
+        raise WorkloadError(f"{target} returned a {type(made).__name__}: a workload factory returns "
+                            "(fn, args) or experiments.seam.Workload(fn, args, loss=..., cost=...)")
+    args = workload.args
+    if not isinstance(args, (tuple, list)):
+        args = (args,)  # one argument, given bare
+    if not callable(workload.fn):
+        raise WorkloadError(f"{target} returned {type(workload.fn).__name__} as the step's callable")
+    return Workload(workload.fn, tuple(args), workload.loss, workload.cost)

@@ -1,0 +1,166 @@
+"""The workload seam: factories found by import path, checked before any job, built for one grid
+point; FLOPs counted by torch's FlopCounterMode against the hand cost models; training steps."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from experiments import seam
+from experiments.counting import count_flops, transient_peak_bytes
+from experiments.steps import StepError, default_loss, make_step
+
+CPU = torch.device("cpu")
+
+USER_MODULE = '''
+import torch
+from torch import nn
+
+def make_block(*, size, dtype, device, hidden: int = 32, scale: float = 1.0):
+    block = nn.Linear(hidden, hidden).to(device=device, dtype=dtype)
+    return block, (torch.randn(size, hidden, device=device, dtype=dtype),)
+
+def positional(size, dtype, device):
+    return (lambda x: x), (torch.ones(1),)
+
+def needs_width(*, size, dtype, device, width):
+    return (lambda x: x), (torch.ones(width),)
+
+NOT_A_FUNCTION = 3
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    package = tmp_path / "mybench"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "blocks.py").write_text(textwrap.dedent(USER_MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "mybench.blocks"
+
+
+def test_targets_are_found_by_colon_or_dotted_path(user_module):
+    assert seam.locate("mybench.blocks:make_block") is seam.locate("mybench.blocks.make_block")
+    assert seam.locate("experiments.workloads.matmul_add").__name__ == "matmul_add"
+    assert seam.short_name("mybench.blocks:make_block") == "make_block"
+    assert seam.defaults("mybench.blocks:make_block") == {"hidden": 32, "scale": 1.0}
+
+
+@pytest.mark.parametrize(
+    "target,settings,needles",
+    [
+        ("mybench.nope:f", {}, ["workload._target_='mybench.nope:f' does not import", "No module named 'mybench.nope'"]),
+        ("nowhere.at.all", {}, ["does not import", "no module named 'nowhere'"]),
+        ("mybench.blocks:missing", {}, ["has no attribute 'missing'"]),
+        ("mybench.blocks:NOT_A_FUNCTION", {}, ["is not callable: it is a int"]),
+        ("mybench.blocks:make_block", {"hiden": 3}, ["workload.hiden=3 is not allowed",
+                                                      "unexpected keyword argument 'hiden'",
+                                                      "its settings are hidden, scale"]),
+        ("mybench.blocks:make_block", {"hidden": "abc"}, ["workload.hidden='abc' is not allowed",
+                                                          "must be an integer", "hidden: int"]),
+        ("mybench.blocks:make_block", {"scale": True}, ["workload.scale=True", "must be a number"]),
+        ("mybench.blocks:needs_width", {}, ["workload.width is missing", "workload.width=..."]),
+        ("os:getcwd", {}, ["rejects its arguments", "keyword arguments size, dtype, device"]),
+        ("experiments.workloads.bmm", {"batch": 0}, ["workload.batch=0 is not allowed", "> 0"]),
+        ("experiments.workloads.attention", {"backend": "fast"}, ["workload.backend='fast'",
+                                                                  "auto, math, flash, efficient, cudnn"]),
+    ],
+)
+def test_bad_targets_and_settings_are_refused_with_key_value_and_python_error(user_module, target, settings, needles):
+    with pytest.raises(seam.WorkloadError) as info:
+        seam.check(target, settings)
+    for needle in needles:
+        assert needle in str(info.value)
+
+
+def test_good_settings_pass_and_positional_factories_too(user_module):
+    seam.check("mybench.blocks:make_block", {"hidden": 8, "scale": 2})  # an int is a number
+    seam.check("mybench.blocks:positional", {})  # keyword arguments bind to positional parameters
+
+
+def test_build_accepts_a_pair_or_a_workload_and_refuses_anything_else(user_module, monkeypatch):
+    made = seam.build("mybench.blocks:make_block", {"hidden": 4}, size=3, dtype=torch.float32, device=CPU)
+    assert isinstance(made.fn, torch.nn.Linear) and made.args[0].shape == (3, 4)
+    import mybench.blocks
+
+    monkeypatch.setattr(mybench.blocks, "make_block", lambda **kw: torch.ones(1), raising=True)
+    with pytest.raises(seam.WorkloadError, match="returned a Tensor: a workload factory returns"):
+        seam.build("mybench.blocks:make_block", {}, size=3, dtype=torch.float32, device=CPU)
+
+
+# --- counted FLOPs agree with the hand models --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name,settings,size",
+    [("matmul_add", {}, 16), ("bmm", {"batch": 3}, 8), ("mlp", {"dim": 8, "hidden": 24}, 5),
+     ("linear", {}, 16)],
+)
+def test_flop_counter_agrees_with_the_hand_cost_model(name, settings, size):
+    target = f"experiments.workloads.{name}"
+    grid = {"size": size, "dtype": torch.float32, "device": CPU}
+    made = seam.build(target, settings, **grid)
+    with torch.no_grad():
+        counted = count_flops(lambda: made.fn(*made.args))
+    assert counted == seam.estimate(target, settings, **grid).flops
+
+
+def test_flop_counter_on_a_hand_count():
+    x, w = torch.randn(4, 6), torch.randn(6, 5)
+    # 4x6 @ 6x5: 120 multiply-adds = 240 FLOPs; relu and the add of 2: 20 output elements each.
+    assert count_flops(lambda: torch.relu(x @ w) + 2) == 240 + 20 + 20
+
+
+def test_transient_peak_is_what_one_call_allocates_above_the_live_tensors():
+    x = torch.randn(256, 256)
+    peak = transient_peak_bytes(lambda: torch.add(torch.mul(x, x), x))  # two (256, 256) results alive
+    assert peak == 2 * 256 * 256 * 4
+
+
+# --- training steps ------------------------------------------------------------------------------
+
+
+def test_a_training_step_runs_three_phases_and_updates_the_parameters():
+    made = seam.build("experiments.workloads.mlp", {"dim": 8, "hidden": 16}, size=4, dtype=torch.float32, device=CPU)
+    step = make_step(made, train=True, optimizer="sgd", name="mlp")
+    before = [p.detach().clone() for p in step.parameters]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        step.call()
+    names = [e.name for e in prof.events()]
+    assert all(names.count(phase) == 1 for phase in ("forward", "backward", "optimizer"))
+    assert len(step.parameters) == 3 and made.fn.training
+    assert all(not torch.equal(a, b) for a, b in zip(before, step.parameters))
+    assert all(p.grad is None for p in step.parameters)  # zero_grad(set_to_none=True)
+
+
+def test_a_function_trains_its_floating_point_arguments_and_a_parameterless_one_is_refused():
+    made = seam.build("experiments.workloads.matmul_add", {}, size=4, dtype=torch.float32, device=CPU)
+    step = make_step(made, train=True, optimizer="adamw", name="matmul_add")
+    assert len(step.parameters) == 3 and all(p.requires_grad for p in step.parameters)
+    step.call()
+    assert len(step.optimizer.state) == 3  # AdamW's moments, one entry per parameter
+    counts = seam.Workload(lambda n: n * 2, (torch.arange(4),))
+    with pytest.raises(StepError, match="train=true needs parameters: counter returned a function"):
+        make_step(counts, train=True, optimizer="sgd", name="counter")
+
+
+def test_inference_puts_modules_in_eval():
+    made = seam.build("experiments.workloads.linear", {}, size=4, dtype=torch.float32, device=CPU)
+    make_step(made, train=False, optimizer="adamw", name="linear")
+    assert not made.fn.training
+
+
+def test_default_loss_is_the_sum_or_a_models_own_loss():
+    out = torch.ones(2, 3)
+    assert default_loss(out).item() == 6
+    assert default_loss((out, "extra")).item() == 6
+
+    class Output(dict):
+        loss = torch.tensor(1.5)
+
+    assert default_loss(Output()).item() == 1.5
+    with pytest.raises(StepError, match="Workload\\(fn, args, loss=...\\)"):
+        default_loss("text")
