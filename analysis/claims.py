@@ -12,7 +12,6 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.trace import COMPUTE_MARK, COMPUTE_OPS, COMPUTE_PREFIXES
 
 
 @dataclass(frozen=True)
@@ -23,10 +22,6 @@ class Claim:
     measured: str
     holds: str  # "true" | "false" | "n/a"
     jobs: str = ""  # the jobs the measurement comes from
-
-
-def _is_compute(name: str) -> bool:
-    return name in COMPUTE_OPS or name.startswith(COMPUTE_PREFIXES) or COMPUTE_MARK in name
 
 
 def _na(part: str, claim: str, expected: str, why: str) -> Claim:
@@ -65,8 +60,7 @@ class _Data:
 
     def compute_calls_per_step(self, row: pd.Series) -> float:
         ops = self.job_ops(row["job"])
-        calls = sum(int(c) for name, c in ops["calls"].items() if _is_compute(str(name)))
-        return calls / row["steps"]
+        return int(ops["compute_calls"].sum()) / row["steps"]  # counted by the trace's compute rule
 
 
 def _on_gpu(row: pd.Series) -> bool:

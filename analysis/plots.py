@@ -31,7 +31,8 @@ def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
     frame["mode"] = frame["compile"].map({True: "compile", False: "eager"})
     frame["phase"] = frame["warmup"].map({True: "warm", False: "cold"})
     series = frame["variant"] if "variant" in frame else frame["workload"]
-    frame["panel"] = series.astype(str) + " " + frame["dtype"].astype(str)
+    trained = frame["train"].map({True: " train"}).fillna("") if "train" in frame else ""
+    frame["panel"] = series.astype(str) + " " + frame["dtype"].astype(str) + trained
     return frame
 
 
@@ -74,6 +75,8 @@ def write_plots(jobs: pd.DataFrame, steps: pd.DataFrame, crossovers: pd.DataFram
             figures.append((_kernels, (labelled_steps, ok, folder / "kernels.png")))
     if ok["achieved_flops_per_s"].notna().any():
         figures.append((_throughput, (ok, folder / "throughput.png")))
+    if "peak_memory_bytes" in ok and ok["peak_memory_bytes"].notna().any():
+        figures.append((_memory, (ok, folder / "memory.png")))
     return _draw_all(figures)
 
 
@@ -129,7 +132,7 @@ def _crossover(ok: pd.DataFrame, crossovers: pd.DataFrame, path: Path) -> Path:
     grid.set_axis_labels("size", "µs per step")
     for (mode, panel), ax in grid.axes_dict.items():
         for _, c in crossovers.iterrows():
-            label = f"{c['variant']} {c['dtype']}"
+            label = f"{c['variant']} {c['dtype']}" + (" train" if c.get("train") is True else "")
             if label == panel and ("compile" if c["compile"] else "eager") == mode and pd.notna(c["crossover_size"]):
                 phase = "warm" if c["warmup"] else "cold"
                 ax.axvline(c["crossover_size"], color="0.3", linestyle="--" if phase == "cold" else ":", linewidth=1)
@@ -207,4 +210,17 @@ def _throughput(ok: pd.DataFrame, path: Path) -> Path:
                         fontsize=8, color="crimson", va="bottom")
     grid.set_axis_labels("size", "achieved TFLOP/s")
     grid.figure.suptitle("Achieved throughput (FLOPs per call / step time)", y=0.995, va="top")
+    return _save(grid, path)
+
+
+def _memory(ok: pd.DataFrame, path: Path) -> Path:
+    data = ok.dropna(subset=["peak_memory_bytes"]).assign(mib=lambda f: f["peak_memory_bytes"] / 2**20)
+    grid = sns.relplot(
+        data=data, x="size", y="mib", hue="mode", style="phase", col="panel",
+        kind="line", marker="o", height=3.2, aspect=1.25,
+    )
+    _log_axes(grid)
+    grid.set_axis_labels("size", "peak MiB")
+    grid.figure.suptitle("Peak memory per job (CUDA: allocator peak; CPU: live tensors + allocator peak)",
+                         y=0.995, va="top")
     return _save(grid, path)

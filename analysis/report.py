@@ -25,14 +25,15 @@ code{background:#f5f5f5;padding:1px 4px}details{margin:.3em 0}
 
 SUMMARY_COLUMNS = [
     ("job", "job"), ("variant", "workload"), ("size", "size"), ("dtype", "dtype"),
-    ("compile", "compile"), ("warmup", "warm"), ("device", "device"), ("status", "status"),
+    ("compile", "compile"), ("warmup", "warm"), ("train", "train"), ("device", "device"), ("status", "status"),
     ("first_call_ms", "first call ms"), ("host_us_per_step", "host µs/step"),
     ("device_us_per_step", "device µs/step"), ("compute_us_per_step", "compute µs/step (CPU)"),
     ("overhead_us_per_step", "overhead µs/step (CPU)"), ("step_kernels_median", "kernels/step"),
     ("step_launches_median", "launches/step"), ("step_gpu_busy_median", "GPU busy"),
     ("dead_window_us", "dead window µs"), ("achieved_flops_per_s", "achieved FLOP/s"),
-    ("regime", "regime"),
+    ("flops_source", "FLOPs from"), ("peak_memory_bytes", "peak memory bytes"), ("regime", "regime"),
 ]
+PHASE_NAMES = ("forward", "backward", "optimizer")
 
 
 def _fmt(value: Any) -> str:
@@ -161,6 +162,26 @@ def _article_check(folder: Path, data: dict[str, Any], claims: Any) -> list[str]
     return parts
 
 
+def _training_phases(jobs: list[dict[str, Any]]) -> list[str]:
+    """Training jobs: host and device time of each phase of the step (medians over steps)."""
+    trained = [j for j in jobs if j.get("step_forward_host_us_median") is not None]
+    if not trained:
+        return []
+    header = ["job", "size", "mode"]
+    keys = []
+    for phase in PHASE_NAMES:
+        header += [f"{phase} host µs", f"{phase} device µs" if any(
+            j.get(f"step_{phase}_device_us_median") is not None for j in trained) else f"{phase} compute µs (CPU)"]
+        keys += [f"step_{phase}_host_us_median", f"step_{phase}_device_us_median"
+                 if any(j.get(f"step_{phase}_device_us_median") is not None for j in trained)
+                 else f"step_{phase}_compute_us_median"]
+    rows = ([escape(str(j["job"])), escape(_fmt(j.get("size"))), escape("compile" if j.get("compile") else "eager")]
+            + [escape(_fmt(j.get(k))) for k in keys] for j in trained)
+    return ["<h2>Training steps: time per phase</h2><p>Medians over the profiled steps. Host: the "
+            "phase's <code>record_function</code> span; device (CPU: compute) time counts the work that "
+            "starts inside the phase on any thread, autograd's own included.</p>", _table(header, rows, left=3)]
+
+
 def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], claims: Any) -> Path:
     folder = tables.folder
     jobs = tables.jobs
@@ -204,6 +225,7 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
         left=5,
     ))
 
+    parts += _training_phases(jobs)
     if len(claims):
         parts += _article_check(folder, data, claims)
 

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from analysis.peaks import DEFAULT_RIDGE_FLOPS_PER_BYTE, peak_for
-from analysis.trace import TraceError, analyse_trace, flat, regime
+from analysis.trace import PHASES, TraceError, analyse_trace, flat, regime
 
 METRICS_FILE = "metrics.json"
 SCHEMA_VERSION = 1  # of metrics.json, as the job side writes it
-SERIES_KEYS = ["workload", "variant", "dtype", "compile", "warmup", "device"]
+SERIES_KEYS = ["workload", "variant", "dtype", "compile", "warmup", "train", "device"]
 WORKLOAD_PREFIX = "workload_"  # metrics.json's workload settings: workload_batch, workload_backend, ...
 
 
@@ -173,7 +173,8 @@ def _add_trace(tables: SweepTables, row: dict[str, Any], m: dict[str, Any]) -> N
     for i, name in enumerate(m["step_names"] or ["whole trace"]):
         step = {"job": job, **{k: row.get(k) for k in SERIES_KEYS + ["size"]}, "step": i + 1, "step_name": name}
         for key in ("host_us", "self_cpu_us", "device_us", "compute_us", "overhead_us", "kernels",
-                    "launches", "memcpys", "occupancy_queries", "aten_ops", "gpu_busy", "top_kernel_us"):
+                    "launches", "memcpys", "occupancy_queries", "aten_ops", "gpu_busy", "top_kernel_us",
+                    *(k for k in values if k.split("_", 1)[0] in PHASES)):
             series = values.get(key) or []
             step[key] = series[i] if i < len(series) else None
         tables.steps.append(step)
@@ -251,7 +252,7 @@ def frames(tables: SweepTables) -> dict[str, Any]:
         "kernels": pd.DataFrame(tables.kernels),
         "ops": pd.DataFrame(
             [{"job": job, **op} for job, ops in tables.ops.items() for op in ops],
-            columns=["job", "name", "calls", "self_host_us", "self_device_us"]),
+            columns=["job", "name", "calls", "self_host_us", "self_device_us", "compute_calls"]),
         "crossovers": pd.DataFrame(tables.crossovers, columns=[
             *SERIES_KEYS, "host_metric", "work_metric", "sizes", "crossover_size", "status"]),
     }

@@ -15,8 +15,11 @@ Definitions (all times in µs):
   footer is: the profiler records only its active steps (plus any Python frame around them).
 - per-step statistics: one window per `ProfilerStep#N` event when there are any, else the
   whole trace is one window.
-- on the CPU, where there are no kernels, the per-kernel statistics are those of the compute
-  ops (COMPUTE_OPS), each call timed by its self time.
+- compute on the CPU: the self time of leaf operators that touch data (see NOT_COMPUTE_OPS and
+  compute_flags); everything else is framework overhead. Where there are no kernels, the
+  per-kernel statistics are those of the compute ops, each call timed by its self time.
+- training steps: the `forward`, `backward` and `optimizer` annotations inside each step; work
+  on any thread that starts inside a phase (autograd's own threads too) belongs to it.
 """
 
 from __future__ import annotations
@@ -52,24 +55,61 @@ OCCUPANCY_PREFIXES = (
     "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
     "hipOccupancyMaxActiveBlocksPerMultiprocessor",
 )
-# Host ops whose self time is the math itself (on the CPU); everything else is framework
-# overhead: dispatch, wrappers (aten::matmul, aten::linear), annotations, Dynamo guards.
-COMPUTE_OPS = frozenset(
+# Compute on the CPU, for any model: the self time of the operators that touch data and leave
+# the work to no other such operator. An operator is an event named `namespace::op` (aten::,
+# mkldnn::, a custom op's namespace; not torch's own autograd:: and torch:: bookkeeping) or one
+# of Inductor's C++ kernels. It touches data unless it is a view, a metadata read, an allocation
+# or a conversion that only allocates and copies (NOT_COMPUTE_OPS). An operator that calls
+# another one that touches data is a dispatch wrapper (aten::linear, aten::conv1d, aten::mean,
+# aten::embedding, aten::relu -> clamp_min): its self time is framework overhead, as are
+# annotations, Dynamo guards and Python. The copies and fills that kernels use to initialise
+# their outputs (INITIALISERS: aten::addmm copies the bias, aten::sum fills zeros) are compute
+# themselves but do not make their caller a wrapper. Backward ops (aten::mm under MmBackward0)
+# and optimizer ops (aten::_foreach_mul_, aten::lerp_) count like any other.
+NOT_COMPUTE_OPS = frozenset(
     "aten::" + name
     for name in (
-        "mm addmm bmm baddbmm addbmm addmv mv dot vdot _addmm_activation "
-        "add add_ sub sub_ mul mul_ div div_ neg pow exp log sqrt rsqrt tanh sigmoid "
-        "gelu silu relu relu_ hardtanh leaky_relu clamp where masked_fill masked_fill_ "
-        "eq ne lt le gt ge isneginf isposinf isinf isnan logical_not logical_and logical_or all any "
-        "sum mean amax amin max min _softmax _log_softmax native_layer_norm native_group_norm "
-        "native_batch_norm _native_batch_norm_legit_no_training mkldnn_convolution "
-        "mkldnn_linear _mkldnn_transpose convolution_overrideable copy_ fill_ zero_ "
-        "_scaled_dot_product_flash_attention_for_cpu _flash_attention_forward "
-        "cat index_select embedding_dense_backward"
+        "empty empty_strided empty_like new_empty new_empty_strided resize_ resize_as_ set_ "
+        "zeros zeros_like ones ones_like full full_like new_zeros new_ones new_full scalar_tensor "
+        "clone contiguous to _to_copy lift lift_fresh lift_fresh_copy "
+        "view _unsafe_view view_as reshape _reshape_alias as_strided as_strided_ t t_ transpose transpose_ "
+        "permute expand expand_as squeeze squeeze_ unsqueeze unsqueeze_ slice select split "
+        "split_with_sizes chunk narrow unbind unfold flatten unflatten movedim swapaxes alias "
+        "detach detach_ resolve_conj resolve_neg conj _conj "
+        "_local_scalar_dense item is_nonzero size stride numel dim is_same_size result_type "
+        "_has_compatible_shallow_copy_type"
     ).split()
 )
-COMPUTE_PREFIXES = ("mkldnn::", "onednn::")
+INITIALISERS = frozenset({"aten::copy_", "aten::fill_", "aten::zero_"})
+NOT_OPERATOR_NAMESPACES = ("autograd::", "torch::", "profiler::")
 COMPUTE_MARK = "cpp_fused"  # Inductor's C++ kernels, e.g. graph_0_cpp_fused_gelu_mul_0
+PHASES = ("forward", "backward", "optimizer")  # a training step's record_function phases
+
+
+def is_operator(name: str) -> bool:
+    """An operator call (`ns::op`), as opposed to annotations, runtime calls and bookkeeping."""
+    head, sep, tail = name.partition("::")
+    return (bool(sep) and head.isidentifier() and tail[:1].isidentifier()
+            and not name.startswith(NOT_OPERATOR_NAMESPACES))
+
+
+def may_compute(name: str) -> bool:
+    """An operator that touches data (compute if no such operator runs inside it)."""
+    return COMPUTE_MARK in name or (is_operator(name) and name not in NOT_COMPUTE_OPS)
+
+
+def compute_flags(names: Sequence[str], parents: Sequence[int]) -> list[bool]:
+    """For events with their parent indexes (-1: none): which are compute by the rule above."""
+    candidate = [may_compute(n) for n in names]
+    wraps = [False] * len(names)
+    for i, c in enumerate(candidate):
+        if not c or names[i] in INITIALISERS:
+            continue
+        p = parents[i]
+        while p >= 0 and not wraps[p]:
+            wraps[p] = True
+            p = parents[p]
+    return [c and not w for c, w in zip(candidate, wraps)]
 
 
 try:  # orjson parses big traces about 3x faster than the standard library
@@ -98,6 +138,9 @@ class Step:
     tid: tuple[Any, Any]
     host_self_ns: int = 0
     compute_ns: int = 0
+    phase_host_ns: dict[str, int] = field(default_factory=dict)
+    phase_device_ns: dict[str, int] = field(default_factory=dict)
+    phase_compute_ns: dict[str, int] = field(default_factory=dict)
     kernels: int = 0
     launches: int = 0
     memcpys: int = 0
@@ -282,20 +325,35 @@ def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatche
 
     # --- host events into steps --------------------------------------------------------------
     launch_step: dict[Any, tuple[Step | None, int, int]] = {}  # correlation -> (step, start, host index)
-    ops: dict[str, list[float]] = {}  # name -> [calls, self host ns, self device ns]
+    ops: dict[str, list[float]] = {}  # name -> [calls, self host ns, self device ns, compute calls]
     totals = {"self": 0, "compute": 0, "launches": 0, "occupancy": 0}
     occupancy_pending: dict[Any, bool] = {}  # thread -> an occupancy query since its last launch
     after_occupancy: set[Any] = set()  # correlation ids of launches that followed one
+    computes = compute_flags([h[2] for h in host], [h[6] for h in host])
+    phases = sorted(
+        (h[0], h[0] + h[1], h[2]) for h in host if h[3] == "user_annotation" and h[2] in PHASES
+    )
+    phase_starts = [p[0] for p in phases]
+
+    def phase_of(t: int) -> str | None:
+        i = bisect.bisect_right(phase_starts, t) - 1
+        return phases[i][2] if i >= 0 and t < phases[i][1] else None
+
+    for start, end, name in phases:
+        s = step_of(start)
+        if s is not None:
+            s.phase_host_ns[name] = s.phase_host_ns.get(name, 0) + end - start
     for i, h in enumerate(host):
         start, dur, name, cat, corr, self_ns = h[0], h[1], h[2], h[3], h[4], h[5]
-        compute = name in COMPUTE_OPS or name.startswith(COMPUTE_PREFIXES) or COMPUTE_MARK in name
+        compute = computes[i]
         totals["self"] += self_ns
         totals["compute"] += self_ns if compute else 0
         totals["launches"] += name in LAUNCHES
         totals["occupancy"] += name.startswith(OCCUPANCY_PREFIXES)
-        op = ops.setdefault(name, [0, 0, 0])
+        op = ops.setdefault(name, [0, 0, 0, 0])
         op[0] += 1
         op[1] += self_ns
+        op[3] += compute
         s = step_of(start)
         if cat in ("cuda_runtime", "cuda_driver", "hip_runtime"):
             if name.startswith(OCCUPANCY_PREFIXES):
@@ -311,6 +369,9 @@ def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatche
         if compute:
             s.compute_ns += self_ns
             s.compute_calls.setdefault(name, []).append(self_ns)
+            phase = phase_of(start) if phases else None
+            if phase is not None:
+                s.phase_compute_ns[phase] = s.phase_compute_ns.get(phase, 0) + self_ns
         if name.startswith("aten::"):
             s.aten_ops += 1
         if name in LAUNCHES:
@@ -328,14 +389,18 @@ def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatche
             s, launch_start, host_index = launched
             parent = host[host_index][6]
             owner = host[parent][2] if parent >= 0 else host[host_index][2]
-            ops.setdefault(owner, [0, 0, 0])[2] += dur
+            ops.setdefault(owner, [0, 0, 0, 0])[2] += dur
             if s is not None:
                 s.lags_ns.append(start - launch_start)
+            phase = phase_of(launch_start) if phases else None
         else:
             s = step_of(start)
+            phase = phase_of(start) if phases else None
         if s is None:
             continue
         s.device_ns += dur
+        if phase is not None:
+            s.phase_device_ns[phase] = s.phase_device_ns.get(phase, 0) + dur
         if cat == "kernel":
             s.kernels += 1
             s.kernel_ns.setdefault(name, []).append(dur)
@@ -487,7 +552,8 @@ def _summarise(
     )
     op_rows = sorted(
         (
-            {"name": name, "calls": int(v[0]), "self_host_us": v[1] * us, "self_device_us": v[2] * us}
+            {"name": name, "calls": int(v[0]), "self_host_us": v[1] * us, "self_device_us": v[2] * us,
+             "compute_calls": int(v[3])}
             for name, v in ops.items()
         ),
         key=lambda r: -(r["self_host_us"] + r["self_device_us"]),
@@ -511,6 +577,12 @@ def _summarise(
         ],
         "launch_lag_us": [statistics.median(s.lags_ns) * us if s.lags_ns else None for s in steps],
     }
+    if any(s.phase_host_ns for s in steps):  # a training step's phases
+        for phase in PHASES:
+            per_step[f"{phase}_host_us"] = [s.phase_host_ns.get(phase, 0) * us for s in steps]
+            per_step[f"{phase}_compute_us"] = [s.phase_compute_ns.get(phase, 0) * us for s in steps]
+            if has_device:
+                per_step[f"{phase}_device_us"] = [s.phase_device_ns.get(phase, 0) * us for s in steps]
     top = kernel_rows[0]["name"] if kernel_rows else None
     per_step["top_kernel_us"] = [sum(per_call(s).get(top, [])) * us for s in steps] if top else []
 
