@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import signal
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
 
 from experiments import records
 from experiments import seam
@@ -31,20 +33,24 @@ EXIT_INTERRUPTED = 130
 
 def job_config(cfg: DictConfig) -> JobConfig:
     """The typed, validated job configuration of a composed Hydra config."""
-    from omegaconf.errors import MissingMandatoryValue
-
     try:
         plain = {
             str(key): OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
             for key in cfg
             if key != "hydra"
         }
-    except MissingMandatoryValue as exc:
-        key = getattr(exc, "full_key", None) or "a key"
-        hint = (": name your factory, e.g. workload._target_=mybench.blocks:make_block"
-                if "_target_" in str(key) else "")
-        raise ConfigError(f"{key} is missing{hint}") from None
+    except (MissingMandatoryValue, InterpolationToMissingValueError) as exc:
+        raise missing_value(exc) from None
     return config_from_dict(plain)
+
+
+def missing_value(exc: Exception) -> ConfigError:
+    """A `???` value left unset (workload=custom without workload._target_), in words."""
+    found = re.search(r"Missing mandatory value: ?([\w.]+)", str(exc))
+    key = found.group(1) if found else getattr(exc, "full_key", None) or "a mandatory key"
+    hint = (": name your factory, e.g. workload._target_=mybench.blocks:make_block"
+            if key.endswith("_target_") else f": set {key}=...")
+    return ConfigError(f"{key} is missing{hint}")
 
 
 def task(cfg: DictConfig) -> None:
@@ -210,6 +216,8 @@ class SweepCallback(Callback):
             try:
                 composed[tuple(overrides)] = loader.load_sweep_config(config, list(overrides))
                 configs.append(job_config(composed[tuple(overrides)]))
+            except (MissingMandatoryValue, InterpolationToMissingValueError) as exc:
+                refuse(str(missing_value(exc)))
             except (ConfigError, HydraException) as exc:
                 cause = f"\n{exc.__cause__}" if exc.__cause__ else ""  # Hydra's names the key
                 refuse(f"{exc} (in the job {' '.join(overrides)}){cause}")

@@ -1,0 +1,162 @@
+"""A user's own workload, written to a folder outside the project and swept through the CLI as a
+person would: inference and training, eager and compiled, bad targets refused before any job."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, job_dirs, read_metrics, run_cli, table_footer
+
+USER_MODULE = '''
+"""A user's benchmark module: nothing in it knows about profsweep."""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class GeGLU(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.gate(x), approximate="tanh") * self.up(x))
+
+
+def make_geglu(*, size, dtype, device, dim: int = 32, hidden: int = 64):
+    module = GeGLU(dim, hidden).to(device=device, dtype=dtype)
+    return module, (torch.randn(size, dim, device=device, dtype=dtype),)
+
+
+def picky(*, size, dtype, device, limit: int = 32):
+    """torch.add(torch.matmul(x, w), b), refusing sizes above `limit`."""
+    if size > limit:
+        raise ValueError(f"size {size} is above limit {limit}")
+    x, w, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(3))
+    return (lambda x, w, b: torch.add(torch.matmul(x, w), b)), (x, w, b)
+
+
+NOT_A_FUNCTION = 42
+'''
+
+
+@pytest.fixture(scope="module")
+def user_code(tmp_path_factory) -> Path:
+    """A folder outside the repository holding the package `mybench`."""
+    folder = tmp_path_factory.mktemp("user")
+    (folder / "mybench").mkdir()
+    (folder / "mybench" / "__init__.py").write_text("")
+    (folder / "mybench" / "blocks.py").write_text(textwrap.dedent(USER_MODULE))
+    assert ROOT not in folder.parents
+    return folder
+
+
+def _trace_names(job_dir: Path, record: dict) -> list[tuple[str, str]]:
+    trace = json.loads((job_dir / record["trace_file"]).read_text())
+    return [(e.get("cat"), e.get("name")) for e in trace["traceEvents"] if e.get("ph") == "X"]
+
+
+@pytest.mark.slow
+def test_a_user_module_is_swept_for_inference_and_training(user_code, tmp_path):
+    sweep = tmp_path / "sweep"
+    done = run_cli("-m", "workload=custom", "workload._target_=mybench.blocks:make_geglu",
+                   "workload.hidden=16", "size=8,64", "compile=false,true", "train=false,true",
+                   f"hydra.sweep.dir={sweep}", env={"PYTHONPATH": str(user_code)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "done: 8 jobs (8 ok, 0 failed)" in done.stdout
+    records = {d: read_metrics(d) for d in job_dirs(sweep)}
+    dim, hidden = 32, 16
+    for job_dir, m in records.items():
+        assert m["status"] == "ok", m["error"]
+        assert job_dir.name.split("_", 1)[1].startswith("make_geglu_")
+        assert (m["workload"], m["workload_target"]) == ("make_geglu", "mybench.blocks:make_geglu")
+        assert (m["workload_hidden"], m["workload_dim"]) == (hidden, dim)  # the default is recorded too
+        footer = table_footer((job_dir / m["table_file"]).read_text())
+        assert m["self_cpu_total_us"] == pytest.approx(footer["CPU"], rel=0.01)
+        assert m["peak_memory_bytes"] > 0 and m["flops_source"] == "counted"
+        names = _trace_names(job_dir, m)
+        phases = [n for c, n in names if c == "user_annotation" and n in ("forward", "backward", "optimizer")]
+        if m["train"]:
+            assert job_dir.name.endswith("_train") and m["optimizer"] == "adamw"
+            assert sorted(phases) == ["backward"] * 3 + ["forward"] * 3 + ["optimizer"] * 3
+        else:
+            assert phases == []
+            n = m["size"]
+            # Counted by FlopCounterMode = the hand count: three GEMMs, then gelu and mul on (n, hidden).
+            assert m["flops_per_call"] == 6 * n * dim * hidden + 2 * n * hidden
+    trained = {(m["size"], m["compile"]): m["flops_per_call"] for m in records.values() if m["train"]}
+    for (n, compile), flops in trained.items():
+        # GEMMs alone: 3 forward, 4 backward (down: its input's and weight's gradients; gate and
+        # up: their weights' only, x needs none), 2·n·dim·hidden each; then pointwise and AdamW.
+        assert flops > 7 * 2 * n * dim * hidden
+        assert flops == trained[(n, not compile)]  # counted on the eager step either way
+
+    summary = pd.read_csv(sweep / "summary.csv").set_index("job")
+    for (compile, train), rows in summary.groupby(["compile", "train"]):
+        by_size = rows.set_index("size")
+        assert by_size.loc[64, "peak_memory_bytes"] > by_size.loc[8, "peak_memory_bytes"], (compile, train)
+        assert by_size["achieved_flops_per_s"].notna().all() and by_size["regime"].notna().all()
+    trained = summary[summary["train"]]
+    for phase in ("forward", "backward", "optimizer"):
+        assert (trained[f"step_{phase}_host_us_median"] > 0).all()
+        assert (trained[f"step_{phase}_compute_us_median"] > 0).all()  # backward and optimizer ops are compute
+    report = (sweep / "report.html").read_text()
+    assert "Training steps: time per phase" in report and (sweep / "plots" / "memory.png").exists()
+
+
+@pytest.mark.slow
+def test_a_factory_that_raises_fails_only_its_job_and_settings_name_series(user_code, tmp_path):
+    """Run from the user's folder: the module is found in the working directory."""
+    sweep = tmp_path / "sweep"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "run.py"), "-m", "workload=custom",
+         "workload._target_=mybench.blocks:picky", "workload.limit=32,100", "size=16,64",
+         f"hydra.sweep.dir={sweep}"],
+        cwd=user_code, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "done: 4 jobs (3 ok, 1 failed)" in done.stdout
+    records = [read_metrics(d) for d in job_dirs(sweep)]
+    failed = [m for m in records if m["status"] != "ok"]
+    assert len(failed) == 1 and (failed[0]["size"], failed[0]["workload_limit"]) == (64, 32)
+    assert failed[0]["error"] == "ValueError: size 64 is above limit 32"
+    for m in records:
+        if m["status"] == "ok":  # a plain function without a cost model: FLOPs counted
+            assert m["flops_per_call"] == 2 * m["size"] ** 3 + m["size"] ** 2
+    summary = pd.read_csv(sweep / "summary.csv")
+    assert set(summary["variant"]) == {"picky limit=32", "picky limit=100"}
+
+
+@pytest.mark.parametrize(
+    "overrides,needles",
+    [
+        ([], ["workload._target_ is missing", "workload._target_=mybench.blocks:make_block"]),
+        (["workload._target_=mybench.nowhere:f"], ["workload._target_='mybench.nowhere:f' does not import",
+                                                    "No module named 'mybench.nowhere'"]),
+        (["workload._target_=mybench.blocks:NOT_A_FUNCTION"], ["is not callable: it is a int"]),
+        (["workload._target_=mybench.blocks:make_geglu", "workload.hiden=3"],
+         ["workload.hiden=3 is not allowed", "unexpected keyword argument 'hiden'", "its settings are dim, hidden"]),
+        (["workload._target_=mybench.blocks:make_geglu", "workload.hidden=8,abc"],
+         ["workload.hidden='abc' is not allowed", "must be an integer"]),
+        (["workload._target_=os:getcwd"], ["rejects its arguments", "size, dtype, device"]),
+    ],
+)
+def test_bad_targets_are_refused_before_any_job(user_code, tmp_path, overrides, needles):
+    sweep = tmp_path / "sweep"
+    done = run_cli("-m", "workload=custom", *overrides, "size=8", f"hydra.sweep.dir={sweep}",
+                   env={"PYTHONPATH": str(user_code)})
+    assert done.returncode == 2, done.stdout + done.stderr
+    for needle in needles:
+        assert needle in done.stderr
+    assert not sweep.exists()  # nothing written
