@@ -48,6 +48,8 @@ class _Data:
     def series(self, workload: str, compile: bool = False, warmup: bool | None = False) -> pd.DataFrame:
         """One series over size, bf16 when there is one, sorted by size."""
         rows = self.ok[(self.ok["workload"] == workload) & (self.ok["compile"] == compile)]
+        if "train" in rows:  # the article profiles inference
+            rows = rows[rows["train"].fillna(False).astype(bool) == False]  # noqa: E712
         if warmup is not None:
             rows = rows[rows["warmup"] == warmup]
         if rows.empty:

@@ -11,6 +11,8 @@
 # PART1_SIZES / PART2_SIZES / PYTHON override the defaults (e.g. a first try on a CPU).
 # PART3_SIZES (empty by default: not in the 8 minutes) adds attention at those sequence lengths
 # with every SDPA backend, eager, warm: 4 jobs per size, e.g. PART3_SIZES=1024,8192.
+# USER_SIZES (default 1024; empty: skipped) sweeps the user workload examples/transformer.py
+# (a transformer block by import path) eager and compiled, inference and training: 4 jobs per size.
 set -euo pipefail
 out=${1:?usage: scripts/gpu_evidence.sh OUT_DIR}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,6 +21,7 @@ PYTHON=${PYTHON:-python3}
 PART1_SIZES=${PART1_SIZES:-64,512,4096}
 PART2_SIZES=${PART2_SIZES:-1024,8192}
 PART3_SIZES=${PART3_SIZES:-}
+USER_SIZES=${USER_SIZES-1024}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
@@ -42,6 +45,13 @@ if [ -n "$PART3_SIZES" ]; then
   parts="$parts part3"
   "$PYTHON" experiments/run.py -m +experiment=part3 "size=$PART3_SIZES" compile=false warmup=true \
     workload.backend=math,flash,efficient,cudnn "hydra.sweep.dir=$out/part3" || status=$?
+fi
+
+if [ -n "$USER_SIZES" ]; then
+  parts="$parts user"
+  "$PYTHON" experiments/run.py -m workload=custom workload._target_=examples.transformer:make_block \
+    workload.dim=1024 workload.heads=16 "size=$USER_SIZES" compile=false,true train=false,true warmup=true \
+    "hydra.sweep.dir=$out/user" || status=$?
 fi
 
 # Keep the folders small: gzip every trace, point metrics.json at the .gz, redo the analysis.

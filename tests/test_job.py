@@ -89,6 +89,22 @@ def test_cuda_job_device_total_equals_table_footer(tmp_path):
     assert record["self_cpu_total_us"] == pytest.approx(footer["CPU"], rel=0.01)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_training_step_has_its_phases_and_allocator_peak(tmp_path):
+    config = JobConfig(workload=WorkloadConfig.builtin("mlp", dim=256, hidden=1024), size=512, device="cuda",
+                       train=True, run=IN_PROCESS)
+    record = run_job(config, tmp_path)
+    assert record["status"] == "ok", record["error"]
+    footer = table_footer((tmp_path / record["table_file"]).read_text())
+    assert record["self_device_total_us"] == pytest.approx(footer["CUDA"], rel=0.01)
+    weights = 3 * 256 * 1024 * 2  # bf16: the weights alone, then gradients and AdamW's moments
+    assert record["peak_memory_bytes"] > 4 * weights
+    assert record["peak_memory_reserved_bytes"] >= record["peak_memory_bytes"]
+    names = [e.get("name") for e in json.loads((tmp_path / record["trace_file"]).read_text())["traceEvents"]
+             if e.get("cat") == "user_annotation"]  # the GPU track mirrors them as gpu_user_annotation
+    assert all(names.count(phase) == 3 for phase in ("forward", "backward", "optimizer"))
+
+
 @pytest.mark.slow
 def test_compiled_cpu_mlp_names_its_fused_kernel(tmp_path):
     config = JobConfig(workload=WorkloadConfig.builtin("mlp", dim=16, hidden=32), size=8, device="cpu", compile=True,
