@@ -264,6 +264,166 @@ def part2(d: _Data) -> list[Claim]:
     return out
 
 
+CUDA_ONLY = "CUDA only: needs the CUDA kernels' trace"
+
+
+def _attention_jobs(d: _Data) -> dict[str, pd.Series]:
+    """Part 3's jobs: one eager inference job per attention backend (warm when there is one), all
+    at the largest sequence length that the backends run in this sweep have in common."""
+    if "workload_backend" not in d.ok:
+        return {}
+    att = d.ok[(d.ok["workload"] == "attention") & (~d.ok["compile"].astype(bool))]
+    if "train" in att:
+        att = att[att["train"].fillna(False).astype(bool) == False]  # noqa: E712
+    if att.empty:
+        return {}
+    if att["warmup"].astype(bool).any():
+        att = att[att["warmup"].astype(bool)]
+    sizes = None
+    for _, rows in att.groupby("workload_backend"):
+        sizes = set(rows["size"]) if sizes is None else sizes & set(rows["size"])
+    size = max(sizes) if sizes else att["size"].max()
+    chosen = att[att["size"] == size] if sizes else att
+    return {str(r["workload_backend"]): r for _, r in chosen.sort_values("dtype", ascending=False).iterrows()}
+
+
+def part3(d: _Data) -> list[Claim]:
+    jobs = _attention_jobs(d)
+    out: list[Claim] = []
+    P = "part3"
+
+    def per_step(job: pd.Series, op: str) -> float:
+        ops = d.job_ops(job["job"])
+        return float(ops["calls"].get(op, 0)) / job["steps"] if len(ops) else 0.0
+
+    def kernels_per_step(job: pd.Series) -> float:
+        return float(job["step_kernels_median"]) if _on_gpu(job) else d.compute_calls_per_step(job)
+
+    def what(job: pd.Series) -> str:
+        return "kernels" if _on_gpu(job) else "compute ops (CPU)"
+
+    def need(*names: str) -> list[pd.Series] | None:
+        return [jobs[n] for n in names] if all(n in jobs for n in names) else None
+
+    c, e = ("naive attention runs one more device activity per forward than in-place: a memcpy",
+            "naive 6 kernels incl. a Memcpy (out-of-place masked_fill), in-place 5")
+    pair = need("naive", "inplace")
+    if pair is None:
+        out.append(_na(P, c, e, "needs the naive and in-place attention jobs"))
+    else:
+        naive, inplace = pair
+        if _on_gpu(naive):
+            a = naive["step_kernels_median"] + naive["step_memcpys_median"]
+            b = inplace["step_kernels_median"] + inplace["step_memcpys_median"]
+            extra = naive["step_memcpys_median"] - inplace["step_memcpys_median"]
+            out.append(Claim(P, c, e, f"device activities per forward: naive {a:.0f}, in-place {b:.0f}; "
+                             f"memcpys {naive['step_memcpys_median']:.0f} vs {inplace['step_memcpys_median']:.0f}",
+                             _verdict(a - b == 1 and extra == 1), f"{naive['job']}, {inplace['job']}"))
+        else:
+            a, b = per_step(naive, "aten::copy_"), per_step(inplace, "aten::copy_")
+            out.append(Claim(P, c, e, f"aten::copy_ per forward (CPU): naive {a:.0f}, in-place {b:.0f}",
+                             _verdict(a - b == 1), f"{naive['job']}, {inplace['job']}"))
+
+    c, e = "the math backend runs many more kernels per forward than in-place", "math 20 kernels, in-place 5"
+    pair = need("math", "inplace")
+    if pair is None:
+        out.append(_na(P, c, e, "needs the math and in-place attention jobs"))
+    else:
+        math, inplace = pair
+        a, b = kernels_per_step(math), kernels_per_step(inplace)
+        out.append(Claim(P, c, e, f"{what(math)} per forward: math {a:.0f}, in-place {b:.0f}",
+                         _verdict(a > b), f"{math['job']}, {inplace['job']}"))
+
+    c, e = "the math backend is slower than in-place", "3.7× (Self CUDA 27.279 ms vs 7.194 ms)"
+    if pair is None:
+        out.append(_na(P, c, e, "needs the math and in-place attention jobs"))
+    else:
+        math, inplace = pair
+        key = "device_us_per_step" if _on_gpu(math) else "host_us_per_step"
+        ratio = math[key] / inplace[key]
+        out.append(Claim(P, c, e, f"size {math['size']}: {ratio:.2f}× ({_us(math[key])} vs {_us(inplace[key])} per "
+                         f"forward, {'device' if key.startswith('device') else 'host (CPU)'})",
+                         _verdict(ratio > 1), f"{math['job']}, {inplace['job']}"))
+
+    c, e = "math's GEMMs run in FP32 on CUDA cores although the inputs are bf16", "sgemm kernels, no tensor cores"
+    math = jobs.get("math")
+    if math is None or not _on_gpu(math):
+        out.append(_na(P, c, e, CUDA_ONLY if math is not None else "needs the math attention job"))
+    else:
+        k = d.kernels[(d.kernels["job"] == math["job"]) & d.kernels["name"].str.contains("gemm", case=False)]
+        cores = ", ".join(sorted({"tensor cores" if t is True else "CUDA cores" if t is False else "unknown"
+                                  for t in k.get("tensor_cores", pd.Series(dtype=object))}))
+        out.append(Claim(P, c, e, f"{len(k)} GEMM kernels ({math['dtype']} inputs): {cores or 'none'}",
+                         _verdict(not k.empty and (k["tensor_cores"] == False).all()), math["job"]))  # noqa: E712
+
+    c, e = "the math backend rebuilds the causal mask on every call", "aten::ones -> aten::tril, aten::where per call"
+    if math is None:
+        out.append(_na(P, c, e, "needs the math attention job"))
+    else:
+        tril, where = per_step(math, "aten::tril"), per_step(math, "aten::where")
+        fused = [jobs[n] for n in ("flash", "efficient", "cudnn") if n in jobs]
+        others = ", ".join(f"{r['workload_backend']} {per_step(r, 'aten::tril'):.0f}" for r in fused)
+        out.append(Claim(P, c, e, f"per forward: math aten::tril {tril:.0f}, aten::where {where:.0f}"
+                         + (f"; aten::tril in {others}" if others else ""),
+                         _verdict(tril >= 1 and where >= 1 and all(per_step(r, "aten::tril") == 0 for r in fused)),
+                         math["job"]))
+
+    c, e = "efficient, flash and cuDNN run one fused kernel per forward", "1 kernel each"
+    fused = [jobs[n] for n in ("efficient", "flash", "cudnn") if n in jobs]
+    if not fused:
+        out.append(_na(P, c, e, "needs a flash, efficient or cudnn attention job"))
+    else:
+        counts = {str(r["workload_backend"]): kernels_per_step(r) for r in fused}
+        missing = [n for n in ("efficient", "flash", "cudnn") if n not in counts]
+        out.append(Claim(P, c, e, "; ".join(f"{n} {v:.0f} {what(jobs[n])}" for n, v in counts.items())
+                         + (f" ({', '.join(missing)} not run here)" if missing else ""),
+                         _verdict(all(v == 1 for v in counts.values())), ", ".join(r["job"] for r in fused)))
+
+    gpu = {n: r for n, r in jobs.items() if _on_gpu(r)}
+
+    c, e = "flash and efficient call four transposes per forward, cuDNN none", "4, 4 and 0 aten::transpose"
+    trio = [gpu[n] for n in ("flash", "efficient", "cudnn") if n in gpu]
+    if len(trio) < 3:
+        out.append(_na(P, c, e, CUDA_ONLY + " of flash, efficient and cudnn (the CPU's flash attention is "
+                        "another implementation)"))
+    else:
+        t = {str(r["workload_backend"]): per_step(r, "aten::transpose") for r in trio}
+        out.append(Claim(P, c, e, ", ".join(f"{n} {v:.0f}" for n, v in t.items()),
+                         _verdict(t["flash"] == 4 and t["efficient"] == 4 and t["cudnn"] == 0),
+                         ", ".join(r["job"] for r in trio)))
+
+    c, e = "cuDNN launches its kernel with cuLaunchKernelEx (driver API)", "cuLaunchKernelEx, not cudaLaunchKernel"
+    cudnn = gpu.get("cudnn")
+    if cudnn is None:
+        out.append(_na(P, c, e, CUDA_ONLY + " of the cudnn backend"))
+    else:
+        ex, rt = per_step(cudnn, "cuLaunchKernelEx"), per_step(cudnn, "cudaLaunchKernel")
+        out.append(Claim(P, c, e, f"per forward: cuLaunchKernelEx {ex:.0f}, cudaLaunchKernel {rt:.0f}",
+                         _verdict(ex >= 1), cudnn["job"]))
+
+    c, e = "cuDNN costs more host time per forward than flash and efficient", "CPU avg 214 µs vs 138 µs and 117 µs"
+    if len(trio) < 3:
+        out.append(_na(P, c, e, CUDA_ONLY + " of flash, efficient and cudnn"))
+    else:
+        h = {str(r["workload_backend"]): r["host_us_per_step"] for r in trio}
+        out.append(Claim(P, c, e, ", ".join(f"{n} {_us(v)}" for n, v in h.items()),
+                         _verdict(h["cudnn"] > h["flash"] and h["cudnn"] > h["efficient"]),
+                         ", ".join(r["job"] for r in trio)))
+
+    c, e = "flash's reported occupancy is low and cuDNN's reads 0", "13% and 0% (estimated achieved occupancy)"
+    pair = [gpu[n] for n in ("flash", "cudnn") if n in gpu]
+    if len(pair) < 2 or "occupancy_pct" not in d.kernels:
+        out.append(_na(P, c, e, CUDA_ONLY + " of flash and cudnn"))
+    else:
+        occ = {}
+        for r in pair:
+            top = d.kernels[d.kernels["job"] == r["job"]].sort_values("total_us", ascending=False).head(1)
+            occ[str(r["workload_backend"])] = float(top["occupancy_pct"].iloc[0]) if len(top) else float("nan")
+        out.append(Claim(P, c, e, f"flash {occ['flash']:.0f}%, cudnn {occ['cudnn']:.0f}%",
+                         _verdict(occ["flash"] < 25 and occ["cudnn"] == 0), ", ".join(r["job"] for r in pair)))
+    return out
+
+
 def evaluate(summary: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, kernels: pd.DataFrame,
              crossovers: pd.DataFrame) -> pd.DataFrame:
     """claims.csv's rows for every part whose workloads the sweep ran (empty when none)."""
@@ -276,4 +436,6 @@ def evaluate(summary: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, kern
         claims += part1(d)
     if workloads & {"linear", "mlp"}:
         claims += part2(d)
+    if "attention" in workloads:
+        claims += part3(d)
     return pd.DataFrame([asdict(c) for c in claims], columns=list(Claim.__dataclass_fields__))

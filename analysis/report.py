@@ -196,7 +196,8 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
         f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(folder.name)} · profiling sweep</title>",
         f"<style>{CSS}</style></head><body>",
         f"<h1>Profiling sweep <code>{escape(str(folder))}</code></h1>",
-        f"<p>{len(jobs)} jobs: {ok} ok, {len(jobs) - ok} failed.",
+        f"<p>{len(jobs)} jobs: {ok} ok, {len(jobs) - ok - len([j for j in jobs if j.get('status') == 'skipped'])} failed"
+        + (f", {len([j for j in jobs if j.get('status') == 'skipped'])} skipped" if any(j.get("status") == "skipped" for j in jobs) else "") + ".",
     ]
     if plan.get("command"):
         parts.append(f" Command: <code>python {escape(' '.join(map(str, plan['command'])))}</code>")
@@ -209,6 +210,12 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
     ]
     parts += ["<h2>Environment</h2>", _table(["", "value"], env_rows)]
 
+    left_out = [j for j in jobs if j.get("status") == "skipped"]
+    if left_out:
+        parts.append(f"<h2>Left out on this machine</h2><p>{len(left_out)} job{'s' if len(left_out) != 1 else ''} "
+                     "not run (<code>run.unavailable=skip</code>):</p><ul>")
+        parts += [f"<li><b>{escape(str(j['job']))}</b>: {escape(str(j.get('error')))}</li>" for j in left_out]
+        parts.append("</ul>")
     problems = tables.problems
     if problems:
         parts.append("<h2 class='bad'>Problems</h2><ul>")

@@ -38,6 +38,8 @@ class SweepTables:
         """(job, what went wrong) for failed jobs and unreadable traces."""
         out = []
         for row in self.jobs:
+            if row.get("status") == "skipped":  # left out on purpose (run.unavailable=skip)
+                continue
             if row.get("status") != "ok":
                 out.append((row["job"], f"{row.get('status')}: {row.get('error')}"))
             elif row.get("trace_error"):

@@ -8,9 +8,14 @@ Definitions (all times in µs):
 - host events: complete (`X`) events on host threads (cpu_op, user_annotation, runtime and
   driver calls, ...). Self time = duration minus direct children on the same thread, with
   torch's own nesting rule, so `self_cpu_total_us` equals key_averages().table()'s footer.
-- device events: `kernel`, `gpu_memcpy`, `gpu_memset`; `self_device_total_us` is the sum of
-  their durations. A device event belongs to the step whose runtime call launched it
-  (matched by `correlation`).
+- device events: `kernel`, `gpu_memcpy`, `gpu_memset`, MTIA's `mtia_ccp_events`, and every
+  event on a process or stream the trace labels as a device (any accelerator);
+  `self_device_total_us` is the sum of their durations. An event with a missing or negative
+  duration is malformed: counted and named (`malformed_events`), never summed. A device event
+  belongs to the step whose runtime call launched it (matched by `correlation`).
+- kernels: tensor cores read from the name (TENSOR_CORE_NAME, CUDA_CORE_NAME), and what CUPTI
+  records in the kernel's args: estimated achieved occupancy (median over launches),
+  registers per thread, shared memory, block size.
 - totals (`*_total*`, `compute_us`, `overhead_us`) are over every recorded event, as torch's
   footer is: the profiler records only its active steps (plus any Python frame around them).
 - per-step statistics: one window per `ProfilerStep#N` event when there are any, else the
@@ -33,7 +38,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+# Device-side events: these categories (CUDA and ROCm's, MTIA's), and every event of a process
+# or stream the trace labels as a device ("GPU 0", "MTIA 0", "stream 7"), whatever its category.
+DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events"})
+DEVICE_LABEL = re.compile(r"\b(GPU|MTIA|XPU|HPU|NPU|TPU|accelerator|device)\b", re.IGNORECASE)
+STREAM_LABEL = re.compile(r"^\s*stream\s+\d+", re.IGNORECASE)
+RUNTIME_SUFFIXES = ("_runtime", "_driver")  # cuda_runtime, cuda_driver, hip_runtime, mtia_runtime, ...
+# Tensor cores, read from a kernel's name: MMA shapes (s16816, h1688, i8816), hmma, wmma,
+# gmma/wgmma (Hopper), tensorop, xmma; CUDA cores: a plain sgemm or dgemm; otherwise unknown.
+TENSOR_CORE_NAME = re.compile(r"(?:^|[^a-z0-9])[hsid]\d{3,5}(?=gemm|[^a-z0-9]|$)|hmma|wmma|w?gmma|tensorop|xmma",
+                              re.IGNORECASE)
+CUDA_CORE_NAME = re.compile(r"[sd]gemm", re.IGNORECASE)
 # Not host work: device-side records, the trace's own span, profiler overhead. (Python frames,
 # recorded with with_stack=True, are host work: torch's table counts them too.)
 NOT_HOST = DEVICE_CATEGORIES | {
@@ -257,6 +272,25 @@ def _ns(value: Any) -> int:
     return int(float(value) * 1000.0 + 0.5)
 
 
+def tensor_cores(kernel: str) -> bool | None:
+    """Whether a kernel's name says it runs on tensor cores (True), CUDA cores (False), or neither."""
+    if TENSOR_CORE_NAME.search(kernel):
+        return True
+    return False if CUDA_CORE_NAME.search(kernel) else None
+
+
+def _device_kind(cat: str, name: str) -> str:
+    """kernel, memcpy or memset, for a device event of any accelerator."""
+    text = f"{cat} {name}".lower()
+    if "memcpy" in text:
+        return "memcpy"
+    return "memset" if "memset" in text else "kernel"
+
+
+_KERNEL_ARGS = (("est. achieved occupancy %", "occupancy_pct"), ("registers per thread", "registers_per_thread"),
+                ("shared memory", "shared_memory_bytes"), ("block", "block"))
+
+
 def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatches]) -> dict[str, Any]:
     """Metrics of the events, read batch by batch (the readers' `meta` is set at the end)."""
     # --- split: host events per thread, device events, launch calls by correlation id --------
@@ -267,19 +301,31 @@ def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatche
     # can be 1 ns off, enough to break the nesting. Relative to a base ~1000 s earlier they
     # convert to ns exactly.
     base: int | None = None
+    labels: list[dict[str, Any]] = []  # process and thread labels (metadata events)
+    malformed: dict[str, int] = {}  # name -> events with a missing or negative duration
+    kernel_args: dict[str, dict[str, Any]] = {}  # kernel name -> what its launches record
     for batch in batches:
         for e in batch:  # the hot loop: ~100k events in a 35 MB trace; _ns() inlined
             if e.get("ph") != "X":
+                if e.get("ph") == "M":
+                    labels.append(e)
                 continue
             if base is None:
                 base = int(float(e["ts"])) - 10**9
+            dur = e.get("dur")
+            if dur is None or float(dur) < 0:
+                name = str(e.get("name", ""))
+                malformed[name] = malformed.get(name, 0) + 1
+                continue
             cat = e.get("cat")
             if cat in DEVICE_CATEGORIES:
                 args = e.get("args") or {}
                 name = e.get("name", "")
                 device.append((int((float(e["ts"]) - base) * 1000.0 + 0.5),
-                               int(float(e.get("dur", 0)) * 1000.0 + 0.5),
+                               int(float(dur) * 1000.0 + 0.5),
                                cat, strings.setdefault(name, name), args.get("correlation")))
+                if cat == "kernel" and "registers per thread" in args:
+                    _add_kernel_args(kernel_args, name, args)
             elif cat not in NOT_HOST:
                 args = e.get("args") or {}
                 name = e.get("name", "")
@@ -289,6 +335,7 @@ def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatche
                      strings.setdefault(name, name), strings.setdefault(cat, cat), args.get("correlation"), 0, -1]
                 )
     meta = readers[0].meta if readers else {}
+    _move_device_threads(threads, labels, device)
 
     host: list[list[Any]] = []
     for thread_events in threads.values():
@@ -355,7 +402,7 @@ def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatche
         op[1] += self_ns
         op[3] += compute
         s = step_of(start)
-        if cat in ("cuda_runtime", "cuda_driver", "hip_runtime"):
+        if cat.endswith(RUNTIME_SUFFIXES):
             if name.startswith(OCCUPANCY_PREFIXES):
                 occupancy_pending[thread_of[i]] = True
             elif name in LAUNCHES:
@@ -401,12 +448,13 @@ def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatche
         s.device_ns += dur
         if phase is not None:
             s.phase_device_ns[phase] = s.phase_device_ns.get(phase, 0) + dur
-        if cat == "kernel":
+        kind = _device_kind(cat, name)
+        if kind == "kernel":
             s.kernels += 1
             s.kernel_ns.setdefault(name, []).append(dur)
             if corr in after_occupancy:
                 s.kernels_after_occupancy[name] = s.kernels_after_occupancy.get(name, 0) + 1
-        elif cat == "gpu_memcpy":
+        elif kind == "memcpy":
             s.memcpys += 1
         else:
             s.memsets += 1
@@ -414,7 +462,45 @@ def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatche
     for s in steps:
         s.device_intervals = _clip(union, s.start, s.end)
 
-    return _summarise(steps, windowed, host, device, ops, meta, thread_of, totals)
+    result = _summarise(steps, windowed, host, device, ops, meta, thread_of, totals)
+    for row in result["kernels"]:
+        recorded = kernel_args.get(row["name"], {})
+        occupancy = recorded.get("occupancy_pct") or []
+        row["tensor_cores"] = tensor_cores(row["name"]) if result["platform"] != "cpu" else None
+        row["occupancy_pct"] = statistics.median(occupancy) if occupancy else None
+        for key in ("registers_per_thread", "shared_memory_bytes", "block"):
+            row[key] = recorded.get(key)
+    result["malformed_events"] = sum(malformed.values())
+    result["malformed"] = dict(sorted(malformed.items(), key=lambda kv: -kv[1]))
+    return result
+
+
+def _add_kernel_args(found: dict[str, dict[str, Any]], name: str, args: dict[str, Any]) -> None:
+    """What CUPTI recorded of a kernel's launch: occupancy (every launch), registers, shared
+    memory and block size (the first launch's)."""
+    row = found.setdefault(name, {"occupancy_pct": []})
+    if "est. achieved occupancy %" in args:
+        row["occupancy_pct"].append(float(args["est. achieved occupancy %"]))
+    for key, column in _KERNEL_ARGS[1:]:
+        if column not in row and key in args:
+            value = args[key]
+            row[column] = "x".join(str(v) for v in value) if isinstance(value, list) else value
+
+
+def _move_device_threads(threads: dict[tuple[Any, Any], list[list[Any]]], labels: list[dict[str, Any]],
+                         device: list[tuple[int, int, str, str, Any]]) -> None:
+    """Events on a process or stream the trace labels as a device are device events, whatever
+    their category (an accelerator whose categories this module does not know)."""
+    processes, streams = set(), set()
+    for e in labels:
+        text = str((e.get("args") or {}).get("labels") or (e.get("args") or {}).get("name") or "")
+        if e.get("name") == "process_labels" and DEVICE_LABEL.search(text) and "CPU" not in text:
+            processes.add(e.get("pid"))
+        elif e.get("name") == "thread_name" and STREAM_LABEL.match(text):
+            streams.add((e.get("pid"), e.get("tid")))
+    for key in [k for k in threads if k[0] in processes or k in streams]:
+        for h in threads.pop(key):  # [start, dur, name, cat, correlation, ...]
+            device.append((h[0], h[1], h[3], h[2], h[4]))
 
 
 def _nest(events: list[list[Any]]) -> list[int]:
@@ -521,10 +607,18 @@ def _summarise(
 ) -> dict[str, Any]:
     us = 1e-3
     has_device = bool(device)
-    runtime_names = {h[2] for h in host if h[3] in ("cuda_runtime", "cuda_driver", "hip_runtime")}
+    runtime = {(h[3], h[2]) for h in host if h[3].endswith(RUNTIME_SUFFIXES)}
     platform = "cpu"
-    if has_device or runtime_names:
-        platform = "rocm" if any(n.startswith("hip") for n in runtime_names) else "cuda"
+    if has_device or runtime:
+        # The runtime's category names the accelerator (mtia_runtime: mtia); CUDA's and ROCm's
+        # share theirs, and hip* calls say ROCm.
+        families = {cat.rsplit("_", 1)[0] for cat, _ in runtime} - {"cuda", "hip"}
+        if any(name.startswith("hip") for _, name in runtime):
+            platform = "rocm"
+        elif families and not any(cat.startswith("cuda") for cat, _ in runtime):
+            platform = sorted(families)[0]
+        else:
+            platform = "cuda"
 
     # On the CPU the "kernels" are the compute ops, timed by their self time per call.
     per_call = (lambda s: s.kernel_ns) if platform != "cpu" else (lambda s: s.compute_calls)
@@ -601,10 +695,10 @@ def _summarise(
         "self_device_total_us": self_device if platform != "cpu" else None,
         "compute_us": compute,
         "overhead_us": self_cpu - compute,
-        "kernels_total": sum(1 for d in device if d[2] == "kernel"),
+        "kernels_total": sum(1 for d in device if _device_kind(d[2], d[3]) == "kernel"),
         "launches_total": totals["launches"],
-        "memcpys_total": sum(1 for d in device if d[2] == "gpu_memcpy"),
-        "memsets_total": sum(1 for d in device if d[2] == "gpu_memset"),
+        "memcpys_total": sum(1 for d in device if _device_kind(d[2], d[3]) == "memcpy"),
+        "memsets_total": sum(1 for d in device if _device_kind(d[2], d[3]) == "memset"),
         "occupancy_queries_total": totals["occupancy"],
         "dead_window_us": dead * us if dead is not None else None,
         "per_step": {key: _stats([v for v in values if v is not None]) for key, values in per_step.items()},
@@ -638,7 +732,7 @@ def flat(m: dict[str, Any]) -> dict[str, Any]:
         for key in (
             "window", "platform", "steps", "self_cpu_total_us", "self_device_total_us",
             "compute_us", "overhead_us", "kernels_total", "launches_total", "memcpys_total",
-            "memsets_total", "occupancy_queries_total", "dead_window_us",
+            "memsets_total", "occupancy_queries_total", "dead_window_us", "malformed_events",
         )
     }
     for key, stats in m["per_step"].items():
@@ -649,4 +743,5 @@ def flat(m: dict[str, Any]) -> dict[str, Any]:
     for key in ("calls", "median_us", "min_us", "max_us"):
         row[f"top_kernel_{key}"] = top[key] if top else None
     row["top_kernel_spread"] = (top["max_us"] / top["median_us"]) if top and top["median_us"] else None
+    row["malformed_names"] = "; ".join(f"{n} ({c})" for n, c in list(m.get("malformed", {}).items())[:5]) or None
     return row

@@ -24,6 +24,7 @@ DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("adamw", "sgd")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 ISOLATIONS = ("process", "none")
+UNAVAILABLE = ("refuse", "skip")  # a grid point this machine cannot run: refuse the sweep, or skip it
 COMPILE_CACHES = ("fresh", "shared")
 
 def _require_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -153,8 +154,10 @@ class RunConfig:
     compile_cache: str = "fresh"
     warmup_iters: int = 3
     job_timeout_s: int = 3600  # an isolated job still running after this is killed; 0: no limit
+    unavailable: str = "refuse"  # a grid point that needs CUDA on a machine without: refuse | skip
 
     def __post_init__(self) -> None:
+        _require_choice("run.unavailable", self.unavailable, UNAVAILABLE)
         _require_choice("run.isolation", self.isolation, ISOLATIONS)
         _require_choice("run.compile_cache", self.compile_cache, COMPILE_CACHES)
         _require_positive_int("run.warmup_iters", self.warmup_iters)

@@ -31,11 +31,13 @@ class Interrupted:
     seen = False
 
 
-def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None) -> dict[str, Any] | None:
+def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
+             skip: str | None = None) -> dict[str, Any] | None:
     """Run one grid point, print its progress lines, and return its metrics record.
 
     Resume: a job whose folder already holds an `ok` record of the same configuration is
-    skipped and its files are left untouched. After an interruption, returns None for the
+    skipped and its files are left untouched. `skip` (why this machine cannot run the job,
+    with run.unavailable=skip) records it as `skipped` without running it. After an interruption, returns None for the
     jobs that were not started (no metrics.json: a rerun redoes them).
     """
     tag = f"[{index}/{total if total else '?'}] {config.label}"
@@ -49,6 +51,12 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None) ->
     job_dir.mkdir(parents=True, exist_ok=True)
     # A metrics.json left by an earlier run must not pass for this run's.
     (job_dir / records.METRICS_FILE).unlink(missing_ok=True)
+    if skip:
+        record = records.base_record(config, job_dir)
+        record.update(status="skipped", error=skip)
+        records.write_json(job_dir / records.METRICS_FILE, record)
+        print(f"{tag} skipped: {skip}", flush=True)
+        return record
     start = time.perf_counter()
     try:
         with device_slot(slots_for(config.device, visible_gpus())) as slot, _inductor_cache(config) as env:

@@ -81,6 +81,10 @@ class CudaOnly:
     def refusal(self, where: str, detail: str = "") -> str:
         return f"{self.setting} is not allowed {where}: {self.why}{detail}; {self.instead}"
 
+    def left_out(self, detail: str) -> str:
+        """Why a sweep with run.unavailable=skip leaves such a grid point out."""
+        return f"{self.setting} needs CUDA ({self.why}) and {detail}"
+
 
 def needs_cuda(target: str, settings: Mapping[str, Any]) -> CudaOnly | None:
     """The factory's answer to whether these settings need a CUDA device (None: they do not)."""

@@ -8,6 +8,7 @@ SystemExit with the message already printed.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 import signal
@@ -67,7 +68,7 @@ def task(cfg: DictConfig) -> None:
     index, total = 1, 1
     if hydra_cfg.mode.name == "MULTIRUN":
         index, total = hydra_cfg.job.num + 1, planned_jobs(Path(hydra_cfg.sweep.dir))
-    run_task(config, Path(hydra_cfg.runtime.output_dir), index, total)
+    run_task(config, Path(hydra_cfg.runtime.output_dir), index, total, skip=skip_reason(config))
 
 
 def planned_jobs(sweep_dir: Path) -> int | None:
@@ -82,11 +83,40 @@ def refuse(message: str) -> None:
     raise SystemExit(EXIT_BAD_INPUT)
 
 
+@functools.lru_cache(maxsize=1)
+def cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def skip_reason(config: JobConfig) -> str | None:
+    """Why this machine leaves out a grid point with run.unavailable=skip (None: it runs it)."""
+    if config.run.unavailable != "skip":
+        return None
+    needs = seam.needs_cuda(config.workload.target, config.workload.settings)
+    if needs is None:
+        return None
+    if config.device == "cpu":
+        return needs.left_out("the job asks for device=cpu")
+    return None if cuda_visible() else needs.left_out("torch sees no CUDA device here")
+
+
 def check_configs(configs: list[JobConfig]) -> None:
     """Checks that need the factories or the machine, once per distinct workload: the factory
     imports, is callable and takes the settings (experiments.seam.check); settings that run only
     on CUDA (attention's efficient and cudnn backends) need a CUDA device torch can see, and
-    device=cuda too."""
+    device=cuda too. With run.unavailable=skip such grid points are left out (said once, here)
+    instead of refused."""
+    skipped = [c for c in configs if skip_reason(c)]
+    if skipped:
+        values = sorted({seam.needs_cuda(c.workload.target, c.workload.settings).setting for c in skipped})
+        print(f"left out on this machine: {len(skipped)} job{'s' if len(skipped) != 1 else ''} with "
+              f"{', '.join(values)} (CUDA only; "
+              f"{'device=cpu' if all(c.device == 'cpu' for c in skipped) else 'torch sees no CUDA device'}); "
+              "they are recorded as skipped", flush=True)
+        left_out = {id(c) for c in skipped}
+        configs = [c for c in configs if id(c) not in left_out]
     cuda_only: list[seam.CudaOnly] = []
     seen: set[str] = set()
     for c in configs:
@@ -109,14 +139,14 @@ def check_configs(configs: list[JobConfig]) -> None:
     cuda_devices = any(c.device == "cuda" for c in configs)
     if not (cuda_devices or cuda_only):
         return
-    import torch
-
-    if torch.cuda.is_available():
+    if cuda_visible():
         return
     if cuda_devices:
         from experiments.job import cuda_unavailable_message
 
         refuse(cuda_unavailable_message())
+    import torch
+
     refuse(cuda_only[0].refusal("here", f" and torch {torch.__version__} sees no CUDA device"))
 
 
@@ -246,7 +276,7 @@ class SweepCallback(Callback):
 def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     """Print counts and failed jobs from the metrics.json files; exit 1 when any job failed."""
     failed: list[tuple[str, str]] = []
-    ok = 0
+    ok = skipped = 0
     for job_dir in job_dirs:
         try:
             record = json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
@@ -255,10 +285,13 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
             continue
         if record.get("status") == "ok":
             ok += 1
+        elif record.get("status") == "skipped":
+            skipped += 1
         else:
             failed.append((job_dir.name, str(record.get("error"))))
     missing = max(0, (expected or 0) - len(job_dirs))
-    counts = f"{ok} ok, {len(failed)} failed" + (f", {missing} missing" if missing else "")
+    counts = (f"{ok} ok, {len(failed)} failed" + (f", {skipped} skipped" if skipped else "")
+              + (f", {missing} missing" if missing else ""))
     print(f"done: {len(job_dirs)} job{'s' if len(job_dirs) != 1 else ''} ({counts}) in {folder}", flush=True)
     for name, error in failed:
         print(f"  failed: {name}: {error}", flush=True)

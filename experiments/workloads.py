@@ -15,6 +15,8 @@ from experiments.seam import AtLeast, Cost, CudaOnly, Workload, costed
 Count = Annotated[int, AtLeast(1)]
 SDPA_BACKENDS = ("auto", "math", "flash", "efficient", "cudnn")  # auto: torch chooses
 CUDA_ONLY_SDPA_BACKENDS = ("efficient", "cudnn")
+HAND_WRITTEN = ("naive", "inplace")  # Part 3's attention by hand: masked_fill, and masked_fill_
+ATTENTION_BACKENDS = SDPA_BACKENDS + HAND_WRITTEN
 SDPA_BACKEND_NAMES = {
     "math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
 }
@@ -109,7 +111,7 @@ def _attention_needs_cuda(*, backend: str = "auto", **_: Any) -> CudaOnly | None
     """A CUDA-only SDPA backend, and what runs elsewhere."""
     if backend not in CUDA_ONLY_SDPA_BACKENDS:
         return None
-    *others, last = [b for b in SDPA_BACKENDS if b not in CUDA_ONLY_SDPA_BACKENDS]
+    *others, last = [b for b in ATTENTION_BACKENDS if b not in CUDA_ONLY_SDPA_BACKENDS]
     return CudaOnly(f"workload.backend={backend!r}", "it is a CUDA kernel", f"choose {', '.join(others)} or {last}")
 
 
@@ -118,12 +120,17 @@ def _attention_cost(*, size: int, dtype: Any, batch: int = 4, heads: int = 8, he
     n, e = size, dtype.itemsize
     scores = batch * heads * n * n  # one (size, size) score matrix per batch and head
     io = 4 * batch * heads * n * head_dim  # q, k, v read, the output written
-    useful = 0.5 if causal else 1.0  # a causal mask leaves half the matrix to compute
+    # A causal mask leaves half the matrix to compute, to the SDPA kernels that skip it; the
+    # hand-written attention computes every score, then masks.
+    useful = 0.5 if causal and backend not in HAND_WRITTEN else 1.0
+    # The math backend and the hand-written ones hold the scores and their softmax (naive: also
+    # the masked copy; causal: the mask, one byte per score); fused kernels tile them.
+    held = {"math": 2, "inplace": 2, "naive": 3}.get(backend, 0) * scores * e
+    mask = n * n if causal and backend in HAND_WRITTEN else 0
     return Cost(
         flops=int(useful * (4 * scores * head_dim + 2 * scores)),  # q·kᵀ and p·v; scale and softmax
         bytes=io * e,
-        # Only the math backend holds the scores and their softmax; fused kernels tile them.
-        memory_bytes=(io + (2 * scores if backend == "math" else 0)) * e,
+        memory_bytes=io * e + held + mask,
         param_bytes=3 * io // 4 * e,
     )
 
@@ -131,11 +138,32 @@ def _attention_cost(*, size: int, dtype: Any, batch: int = 4, heads: int = 8, he
 @costed(_attention_cost)
 def attention(*, size: int, dtype: Any, device: Any, batch: Count = 4, heads: Count = 8,
               head_dim: Count = 64, causal: bool = False,
-              backend: Literal[SDPA_BACKENDS] = "auto") -> Workload:
-    """F.scaled_dot_product_attention(q, k, v), q, k, v all (batch, heads, size, head_dim): size is
-    the sequence length; backend pins SDPA's kernel with sdpa_kernel (auto: torch chooses)."""
+              backend: Literal[ATTENTION_BACKENDS] = "auto") -> Workload:
+    """Attention over q, k, v all (batch, heads, size, head_dim): size is the sequence length.
+    backend: an SDPA kernel pinned with sdpa_kernel (auto: torch chooses), or Part 3's attention
+    by hand, `naive` (out-of-place masked_fill) or `inplace` (masked_fill_), whose causal mask is
+    built once here, outside the step."""
     qkv = tuple(_randn(batch, heads, size, head_dim, dtype=dtype, device=device) for _ in range(3))
+    if backend in HAND_WRITTEN:
+        import torch
+
+        mask = torch.ones(size, size, dtype=torch.bool, device=device).triu(1) if causal else None
+        return Workload(hand_attention(mask, head_dim**-0.5, inplace=backend == "inplace"), qkv)
     return Workload(sdpa_step(causal, backend, str(getattr(device, "type", device))), qkv)
+
+
+def hand_attention(mask: Any, scale: float, *, inplace: bool) -> Callable[..., Any]:
+    """Part 3's attention by hand: matmul with kᵀ, times the scale, masked_fill (or masked_fill_)
+    of the masked scores with -inf, softmax, matmul with v."""
+    import torch
+
+    def attend(q: Any, k: Any, v: Any) -> Any:
+        scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+        if mask is not None:
+            scores = scores.masked_fill_(mask, float("-inf")) if inplace else scores.masked_fill(mask, float("-inf"))
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+    return attend
 
 
 attention.needs_cuda = _attention_needs_cuda  # type: ignore[attr-defined]

@@ -13,7 +13,8 @@ from tests.conftest import run_cli
 @pytest.mark.parametrize("preset,needles", [
     ("part1", ["size: 64,128,256,512,1024,2048,4096", "dtype: bf16,fp32", "compile: false,true", "warmup: false,true"]),
     ("part2", ["workload: linear,mlp", "size: 128,1024,8192,16384", "warmup: 'true'"]),
-    ("part3", ["size: 128,512,2048", "workload.backend: math,flash", "compile: false,true"]),
+    ("part3", ["size: 128,512,2048", "workload.backend: naive,inplace,math,flash,efficient,cudnn",
+               "compile: 'false'", "warmup: 'true'"]),
 ])
 def test_presets_compose(preset, needles):
     job = run_cli(f"+experiment={preset}", "--cfg", "job")
@@ -105,3 +106,105 @@ def test_part2_on_the_cpu(tmp_path):
     assert v["the eager GeGLU MLP runs 5 kernels per forward"] == "true"  # 3 mm + gelu + mul
     assert v["the compiled GeGLU MLP runs 4 kernels, one fused for gelu and mul"] == "true"
     assert v["aten::t does no device work"] == "n/a"
+
+
+# --- Part 3 on hand-made CUDA rows (the article's A100 numbers), true and false cases -------------
+
+# Per backend: kernels, memcpys, host and device µs per forward, its kernels (name, tensor cores,
+# occupancy), and ops per forward: what the A100 traces of the article show.
+_PART3 = {
+    "naive": (5, 1, 60.0, 2000.0, [("ampere_bf16_s16816gemm_bf16_64x64", True, 50)], {"aten::copy_": 1}),
+    "inplace": (5, 0, 55.0, 1955.0, [("ampere_bf16_s16816gemm_bf16_64x64", True, 50)], {"aten::masked_fill_": 1}),
+    "math": (20, 0, 300.0, 7239.0, [("ampere_sgemm_128x64_nn", False, 40), ("triu_tril_kernel", None, 60)],
+             {"aten::tril": 1, "aten::where": 3}),
+    "efficient": (1, 0, 117.0, 277.9, [("fmha_cutlassF_bf16_aligned_64x64_rf_sm80", None, 25)], {"aten::transpose": 4}),
+    "flash": (1, 0, 138.0, 146.8, [("pytorch_flash::flash_fwd_kernel", None, 13)], {"aten::transpose": 4}),
+    "cudnn": (1, 0, 214.0, 186.3, [("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16", True, 0)],
+              {"cuLaunchKernelEx": 1}),
+}
+
+
+def _part3_frames(**changes):
+    rows, kernels, ops = [], [], []
+    for backend, (k, m, host, device, names, per_forward) in _PART3.items():
+        k, m, host, device, names, per_forward = changes.get(backend, (k, m, host, device, names, per_forward))
+        job = f"attention_{backend}"
+        rows.append({"job": job, "status": "ok", "trace_error": None, "workload": "attention", "size": 1024,
+                     "dtype": "bf16", "compile": False, "warmup": True, "train": False, "device": "cuda",
+                     "steps": 3, "workload_backend": backend, "host_us_per_step": host,
+                     "device_us_per_step": device, "step_kernels_median": k, "step_memcpys_median": m})
+        kernels += [{"job": job, "name": n, "calls": 3, "total_us": 3 * device / len(names), "tensor_cores": t,
+                     "occupancy_pct": o} for n, t, o in names]
+        ops += [{"job": job, "name": n, "calls": 3 * c, "compute_calls": 0} for n, c in per_forward.items()]
+    return pd.DataFrame(rows), pd.DataFrame(ops), pd.DataFrame(), pd.DataFrame(kernels), pd.DataFrame()
+
+
+def test_part3_claims_hold_on_the_articles_numbers():
+    v = _verdicts(evaluate(*_part3_frames()))
+    part3 = {c: h for c, h in v.items() if c in {
+        "naive attention runs one more device activity per forward than in-place: a memcpy",
+        "the math backend runs many more kernels per forward than in-place",
+        "the math backend is slower than in-place",
+        "math's GEMMs run in FP32 on CUDA cores although the inputs are bf16",
+        "the math backend rebuilds the causal mask on every call",
+        "efficient, flash and cuDNN run one fused kernel per forward",
+        "flash and efficient call four transposes per forward, cuDNN none",
+        "cuDNN launches its kernel with cuLaunchKernelEx (driver API)",
+        "cuDNN costs more host time per forward than flash and efficient",
+        "flash's reported occupancy is low and cuDNN's reads 0",
+    }}
+    assert len(part3) == 10 and set(part3.values()) == {"true"}, part3
+
+
+def test_part3_claims_fail_when_the_trace_says_otherwise():
+    frames = _part3_frames(
+        naive=(5, 0, 60.0, 2000.0, [("ampere_bf16_s16816gemm_bf16_64x64", True, 50)], {}),  # no memcpy
+        math=(20, 0, 300.0, 7239.0, [("ampere_bf16_s16816gemm_bf16_128x64", True, 40)], {}),  # tensor cores, no mask
+        cudnn=(2, 0, 100.0, 186.3, [("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16", True, 30)],
+               {"aten::transpose": 4, "cudaLaunchKernel": 2}),
+    )
+    v = _verdicts(evaluate(*frames))
+    for claim in ("naive attention runs one more device activity per forward than in-place: a memcpy",
+                  "math's GEMMs run in FP32 on CUDA cores although the inputs are bf16",
+                  "the math backend rebuilds the causal mask on every call",
+                  "efficient, flash and cuDNN run one fused kernel per forward",
+                  "flash and efficient call four transposes per forward, cuDNN none",
+                  "cuDNN launches its kernel with cuLaunchKernelEx (driver API)",
+                  "cuDNN costs more host time per forward than flash and efficient",
+                  "flash's reported occupancy is low and cuDNN's reads 0"):
+        assert v[claim] == "false", claim
+    assert v["the math backend is slower than in-place"] == "true"
+
+
+@pytest.mark.slow
+def test_part3_on_the_cpu_runs_what_it_can_and_says_what_it_left_out(tmp_path):
+    sweep = tmp_path / "sweep"
+    done = run_cli("-m", "+experiment=part3", "size=16,32", "workload.batch=1", "workload.heads=2",
+                   f"hydra.sweep.dir={sweep}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "left out on this machine: 4 jobs with workload.backend='cudnn', workload.backend='efficient'" in done.stdout
+    assert "done: 12 jobs (8 ok, 0 failed, 4 skipped)" in done.stdout
+    summary = pd.read_csv(sweep / "summary.csv")
+    skipped = summary[summary["status"] == "skipped"]
+    assert set(skipped["workload_backend"]) == {"efficient", "cudnn"}
+    assert skipped["error"].str.contains("needs CUDA").all()
+    ops = pd.read_csv(sweep / "ops.csv").merge(summary[["job", "workload_backend", "size"]], on="job")
+
+    def op_names(backend):
+        rows = ops[(ops["workload_backend"] == backend) & (ops["size"] == 32)]
+        return dict(zip(rows["name"], rows["calls"]))
+
+    naive, inplace, math, flash = (op_names(b) for b in ("naive", "inplace", "math", "flash"))
+    # Out-of-place masked_fill clones the scores (a copy) before filling them; in-place does not.
+    assert "aten::masked_fill" in naive and "aten::masked_fill" not in inplace
+    assert naive["aten::copy_"] == inplace["aten::copy_"] + 3  # one more per forward, 3 steps
+    assert "aten::_scaled_dot_product_attention_math" in math and "aten::tril" in math
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in flash and "aten::tril" not in flash
+    claims = pd.read_csv(sweep / "claims.csv", dtype=str, keep_default_na=False)
+    part3 = claims[claims["part"] == "part3"].set_index("claim")["holds"]
+    assert len(part3) == 10
+    assert part3["naive attention runs one more device activity per forward than in-place: a memcpy"] == "true"
+    assert part3["the math backend rebuilds the causal mask on every call"] == "true"
+    assert (claims[claims["holds"] == "n/a"]["measured"].str.startswith("CUDA only")).sum() == 5
+    report = (sweep / "report.html").read_text()
+    assert "Left out on this machine" in report and "Article check" in report

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from analysis.trace import TraceError, analyse_trace
+from analysis.trace import TraceError, analyse_trace, flat
 from tests.conftest import ROOT, table_footer
 
 FIXTURES = ROOT.parent / "shared" / "fixtures"
@@ -297,3 +297,100 @@ def test_training_phases_follow_autograds_thread(tmp_path):
     assert [per_step[f"{p}_device_us"]["median"] for p in ("forward", "backward", "optimizer")] == [100, 200, 30]
     # The operators' self time (their launch call is not theirs): compute, on whichever thread.
     assert [per_step[f"{p}_compute_us"]["median"] for p in ("forward", "backward", "optimizer")] == [155, 145, 55]
+
+
+# --- any accelerator, malformed events, kernel fingerprints ----------------------------------------
+
+
+def _mtia_trace(path: Path) -> None:
+    """The shape of a real MTIA trace: host calls in `mtia_runtime`, device work in
+    `mtia_ccp_events` on a process labelled as the device. Times in µs."""
+    def x(name, cat, pid, tid, ts, dur, corr=None):
+        event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+        if corr is not None:
+            event["args"] = {"correlation": corr}
+        return event
+
+    events = [
+        {"ph": "M", "name": "process_labels", "pid": 0, "tid": 0, "args": {"labels": "MTIA 0"}},
+        {"ph": "M", "name": "process_labels", "pid": 100, "tid": 0, "args": {"labels": "CPU"}},
+        x("ProfilerStep#1", "user_annotation", 100, 1, 1000, 400),
+        x("aten::mm", "cpu_op", 100, 1, 1010, 100), x("mtiaLaunchKernel", "mtia_runtime", 100, 1, 1020, 30, corr=1),
+        x("aten::add", "cpu_op", 100, 1, 1200, 50), x("mtiaLaunchKernel", "mtia_runtime", 100, 1, 1210, 20, corr=2),
+        x("mm_kernel", "mtia_ccp_events", 0, 3, 1060, 250, corr=1),
+        x("add_kernel", "mtia_ccp_events", 0, 3, 1320, 40, corr=2),
+        x("dma_memcpy", "mtia_ccp_events", 0, 3, 1370, 10),
+        x("broken", "cpu_op", 100, 1, 1300, -5),  # malformed: a negative duration
+        {"ph": "X", "cat": "cpu_op", "name": "broken", "pid": 100, "tid": 1, "ts": 1310},  # and a missing one
+    ]
+    path.write_text(json.dumps({"traceEvents": events}))
+
+
+def test_another_accelerators_device_events_are_device_time(tmp_path):
+    path = tmp_path / "mtia.json"
+    _mtia_trace(path)
+    m = analyse_trace(path)
+    assert m["platform"] == "mtia"
+    # Host self times sum to the one root's span (400 µs); the 300 µs of device events are not in it.
+    assert m["self_cpu_total_us"] == pytest.approx(400)
+    assert m["self_device_total_us"] == pytest.approx(250 + 40 + 10)
+    assert (m["kernels_total"], m["memcpys_total"]) == (2, 1)
+    assert m["per_step"]["device_us"]["median"] == pytest.approx(300)
+    assert m["malformed_events"] == 2 and m["malformed"] == {"broken": 2}
+    assert flat(m)["malformed_names"] == "broken (2)"
+
+
+def test_events_on_a_stream_labelled_as_a_device_are_device_events(tmp_path):
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 2, "args": {"name": "stream 2 "}},
+        {"ph": "X", "cat": "someaccel_op", "name": "k", "pid": 7, "tid": 2, "ts": 10, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 1, "ts": 8, "dur": 3},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    m = analyse_trace(path)
+    assert m["self_cpu_total_us"] == pytest.approx(3) and m["self_device_total_us"] == pytest.approx(5)
+
+
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x3_tn", True),
+        ("cutlass_80_tensorop_s1688gemm_64x64_32x6_nn_align4", True),
+        ("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32_stage4_warpsize2x2x1_tensor16x8x16", True),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", True),
+        ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>", True),
+        ("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_3_64x64x64_4x1x1_kernel0_0", True),
+        ("sm90_gemm_bf16_wgmma_tma", True),
+        ("volta_h884gemm_64x64_ldg8_nn", True),
+        ("ampere_sgemm_32x32_sliced1x4_tn", False),
+        ("void gemv2T_kernel_val<int, int, double, double, double, 128, 16, 4, 4, false> dgemm_", False),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", None),
+        ("triton_poi_fused_add_cos_sin_0", None),
+        ("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>>", None),
+    ],
+)
+def test_tensor_core_rule_reads_the_kernel_name(name, expected):
+    from analysis.trace import tensor_cores
+
+    assert tensor_cores(name) is expected
+
+
+def test_kernel_fingerprints_on_the_recorded_traces():
+    m = analyse_trace(FIXTURES / "cuda-traces" / "a100_alexnet.json.gz")
+    rows = {k["name"]: k for k in m["kernels"]}
+    xmma = next(k for n, k in rows.items() if n.startswith("sm80_xmma_fprop_implicit_gemm"))
+    sgemm = rows["ampere_sgemm_32x32_sliced1x4_tn"]
+    assert xmma["tensor_cores"] is True and sgemm["tensor_cores"] is False
+    elementwise = next(k for n, k in rows.items() if "vectorized_elementwise_kernel" in n)
+    assert elementwise["tensor_cores"] is None
+    # Hand-read from the trace: the args of the events named ampere_sgemm_32x32_sliced1x4_tn.
+    raw = [e for e in json.loads(gzip.open(FIXTURES / "cuda-traces" / "a100_alexnet.json.gz").read())["traceEvents"]
+           if e.get("name") == "ampere_sgemm_32x32_sliced1x4_tn"]
+    occupancy = sorted(e["args"]["est. achieved occupancy %"] for e in raw)
+    assert sgemm["occupancy_pct"] == pytest.approx((occupancy[2] + occupancy[3]) / 2)
+    assert sgemm["registers_per_thread"] == raw[0]["args"]["registers per thread"]
+    assert sgemm["shared_memory_bytes"] == raw[0]["args"]["shared memory"]
+    assert sgemm["block"] == "x".join(str(v) for v in raw[0]["args"]["block"])
+    triton = analyse_trace(FIXTURES / "cuda-traces" / "a100_triton_compiled.json.gz")["kernels"][0]
+    assert (triton["occupancy_pct"], triton["registers_per_thread"], triton["block"]) == (0, 16, "128x1x1")

@@ -100,3 +100,24 @@ def test_attention_backends_agree_with_a_hand_written_softmax(causal):
 def test_cuda_only_attention_backends_are_refused_on_the_cpu():
     with pytest.raises(ValueError, match="workload.backend='efficient' is not allowed on cpu"):
         build(JobConfig(workload=WorkloadConfig.builtin("attention", backend="efficient"), size=8), "cpu")
+
+
+@pytest.mark.parametrize("backend", ["naive", "inplace"])
+def test_hand_written_attention_agrees_with_sdpa(backend):
+    torch.manual_seed(0)
+    w = WorkloadConfig.builtin("attention", batch=1, heads=2, head_dim=8, causal=True, backend=backend)
+    fn, (q, k, v) = build(JobConfig(workload=w, size=6, dtype="fp32"), "cpu")
+    with torch.no_grad():
+        torch.testing.assert_close(fn(q, k, v), torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+def test_hand_written_attention_cost_counts_every_score_and_its_copies():
+    def estimate(backend):
+        w = WorkloadConfig.builtin("attention", batch=2, heads=3, head_dim=4, causal=True, backend=backend)
+        return cost(JobConfig(workload=w, size=5, dtype="fp32"))
+
+    naive, inplace, flash = estimate("naive"), estimate("inplace"), estimate("flash")
+    assert naive.flops == 2 * flash.flops  # the mask is applied after every score is computed
+    scores = 6 * 25 * 4  # (batch x heads) 5x5 fp32 score matrices
+    assert naive.memory_bytes - inplace.memory_bytes == scores  # the out-of-place copy
+    assert inplace.memory_bytes == flash.memory_bytes + 2 * scores + 25  # scores, softmax, the bool mask
