@@ -16,19 +16,31 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print) -> lis
     """Write summary.csv/.parquet, steps.csv, kernels.csv, ops.csv, crossovers.csv, claims.csv
     (when the sweep can test the article's claims), plots/ and report.html into a sweep (or
     single-run) folder; return the problems found (job, what)."""
+    import pandas as pd
+
     from analysis.claims import evaluate
+    from analysis.expect import EXPECTATIONS_FILE
     from analysis.plots import write_plots
     from analysis.report import write_report
-    from analysis.sweep import analyse_sweep, frames, write_tables
+    from analysis.sweep import analyse_sweep, check_expectations, frames, write_tables
 
     folder = Path(folder)
     tables = analyse_sweep(folder, progress)
     data = frames(tables)
     claims = evaluate(data["summary"], data["ops"], data["steps"], data["kernels"], data["crossovers"])
-    write_tables(folder, {**data, **({"claims": claims} if len(claims) else {})})
+    checked = check_expectations(tables)
+    expectations = pd.DataFrame(checked, columns=["expectation", "job", "measured", "expected", "holds"])
+    extra = {"claims": claims} if len(claims) else {}
+    if checked is not None:
+        extra[EXPECTATIONS_FILE.removesuffix(".csv")] = expectations
+    write_tables(folder, {**data, **extra})
     plots = write_plots(data["summary"], data["steps"], data["crossovers"], folder / PLOTS_DIR)
-    report = write_report(tables, plots, data, claims)
+    report = write_report(tables, plots, data, claims, expectations if checked is not None else None)
     point_latest(folder)
+    if checked is not None:
+        wrong = int((expectations["holds"] == "false").sum())
+        progress(f"expectations: {len(checked) - wrong} of {len(checked)} checks hold"
+                 + (f", {wrong} do not (the report opens with them)" if wrong else ""))
     progress(f"analysis: {len(tables.jobs)} jobs -> {report}")
     return tables.problems
 

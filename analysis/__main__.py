@@ -40,6 +40,8 @@ def describe(m: dict[str, Any]) -> str:
         f"   memsets: {m['memsets_total']}   occupancy queries: {m['occupancy_queries_total']}",
         f"dead window (first step, annotation -> first aten op): {_us(m['dead_window_us'])}",
         f"regime: {m['regime'] or 'not overhead-bound (compute vs memory needs the workload cost)'}",
+        *([f"malformed events (missing or negative duration, not summed): {m['malformed_events']}: "
+           + ", ".join(f"{n} ({c})" for n, c in list(m["malformed"].items())[:5])] if m.get("malformed_events") else []),
         "per step: median [min, max]",
     ]
     p = m["per_step"]
@@ -54,8 +56,11 @@ def describe(m: dict[str, Any]) -> str:
     if m["kernels"]:
         lines.append("top kernels" + (" (CPU: compute ops)" if m["platform"] == "cpu" else "") + ": calls, total, median [min, max] us")
         for k in m["kernels"][:10]:
+            cores = {True: "tensor cores", False: "CUDA cores"}.get(k.get("tensor_cores"))
+            occupancy = f"occupancy {k['occupancy_pct']:.0f}%" if k.get("occupancy_pct") is not None else None
+            facts = ", ".join(f for f in (cores, occupancy) if f)
             lines.append(f"  {k['calls']:>5} {k['total_us']:>12,.3f} {k['median_us']:>10,.3f} "
-                         f"[{k['min_us']:,.3f}, {k['max_us']:,.3f}]  {k['name'][:90]}")
+                         f"[{k['min_us']:,.3f}, {k['max_us']:,.3f}]  {k['name'][:90]}" + (f"  ({facts})" if facts else ""))
     lines.append("top ops: calls, self host us, self device us")
     for o in m["top_ops"][:10]:
         lines.append(f"  {o['calls']:>5} {o['self_host_us']:>12,.3f} {o['self_device_us']:>12,.3f}  {o['name'][:90]}")

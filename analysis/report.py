@@ -182,7 +182,24 @@ def _training_phases(jobs: list[dict[str, Any]]) -> list[str]:
             "starts inside the phase on any thread, autograd's own included.</p>", _table(header, rows, left=3)]
 
 
-def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], claims: Any) -> Path:
+def _expectations(expectations: Any) -> list[str]:
+    """What the person expected, mismatches first: the findings."""
+    wrong = expectations[expectations["holds"] == "false"]
+    held = expectations[expectations["holds"] == "true"]
+    rest = expectations[~expectations["holds"].isin(["true", "false"])]
+    title = (f"<h2 class='bad'>Expectations: {len(wrong)} mismatch{'es' if len(wrong) != 1 else ''}</h2>"
+             if len(wrong) else "<h2 class='ok'>Expectations: all hold</h2>")
+    verdict = {"true": "<span class='ok'>holds</span>", "false": "<span class='bad'>does not hold</span>"}
+    rows = ([escape(str(r["expectation"])), escape(str(r["job"])), escape(str(r["expected"])),
+             escape(str(r["measured"])), verdict.get(str(r["holds"]), escape(str(r["holds"])))]
+            for frame in (wrong, held, rest) for _, r in frame.iterrows())
+    return [title, f"<p>{len(held)} of {len(expectations)} checks hold (<code>expectations.csv</code>); "
+            "a mismatch is the finding: look at that job's trace.</p>",
+            _table(["expectation", "job", "expected", "measured", "verdict"], rows, left=2)]
+
+
+def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], claims: Any,
+                 expectations: Any = None) -> Path:
     folder = tables.folder
     jobs = tables.jobs
     plan: dict[str, Any] = {}
@@ -202,6 +219,8 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
     if plan.get("command"):
         parts.append(f" Command: <code>python {escape(' '.join(map(str, plan['command'])))}</code>")
     parts.append("</p>")
+    if expectations is not None:
+        parts += _expectations(expectations)
 
     env_rows = [
         (escape(key), escape(_fmt(first.get(key))))
@@ -263,6 +282,17 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
                 extra += f"<pre>{escape(str(j['stderr_tail']))}</pre>"
         if j.get("trace_error"):
             extra += f"<p class='bad'>{escape(str(j['trace_error']))}</p>"
+        kernels = [k for k in tables.kernels if k["job"] == name][:10] if j.get("platform") not in (None, "cpu") else []
+        if kernels:
+            cores = {True: "tensor cores", False: "CUDA cores"}
+            extra += _table(
+                ["kernel", "calls", "median µs", "tensor cores (from the name)", "est. occupancy %",
+                 "registers/thread", "shared memory B", "block"],
+                ([escape(str(k["name"])[:110]), escape(_fmt(k["calls"])), escape(_fmt(k["median_us"])),
+                  escape(cores.get(k.get("tensor_cores"), "unknown")), escape(_fmt(k.get("occupancy_pct"))),
+                  escape(_fmt(k.get("registers_per_thread"))), escape(_fmt(k.get("shared_memory_bytes"))),
+                  escape(_fmt(k.get("block")))] for k in kernels),
+            )
         ops = tables.ops.get(name, [])[:15]
         if ops:
             extra += _table(

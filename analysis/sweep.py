@@ -185,6 +185,28 @@ def _add_trace(tables: SweepTables, row: dict[str, Any], m: dict[str, Any]) -> N
     tables.ops[job] = m["top_ops"]
 
 
+# --- expectations ----------------------------------------------------------------------------------
+
+
+def check_expectations(tables: SweepTables) -> list[dict[str, Any]] | None:
+    """The rows of expectations.csv for the sweep's expect.json (None when it expects nothing)."""
+    from analysis.expect import EXPECT_FILE, ExpectationError, check, parse_all
+
+    try:
+        texts = json.loads((tables.folder / EXPECT_FILE).read_text(encoding="utf-8"))["expect"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        expectations = parse_all(texts)
+    except ExpectationError as exc:  # written by another version: say so, check nothing
+        return [{"expectation": str(texts), "job": "", "measured": str(exc), "expected": "", "holds": "n/a"}]
+    ops = {job: {o["name"]: o["calls"] for o in rows} for job, rows in tables.ops.items()}
+    kernels: dict[str, dict[str, int]] = {}
+    for k in tables.kernels:
+        kernels.setdefault(k["job"], {})[k["name"]] = k["calls"]
+    return check(expectations, tables.jobs, ops, kernels)
+
+
 # --- crossovers --------------------------------------------------------------------------------
 
 

@@ -725,16 +725,21 @@ def regime(m: dict[str, Any], flops: float | None = None, bytes_moved: float | N
     return "compute-bound" if flops / bytes_moved >= ridge_flops_per_byte else "memory-bound"
 
 
+FLAT_KEYS = (
+    "window", "platform", "steps", "self_cpu_total_us", "self_device_total_us",
+    "compute_us", "overhead_us", "kernels_total", "launches_total", "memcpys_total",
+    "memsets_total", "occupancy_queries_total", "dead_window_us", "malformed_events",
+)
+# Per-step statistics (step_<key>_median/min/max in summary.csv; phases add <phase>_host_us, ...).
+PER_STEP_KEYS = (
+    "host_us", "self_cpu_us", "compute_us", "overhead_us", "device_us", "kernels", "launches", "memcpys",
+    "occupancy_queries", "aten_ops", "sync_us", "gpu_busy", "launch_lag_us", "top_kernel_us",
+)
+
+
 def flat(m: dict[str, Any]) -> dict[str, Any]:
     """One flat row of a trace's metrics, for summary.csv (units in the column names)."""
-    row = {
-        key: m[key]
-        for key in (
-            "window", "platform", "steps", "self_cpu_total_us", "self_device_total_us",
-            "compute_us", "overhead_us", "kernels_total", "launches_total", "memcpys_total",
-            "memsets_total", "occupancy_queries_total", "dead_window_us", "malformed_events",
-        )
-    }
+    row = {key: m[key] for key in FLAT_KEYS}
     for key, stats in m["per_step"].items():
         for stat, value in stats.items():
             row[f"step_{key}_{stat}"] = value

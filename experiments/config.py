@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, List, Mapping
 
 from experiments.seam import short_name
 
@@ -176,6 +176,9 @@ class JobConfig:
     device: str = "auto"
     train: bool = False
     optimizer: str = "adamw"
+    # What the person expects the traces to show (analysis/expect.py); checked by the analysis,
+    # not part of what a job measures (nor of its config_hash).
+    expect: List[str] = field(default_factory=list)
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     compiler: CompilerConfig = field(default_factory=CompilerConfig)
     run: RunConfig = field(default_factory=RunConfig)

@@ -119,7 +119,9 @@ def now_iso() -> str:
 
 def config_hash(config: JobConfig) -> str:
     """A fingerprint of everything that configures a job (not its folder name): resume keys on it."""
-    canonical = json.dumps(config_to_dict(config), sort_keys=True)
+    data = config_to_dict(config)
+    data.pop("expect", None)  # what the person expects does not change what is measured
+    canonical = json.dumps(data, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 

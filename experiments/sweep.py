@@ -215,13 +215,33 @@ def _terminate_as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _start(folder: Path, key: str) -> None:
+def check_expectations(config: DictConfig) -> list[str]:
+    """The sweep's expectations (`expect`), refused before any job when one cannot be checked."""
+    from analysis.expect import ExpectationError, parse_all, unknown_operators
+
+    texts = OmegaConf.select(config, "expect", default=None) or []
+    texts = [texts] if isinstance(texts, str) else [str(t) for t in texts]
+    try:
+        unknown = unknown_operators(parse_all(texts))
+    except ExpectationError as exc:
+        refuse(str(exc))
+    if unknown:
+        refuse(f"expect: torch has no operator {unknown[0]!r}: name an operator as the profiler "
+               "table does, e.g. aten::copy_")
+    return texts
+
+
+def _start(folder: Path, key: str, expect: list[str]) -> None:
     """SIGTERM stops the sweep like Ctrl-C (the running job is recorded, the analysis still runs);
-    environment.json says where and how the sweep ran."""
+    environment.json says where and how the sweep ran, expect.json what was expected of it."""
+    from analysis.expect import EXPECT_FILE
+
     if folder.exists() and not folder.is_dir():
         refuse(f"{key}={folder} is a file, not a folder: choose another {key}")
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     records.write_json(folder / ENVIRONMENT_FILE, records.environment_file(sys.argv))
+    if expect:
+        records.write_json(folder / EXPECT_FILE, {"expect": expect})
 
 
 class SweepCallback(Callback):
@@ -232,7 +252,8 @@ class SweepCallback(Callback):
             check_configs([job_config(config)])
         except ConfigError as exc:
             refuse(str(exc))
-        _start(Path(str(config.hydra.run.dir)), "hydra.run.dir")
+        expect = check_expectations(config)
+        _start(Path(str(config.hydra.run.dir)), "hydra.run.dir", expect)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.global_hydra import GlobalHydra
@@ -252,9 +273,10 @@ class SweepCallback(Callback):
                 cause = f"\n{exc.__cause__}" if exc.__cause__ else ""  # Hydra's names the key
                 refuse(f"{exc} (in the job {' '.join(overrides)}){cause}")
         check_configs(configs)
+        expect = check_expectations(config)
         _reuse_compositions(config, composed)
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        _start(sweep_dir, "hydra.sweep.dir")
+        _start(sweep_dir, "hydra.sweep.dir", expect)
         if jobs is not None:
             records.write_json(
                 sweep_dir / PLAN_FILE,

@@ -1,0 +1,94 @@
+"""Expectations ("guess first, then look"): parsed, refused when they cannot be checked, and
+checked against hand-made job rows; a CPU sweep with one true and one false expectation."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from analysis.expect import ExpectationError, check, is_known, known_metrics, parse
+from tests.conftest import run_cli
+
+
+def test_the_forms_of_the_issue_parse():
+    e = parse("regime == compute-bound where size >= 1024 and workload.backend == math")
+    assert (e.kind, e.subject, e.cmp, e.value) == ("metric", "regime", "==", "compute-bound")
+    assert [(c.key, c.cmp, c.value) for c in e.where] == [("size", ">=", 1024), ("workload_backend", "==", "math")]
+    assert parse("op aten::copy_ absent").kind == "op" and parse("kernel *gemm* present").subject == "*gemm*"
+    assert parse("compile == true where train == false").value is True
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("step_kernel_median == 5", "unknown metric 'step_kernel_median'"),
+    ("host_us_per_step < 2 where sise == 1", "unknown key 'sise'"),
+    ("op copy_ absent", "'copy_' is not an operator name"),
+    ("size = 3", "is not an expectation"),
+    ("", "is not an expectation"),
+])
+def test_bad_expectations_name_what_is_wrong(text, needle):
+    with pytest.raises(ExpectationError, match=needle):
+        parse(text)
+
+
+def _rows():
+    jobs = [
+        {"job": "a", "status": "ok", "trace_error": None, "size": 64, "regime": "overhead-bound",
+         "step_kernels_median": 5, "device_us_per_step": None},
+        {"job": "b", "status": "ok", "trace_error": None, "size": 4096, "regime": "compute-bound",
+         "step_kernels_median": 4, "device_us_per_step": 12.0},
+        {"job": "c", "status": "failed", "trace_error": None, "size": 4096},
+    ]
+    ops = {"a": {"aten::mm": 3, "aten::add": 3}, "b": {"aten::addmm": 3}}
+    kernels = {"a": {"ampere_sgemm_32x32": 3}, "b": {"triton_poi_fused_add": 3}}
+    return jobs, ops, kernels
+
+
+def test_checks_are_per_job_true_false_or_without_a_value():
+    jobs, ops, kernels = _rows()
+    rows = check([parse("step_kernels_median == 5"), parse("regime == compute-bound where size >= 1024"),
+                  parse("op aten::add absent"), parse("kernel *gemm* present"), parse("device_us_per_step < 20")],
+                 jobs, ops, kernels)
+    got = {(r["expectation"], r["job"]): (r["measured"], r["holds"]) for r in rows}
+    assert got == {
+        ("step_kernels_median == 5", "a"): ("5", "true"),
+        ("step_kernels_median == 5", "b"): ("4", "false"),
+        ("regime == compute-bound where size >= 1024", "b"): ("compute-bound", "true"),  # a, c: not theirs
+        ("op aten::add absent", "a"): ("3 calls", "false"),
+        ("op aten::add absent", "b"): ("absent", "true"),
+        ("kernel *gemm* present", "a"): ("3 calls", "true"),
+        ("kernel *gemm* present", "b"): ("absent", "false"),
+        ("device_us_per_step < 20", "a"): ("no value", "n/a"),  # a CPU job has no device time
+        ("device_us_per_step < 20", "b"): ("12.0", "true"),
+    }
+
+
+@pytest.mark.parametrize("expect,needle", [
+    ('expect=["step_kernel_median == 5"]', "unknown metric 'step_kernel_median'"),
+    ('expect=["op aten::no_such_op absent"]', "torch has no operator 'aten::no_such_op'"),
+])
+def test_a_bad_expectation_is_refused_before_any_job(tmp_path, expect, needle):
+    sweep = tmp_path / "sweep"
+    done = run_cli("-m", "size=8", expect, f"hydra.sweep.dir={sweep}")
+    assert done.returncode == 2 and needle in done.stderr, done.stdout + done.stderr
+    assert not sweep.exists()
+
+
+@pytest.mark.slow
+def test_a_sweep_checks_its_expectations_and_its_report_opens_with_the_mismatch(tmp_path):
+    sweep = tmp_path / "sweep"
+    done = run_cli("-m", "size=16", "compile=false",
+                   'expect=["op aten::mm present", "op aten::addmm present where compile == false"]',
+                   f"hydra.sweep.dir={sweep}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "expectations: 1 of 2 checks hold, 1 do not" in done.stdout
+    rows = pd.read_csv(sweep / "expectations.csv", dtype=str, keep_default_na=False)
+    assert dict(zip(rows["expectation"], rows["holds"])) == {
+        "op aten::mm present": "true", "op aten::addmm present where compile == false": "false"}
+    html = (sweep / "report.html").read_text()
+    first = html.index("Expectations: 1 mismatch")  # the command line above it names them too
+    mismatch, held = (html.index(f"<td class=\"l\">{s}</td>", first)
+                      for s in ("op aten::addmm present where compile == false", "op aten::mm present"))
+    assert first < mismatch < held < html.index("Environment")
+    columns = pd.read_csv(sweep / "summary.csv").columns
+    known = known_metrics()
+    assert [c for c in columns if not is_known(c, known)] == []  # every column can be expected
