@@ -123,9 +123,10 @@ def _attention_cost(*, size: int, dtype: Any, batch: int = 4, heads: int = 8, he
     # A causal mask leaves half the matrix to compute, to the SDPA kernels that skip it; the
     # hand-written attention computes every score, then masks.
     useful = 0.5 if causal and backend not in HAND_WRITTEN else 1.0
-    # The math backend and the hand-written ones hold the scores and their softmax (naive: also
-    # the masked copy; causal: the mask, one byte per score); fused kernels tile them.
-    held = {"math": 2, "inplace": 2, "naive": 3}.get(backend, 0) * scores * e
+    # The math backend and the hand-written ones hold two score matrices at once (the scores and
+    # their scaled, masked or softmaxed successor: naive's masked copy replaces the scores, as
+    # measured) and, causal by hand, the mask, one byte per score; fused kernels tile them.
+    held = (2 if backend in ("math", *HAND_WRITTEN) else 0) * scores * e
     mask = n * n if causal and backend in HAND_WRITTEN else 0
     return Cost(
         flops=int(useful * (4 * scores * head_dim + 2 * scores)),  # q·kᵀ and p·v; scale and softmax
