@@ -192,7 +192,7 @@ def test_cuda_only_attention_backend_is_refused_without_cuda(tmp_path, device):
                    f"device={device}", f"hydra.sweep.dir={tmp_path / 'out'}")
     assert done.returncode == 2
     assert "workload.backend='efficient' is not allowed" in done.stderr
-    assert "choose auto, math or flash" in done.stderr
+    assert "choose auto, math, flash, naive or inplace" in done.stderr
     assert not list(tmp_path.rglob("metrics.json"))
 
 
