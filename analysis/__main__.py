@@ -67,6 +67,56 @@ def describe(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def compare_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis compare",
+        description="Compare two sweeps (or runs) grid point by grid point, or two traces op by op.")
+    parser.add_argument("base", type=Path, help="the sweep (or run) folder, or trace, to compare against")
+    parser.add_argument("new", type=Path, help="the sweep (or run) folder, or trace, that changed")
+    parser.add_argument("--out", type=Path, help="where to write compare.csv, plots/, compare.html "
+                        "(default: NEW/compare)")
+    parser.add_argument("--ignore", action="append", default=[], metavar="KEY",
+                        help="a key not to pair by, e.g. compile (eager vs compiled) or device")
+    parser.add_argument("--fail-if-slower", type=float, metavar="R",
+                        help="exit 1 when a pair is judged slower by more than R (e.g. 1.10: 10%%)")
+    args = parser.parse_args(argv)
+    from analysis.compare import CompareError, compare_sides, compare_traces, load_side, write_compare
+
+    try:
+        if args.base.is_file() and args.new.is_file():
+            diff = compare_traces(args.base, args.new)
+            print(f"host per step NEW/BASE: {diff['host_us_per_step_ratio']:.3f}")
+            for what in ("ops", "kernels"):
+                for d in diff[f"{what}_diff"]:
+                    print(f"  {what[:-1]} {d['change']:<14} {d['base_per_step']:>8.2f} -> {d['new_per_step']:>8.2f}  {d['name'][:90]}")
+            return 0
+        if args.fail_if_slower is not None and args.fail_if_slower < 1:
+            raise CompareError(f"--fail-if-slower {args.fail_if_slower} is not allowed: give a ratio >= 1, e.g. 1.10")
+        base, new = load_side(args.base), load_side(args.new)
+        result = compare_sides(base, new, args.ignore)
+    except CompareError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = args.out or args.new / "compare"
+    written = write_compare(result, base, new, out)
+    pairs = result["pairs"]
+    counts = ", ".join(f"{sum(1 for p in pairs if p['verdict'] == v)} {v}" for v in ("slower", "faster", "same", "too noisy"))
+    print(f"compare: {len(pairs)} pairs ({counts}) -> {written[-1]}")
+    for side, key in (("BASE", "unmatched_base"), ("NEW", "unmatched_new")):
+        if result[key]:
+            print(f"  without a partner in {side}: {', '.join(result[key])}")
+    for e in result["environment"]:
+        print(f"  environment differs: {e['key']}: {e['base']} -> {e['new']}")
+    if args.fail_if_slower is not None:
+        bad = [p for p in pairs if p["verdict"] == "slower" and (p["step_ratio"] or 0) > args.fail_if_slower]
+        for p in bad:
+            print(f"slower: {p['base_job']} -> {p['new_job']}: {p['step_ratio']:.3f}x the base "
+                  f"({p['verdict_on']}, {p['verdict_why']})")
+        if bad:
+            return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "trace":
@@ -88,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
             print(describe(m))
         return 0
 
+    if argv and argv[0] == "compare":
+        return compare_main(argv[1:])
+
     parser = argparse.ArgumentParser(
         prog="python -m analysis",
         description="Write summary.csv, crossovers.csv, plots/ and report.html into a sweep folder. "
@@ -99,7 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.folder}: no such folder", file=sys.stderr)
         return 2
     from analysis import analyse_folder
+    from analysis.sweep import METRICS_FILE, job_folders
 
+    if not job_folders(args.folder):
+        print(f"error: {args.folder}: not a sweep or a run: no job folder with a {METRICS_FILE} in it "
+              "(give outputs/multirun/<date>/<time> or one job's folder)", file=sys.stderr)
+        return 2
     problems = analyse_folder(args.folder)
     for job, what in problems:
         print(f"  problem: {job}: {what}")

@@ -224,3 +224,27 @@ def _memory(ok: pd.DataFrame, path: Path) -> Path:
     grid.figure.suptitle("Peak memory per job (CUDA: allocator peak; CPU: live tensors + allocator peak)",
                          y=0.995, va="top")
     return _save(grid, path)
+
+
+def write_ratio_plot(pairs: pd.DataFrame, folder: Path) -> list[Path]:
+    """compare's plot: the host (and device) ratio NEW/BASE against size per series, 1.0 marked."""
+    if pairs.empty or "size" not in pairs or pairs["host_us_per_step_ratio"].dropna().empty:
+        return []
+    sns.set_theme(style="whitegrid", context="notebook")
+    data = pairs.copy()
+    data["series"] = data.get("variant", data.get("workload")).astype(str)
+    if "compile" in data:
+        data["series"] += data["compile"].map({True: " compile", False: " eager"}).fillna("")
+    parts = [data.assign(quantity="host", ratio=data["host_us_per_step_ratio"])]
+    if "device_us_per_step_ratio" in data and data["device_us_per_step_ratio"].notna().any():
+        parts.append(data.assign(quantity="device", ratio=data["device_us_per_step_ratio"]))
+    long = pd.concat(parts, ignore_index=True).dropna(subset=["ratio"])
+    grid = sns.relplot(data=long, x="size", y="ratio", hue="series", style="quantity", kind="line",
+                       marker="o", height=3.6, aspect=1.5)
+    for ax in grid.axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="0.3", linestyle="--", linewidth=1)
+    grid.set_axis_labels("size", "NEW / BASE per step (below 1: faster)")
+    grid.figure.suptitle("NEW vs BASE, per grid point", y=0.995, va="top")
+    return [_save(grid, folder / "ratio.png")]
