@@ -1,5 +1,9 @@
 """python -m analysis SWEEP_DIR          (re)write a sweep's tables, plots and report
 python -m analysis trace FILE [--json]  the metrics of one Chrome trace (.json or .json.gz)
+python -m analysis compare BASE NEW [--out DIR] [--ignore KEY ...] [--fail-if-slower R]
+                                        two sweeps grid point by grid point (or two traces op by op)
+python -m analysis serve FOLDER [--port N] [--no-browser]
+                                        serve a report or comparison on localhost (Perfetto buttons)
 """
 
 from __future__ import annotations
@@ -140,11 +144,24 @@ def main(argv: list[str] | None = None) -> int:
 
     if argv and argv[0] == "compare":
         return compare_main(argv[1:])
+    if argv and argv[0] == "serve":
+        parser = argparse.ArgumentParser(
+            prog="python -m analysis serve",
+            description="Serve a sweep's report.html (or a comparison's compare.html) on 127.0.0.1 and open it, "
+            "so that its Perfetto buttons can hand traces to ui.perfetto.dev.")
+        parser.add_argument("folder", type=Path, help="a sweep, run or comparison folder")
+        parser.add_argument("--port", type=int, default=0, help="the port to listen on (default: any free one)")
+        parser.add_argument("--no-browser", action="store_true", help="print the URL, open no browser")
+        args = parser.parse_args(argv[1:])
+        from analysis.serve import serve
+
+        return serve(args.folder, args.port, browser=not args.no_browser)
 
     parser = argparse.ArgumentParser(
         prog="python -m analysis",
         description="Write summary.csv, crossovers.csv, plots/ and report.html into a sweep folder. "
-        "For one trace: python -m analysis trace FILE [--json].",
+        "For one trace: python -m analysis trace FILE [--json]; two sweeps: python -m analysis compare BASE NEW; "
+        "serve a report: python -m analysis serve FOLDER.",
     )
     parser.add_argument("folder", type=Path, help="a sweep folder (outputs/multirun/...) or a single run's folder")
     args = parser.parse_args(argv)

@@ -292,6 +292,8 @@ def compare_traces(base: Path, new: Path) -> dict[str, Any]:
 
 # --- outputs ----------------------------------------------------------------------------------------
 
+COMPARE_FILE = "compare.json"
+SERVED_BASE, SERVED_NEW = "_base", "_new"  # the URL folders the server maps to BASE and NEW
 CSV_COLUMNS_FIRST = ("verdict", "host_us_per_step_ratio", "device_us_per_step_ratio", "step_ratio",
                      "interval_low", "interval_high", "base_job", "new_job")
 
@@ -315,15 +317,19 @@ def write_compare(result: dict[str, Any], base: Side, new: Side, out: Path) -> l
     atomic_write_text(out / "ops_diff.csv", pd.DataFrame(
         diffs, columns=["base_job", "new_job", "what", "name", "base_per_step", "new_per_step", "change"]).to_csv(index=False))
     plots = write_ratio_plot(frame, out / "plots")
+    # where `python -m analysis serve` finds the two sides' traces (SERVED_BASE/..., SERVED_NEW/...)
+    atomic_write_text(out / COMPARE_FILE, json.dumps(
+        {"base": str(base.folder.resolve()), "new": str(new.folder.resolve())}, indent=2) + "\n")
     html = out / "compare.html"
     atomic_write_text(html, _html(result, base, new, plots, out))
-    return [out / "compare.csv", out / "ops_diff.csv", *plots, html]
+    return [out / "compare.csv", out / "ops_diff.csv", out / COMPARE_FILE, *plots, html]
 
 
 def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out: Path) -> str:
     import os
     from html import escape
 
+    from analysis import perfetto
     from analysis.report import CSS, _fmt, _image, _table
 
     pairs = result["pairs"]
@@ -339,16 +345,23 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
         f"interval; <i>same</i> within ±{MARGIN:.0%}, at least {MIN_STEPS} steps per side (profile more with "
         "<code>profiler.active=20</code>).</p>",
     ]
+    parts.append("<p>Each pair's <b>Perfetto</b> buttons open its BASE and NEW traces in two tabs of "
+                 "<a href='https://ui.perfetto.dev'>ui.perfetto.dev</a>, side by side, when this page is served: "
+                 f"<code>python -m analysis serve {escape(str(out))}</code>.</p>")
     few = [p for p in pairs if p["verdict_why"].startswith("too few steps")]
     if few:
         parts.append(f"<p class='bad'>{len(few)} verdict(s) rest on too few steps: rerun both sweeps with "
                      "<code>profiler.active=20</code>.</p>")
 
-    def link(side: Side, job: str) -> str:
+    def link(side: Side, job: str, mount: str) -> str:
         record = next((j for j in side.jobs if j["job"] == job), {})
         trace = str(record.get("trace_file") or "").split(";")[0]
-        target = os.path.relpath(side.folder / job / trace, out) if trace else ""
-        return f"<a href='{escape(target, quote=True)}'>{escape(job)}</a>" if target else escape(job)
+        if not trace:
+            return escape(job)
+        inside = f"{job}/{trace}" if job != side.folder.name else trace
+        target = os.path.relpath(side.folder / inside, out)
+        return (f"<a href='{escape(target, quote=True)}'>{escape(job)}</a>"
+                + perfetto.button(f"{mount}/{inside}", f"{mount.strip('_')}: {job}", f"{mount.strip('_')} in Perfetto"))
 
     for title, wanted in (("Regressions (slower)", ("slower",)), ("Improvements (faster)", ("faster",)),
                           ("The rest", ("too noisy", "same"))):
@@ -365,7 +378,7 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
                          escape(_fmt(p["host_us_per_step_base"])), escape(_fmt(p["host_us_per_step_new"])),
                          escape(p["verdict_why"]), escape(_fmt(p["first_call_ms_ratio"])),
                          escape(_fmt(p["peak_memory_ratio"])), escape(str(p["ops_changed"])),
-                         f"{link(base, p['base_job'])} · {link(new, p['new_job'])}"])
+                         f"{link(base, p['base_job'], SERVED_BASE)} · {link(new, p['new_job'], SERVED_NEW)}"])
         parts.append(_table(["grid point", "verdict", "host ratio", "device ratio", "host µs base", "host µs new",
                              "why", "first call ratio", "peak memory ratio", "ops changed", "traces (base · new)"],
                             rows, left=2))
@@ -387,5 +400,6 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
                  if result["environment"] else "<p>Nothing recorded differs.</p>")
     parts.append("<h2>Plots</h2>")
     parts += [_image(p) for p in plots]
+    parts.append(perfetto.script(str(out)))
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -11,6 +11,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable
 
+from analysis import perfetto
 from analysis.files import atomic_write_text
 from analysis.sweep import SweepTables
 
@@ -21,6 +22,8 @@ th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
 th{background:#f0f0f0}td.l,th.l{text-align:left}
 .bad{color:#b00020}.ok{color:#0a7a2f}img{max-width:100%;border:1px solid #ddd;margin:.5em 0}
 code{background:#f5f5f5;padding:1px 4px}details{margin:.3em 0}
+button.perfetto{font-size:12px;margin:0 .2em;padding:1px 6px;cursor:pointer}
+p.note{position:sticky;bottom:0;background:#fff8d6;border:1px solid #e0c860;padding:.5em 1em;margin:0}
 """
 
 SUMMARY_COLUMNS = [
@@ -267,13 +270,17 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
           if k == "status" else escape(_fmt(j.get(k))) for k, _ in SUMMARY_COLUMNS] for j in jobs),
     ))
 
-    parts.append("<h2>Jobs</h2><p>Open a trace at <a href='https://ui.perfetto.dev'>ui.perfetto.dev</a> "
-                 "(“Open trace file”) or in <code>chrome://tracing</code>; the table next to it is "
+    parts.append("<h2>Jobs</h2><p>The <b>Perfetto</b> button opens a trace in "
+                 "<a href='https://ui.perfetto.dev'>ui.perfetto.dev</a> when this page is served "
+                 f"(<code>python -m analysis serve {escape(str(folder))}</code>); or open the file there "
+                 "(“Open trace file”) or in <code>chrome://tracing</code>. The table next to it is "
                  "torch's <code>key_averages().table()</code>.</p>")
     for j in jobs:
         name = str(j["job"])
         files = [n for key in ("trace_file", "table_file") for n in str(j.get(key) or "").split(";") if n]
         links = " · ".join(_link(folder, name, n) for n in files + ["metrics.json"])
+        traces = [n for n in str(j.get("trace_file") or "").split(";") if n]
+        links += "".join(perfetto.button(f"{name}/{n}" if name != folder.name else n, f"{name} {n}") for n in traces)
         status = escape(str(j.get("status")))
         extra = ""
         if j.get("error"):
@@ -301,6 +308,7 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
                   escape(_fmt(o["self_device_us"]))] for o in ops),
             )
         parts.append(f"<details><summary><b>{escape(name)}</b> ({status}) {links}</summary>{extra}</details>")
+    parts.append(perfetto.script(str(folder)))
     parts.append("</body></html>")
     path = folder / "report.html"
     atomic_write_text(path, "\n".join(parts))
