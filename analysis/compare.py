@@ -57,8 +57,9 @@ def pair_key_of(column: str) -> str:
 
 
 def pairing_columns(rows: Iterable[dict[str, Any]], ignore: Sequence[str]) -> list[str]:
-    columns = sorted({k for r in rows for k in r
-                      if (k in PAIR_KEYS or k.startswith(PAIR_PREFIXES)) and k not in NOT_PAIRING})
+    found = {k for r in rows for k in r if (k in PAIR_KEYS or k.startswith(PAIR_PREFIXES)) and k not in NOT_PAIRING}
+    # the grid keys first, in the order of PAIR_KEYS, then the settings by name
+    columns = sorted(found, key=lambda k: (PAIR_KEYS.index(k) if k in PAIR_KEYS else len(PAIR_KEYS), k))
     return [c for c in columns if c not in set(ignore)]
 
 
