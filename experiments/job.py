@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from experiments import records, seam
 from experiments.config import ConfigError, JobConfig, config_from_dict
+from experiments.lifeline import die_with_parent
 
 MEMORY_HEADROOM = 0.9  # a job may plan to use at most this share of the free memory
 
@@ -332,6 +333,7 @@ def _gib(n: int) -> str:
 
 
 def main(argv: list[str]) -> int:
+    die_with_parent()  # started by a sweep: never outlive it
     if len(argv) != 1:
         print("usage: python -m experiments.job <job_dir>/job_config.json", file=sys.stderr)
         return 2

@@ -20,7 +20,8 @@ from typing import Any, Iterator
 
 from experiments import records
 from experiments.config import JobConfig, config_to_dict
-from experiments.slots import CPU_SLOT, device_slot, slots_for, visible_gpus
+from experiments.lifeline import PARENT_ENV
+from experiments.slots import CPU_SLOT, held_slot, slots_for, visible_gpus
 
 LOG_TAIL_LINES = 20
 
@@ -29,6 +30,46 @@ class Interrupted:
     """Set once a job was interrupted (Ctrl-C, SIGTERM): the jobs after it are not started."""
 
     seen = False
+
+
+class Progress:
+    """The sweep's clock: when it started and how long the jobs it ran took, for the ETA."""
+
+    started: float | None = None
+    durations: list[float] = []
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.started, cls.durations = time.monotonic(), []
+
+    @classmethod
+    def line(cls, index: int, total: int | None) -> str:
+        """`3 min 10 s elapsed, ~14 min left` before job `index` of `total` starts ('' before
+        the first job: nothing to estimate from). Jobs skipped on resume do not count."""
+        if cls.started is None:
+            cls.reset()
+        if index <= 1 or cls.started is None:
+            return ""
+        elapsed = time.monotonic() - cls.started
+        text = f" {duration(elapsed)} elapsed"
+        if total and cls.durations:
+            per_job = sum(cls.durations) / len(cls.durations)
+            text += f", ~{duration(per_job * (total - index + 1), rough=True)} left"
+        return text
+
+
+def duration(seconds: float, rough: bool = False) -> str:
+    """`42 s`, `3 min 10 s`, `2 h 5 min`; rough: `~14 min` style (one unit below an hour)."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 60:
+        if rough:
+            return f"{round(seconds / 60)} min"
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
 def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
@@ -59,14 +100,14 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
         return record
     start = time.perf_counter()
     try:
-        with device_slot(slots_for(config.device, visible_gpus())) as slot, _inductor_cache(config) as env:
+        with held_slot(slots_for(config.device, visible_gpus())) as (slot, slot_fd), _inductor_cache(config) as env:
             where = "" if slot == CPU_SLOT else f" on GPU {slot}"
-            print(f"{tag} ...{where}", flush=True)
+            print(f"{tag} ...{where}{Progress.line(index, total)}", flush=True)
             start = time.perf_counter()
             if config.run.isolation == "process":
                 if slot != CPU_SLOT:
                     env["CUDA_VISIBLE_DEVICES"] = slot
-                record = _run_in_child(config, job_dir, env)
+                record = _run_in_child(config, job_dir, env, slot_fd)
             else:
                 record = _run_here(config, job_dir, env)
     except KeyboardInterrupt:
@@ -75,6 +116,7 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
         record["error"] = "interrupted: the sweep was stopped while this job ran"
         records.write_json(job_dir / records.METRICS_FILE, record)
     seconds = time.perf_counter() - start
+    Progress.durations.append(seconds)
     if record["status"] == "ok":
         print(f"{tag} ok {seconds:.1f} s", flush=True)
     else:
@@ -98,11 +140,14 @@ def _inductor_cache(config: JobConfig) -> Iterator[dict[str, str]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run_in_child(config: JobConfig, job_dir: Path, env: dict[str, str]) -> dict[str, Any]:
+def _run_in_child(config: JobConfig, job_dir: Path, env: dict[str, str], slot_fd: int) -> dict[str, Any]:
+    """The job in its own process, which holds the device slot with this one (it inherits the
+    lock's fd) and dies with this one (experiments.lifeline)."""
     config_path = job_dir / records.CONFIG_FILE
     records.write_json(config_path, config_to_dict(config))
     log_path = job_dir / records.LOG_FILE
     timeout = config.run.job_timeout_s or None
+    ooms_before = oom_kills()
     with open(log_path, "wb") as log:
         try:
             returncode = subprocess.run(
@@ -110,7 +155,8 @@ def _run_in_child(config: JobConfig, job_dir: Path, env: dict[str, str]) -> dict
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **env},
+                env={**os.environ, **env, PARENT_ENV: str(os.getpid())},
+                pass_fds=(slot_fd,),
                 check=False,
                 timeout=timeout,
             ).returncode
@@ -127,6 +173,14 @@ def _run_in_child(config: JobConfig, job_dir: Path, env: dict[str, str]) -> dict
     if record is None:
         record = records.base_record(config, job_dir)
         record["error"] = f"the job's process ended without a result ({_describe_exit(returncode)})"
+    if returncode == -signal.SIGKILL and not timed_out:
+        ooms = oom_kills()
+        record["error"] = (
+            "out of memory: the kernel's OOM killer killed the job's process (SIGKILL; "
+            f"memory.events oom_kill {ooms_before} -> {ooms})"
+            if ooms is not None and ooms_before is not None and ooms > ooms_before else
+            "killed by SIGKILL: the kernel's out-of-memory killer or a kill -9 "
+            f"(this machine does not say which); {record['error']}")
     record["status"] = "failed"
     record["exit_code"] = returncode
     record["stderr_tail"] = _tail(log_path)
@@ -147,6 +201,34 @@ def _run_here(config: JobConfig, job_dir: Path, env: dict[str, str]) -> dict[str
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def oom_kills(root: Path = Path("/sys/fs/cgroup"), cgroups: Path = Path("/proc/self/cgroup")) -> int | None:
+    """How many processes the OOM killer has killed in this process's memory cgroup (cgroup v2
+    memory.events, or v1 memory.oom_control), or None where the machine does not say."""
+    groups: dict[str, str] = {}
+    try:
+        for line in cgroups.read_text(encoding="ascii").splitlines():
+            _, controllers, path = line.split(":", 2)
+            groups[controllers] = path.lstrip("/")
+    except (OSError, ValueError):
+        pass
+    candidates = []
+    if "" in groups:
+        candidates.append(root / groups[""] / "memory.events")
+    if "memory" in groups:
+        candidates.append(root / "memory" / groups["memory"] / "memory.oom_control")
+    candidates += [root / "memory.events", root / "memory" / "memory.oom_control"]
+    for events in candidates:
+        try:
+            lines = events.read_text(encoding="ascii").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            name, _, value = line.partition(" ")
+            if name == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
 
 
 def _read_record(job_dir: Path) -> dict[str, Any] | None:

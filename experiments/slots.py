@@ -53,6 +53,15 @@ def slots_for(device: str, gpus: list[str]) -> list[str]:
 def device_slot(slots: list[str], folder: Path | None = None, poll_s: float = 0.2,
                 timeout_s: float | None = None) -> Iterator[str]:
     """Hold the first free slot of `slots` (exclusive across processes) and yield its name."""
+    with held_slot(slots, folder, poll_s, timeout_s) as (slot, _):
+        yield slot
+
+
+@contextlib.contextmanager
+def held_slot(slots: list[str], folder: Path | None = None, poll_s: float = 0.2,
+              timeout_s: float | None = None) -> Iterator[tuple[str, int]]:
+    """As device_slot, yielding (name, fd of the locked file). A job process that inherits the
+    fd holds the slot too: the lock is released only once every holder has closed it or died."""
     folder = folder or lock_folder()
     folder.mkdir(parents=True, exist_ok=True)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -65,10 +74,9 @@ def device_slot(slots: list[str], folder: Path | None = None, poll_s: float = 0.
                 handle.close()
                 continue
             try:
-                yield slot
+                yield slot, handle.fileno()
             finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-                handle.close()
+                handle.close()  # not LOCK_UN: that would free the slot of a job still holding it
             return
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"no free device among {', '.join(slots)} after {timeout_s} s")

@@ -8,8 +8,10 @@ SystemExit with the message already printed.
 from __future__ import annotations
 
 import copy
+import fcntl
 import functools
 import json
+import os
 import re
 import signal
 import sys
@@ -23,7 +25,7 @@ from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryV
 from experiments import records
 from experiments import seam
 from experiments.config import ConfigError, JobConfig, config_from_dict
-from experiments.launch import Interrupted
+from experiments.launch import Interrupted, Progress
 
 PLAN_FILE = "sweep.json"
 ENVIRONMENT_FILE = "environment.json"
@@ -238,10 +240,48 @@ def _start(folder: Path, key: str, expect: list[str]) -> None:
 
     if folder.exists() and not folder.is_dir():
         refuse(f"{key}={folder} is a file, not a folder: choose another {key}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        refuse(f"{key}={folder}: cannot create this folder ({exc.strerror or exc}): "
+               f"choose a {key} you can write to")
+    _claim(folder, key)
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    records.write_json(folder / ENVIRONMENT_FILE, records.environment_file(sys.argv))
+    try:
+        records.write_json(folder / ENVIRONMENT_FILE, records.environment_file(sys.argv))
+    except OSError as exc:
+        refuse(f"{key}={folder}: cannot write into this folder ({exc.strerror or exc}): "
+               f"choose a {key} you can write to")
     if expect:
         records.write_json(folder / EXPECT_FILE, {"expect": expect})
+
+
+LOCK_FILE = ".profsweep.lock"
+_claimed: list[Any] = []  # the open lock files of this process's sweep folders
+
+
+def _claim(folder: Path, key: str) -> None:
+    """Hold the folder for the life of this process (a flock the OS drops when it dies, however
+    it dies), so that two sweeps never write into one folder at once; the lock file names the
+    holder's pid for the refusal."""
+    try:
+        handle = open(folder / LOCK_FILE, "a+", encoding="ascii")
+    except OSError as exc:
+        refuse(f"{key}={folder}: cannot write into this folder ({exc.strerror or exc}): "
+               f"choose a {key} you can write to")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        refuse(f"{key}={folder} is in use by another sweep that is still running (pid {holder}): "
+               f"wait for it to end or stop it, or choose another {key}")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    _claimed.append(handle)
 
 
 class SweepCallback(Callback):
@@ -283,6 +323,7 @@ class SweepCallback(Callback):
                 {"jobs": len(jobs), "overrides": jobs, "command": sys.argv, "created_at": records.now_iso()},
             )
             print(f"sweep of {len(jobs)} jobs -> {sweep_dir}", flush=True)
+        Progress.reset()
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         job_dir = Path(str(config.hydra.runtime.output_dir))

@@ -73,3 +73,22 @@ def test_sequential_jobs_reuse_the_same_gpu(tmp_path):
         with device_slot(["0", "1"], tmp_path) as slot:
             names.append(slot)
     assert names == ["0", "0", "0"]
+
+
+def test_a_job_process_that_inherits_the_slot_holds_it_after_the_sweep_lets_go(tmp_path):
+    import subprocess
+    import sys
+
+    from experiments.slots import held_slot
+
+    with held_slot(["0"], tmp_path) as (slot, fd):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], pass_fds=(fd,))
+    try:
+        with pytest.raises(TimeoutError):  # the sweep closed its handle; the job still holds it
+            with device_slot(["0"], tmp_path, poll_s=0.05, timeout_s=0.3):
+                pass
+    finally:
+        child.kill()
+        child.wait()
+    with device_slot(["0"], tmp_path, timeout_s=5) as again:
+        assert again == slot

@@ -1,0 +1,134 @@
+"""A sweep that dies leaves nothing running, and no two sweeps ever write into one folder."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+from experiments.launch import duration, oom_kills, Progress
+
+SLOW_FACTORY = '''
+import time
+
+import torch
+
+
+def make(size, dtype, device, seconds: float = 0.0):
+    time.sleep(seconds)  # the job is running (its process is up) while this sleeps
+    x = torch.ones(size, size, dtype=dtype, device=device)
+    return torch.mm, (x, x)
+'''
+
+
+def _job_pids(sweep_dir: Path) -> list[int]:
+    """Processes whose command line names a job config inside `sweep_dir`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "experiments.job" in cmdline and str(sweep_dir) in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.rglob("*") if p.is_file()}
+
+
+def _wait(predicate, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_sweep_leaves_no_job_running_and_a_second_sweep_is_refused_while_it_lives(tmp_path):
+    (tmp_path / "slowbench.py").write_text(SLOW_FACTORY)
+    sweep_dir = tmp_path / "sweep"
+    args = [sys.executable, "experiments/run.py", "-m", "workload=custom", "workload._target_=slowbench:make",
+            "workload.seconds=600", "size=8,16", "device=cpu", f"hydra.sweep.dir={sweep_dir}"]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    sweep = subprocess.Popen(args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait(lambda: _job_pids(sweep_dir)), "the first job never started"
+        [job] = _job_pids(sweep_dir)
+
+        second = run_cli(*args[2:], env={"PYTHONPATH": str(tmp_path)}, timeout=120)
+        assert second.returncode == 2
+        assert f"is in use by another sweep that is still running (pid {sweep.pid})" in second.stderr
+        assert "hydra.sweep.dir=" in second.stderr
+
+        sweep.kill()  # kill -9: no handler, no finally
+        sweep.wait()
+        assert _wait(lambda: not _alive(job), timeout=10), "the job outlived the sweep"
+        before = _snapshot(sweep_dir)
+        time.sleep(1.5)
+        assert _snapshot(sweep_dir) == before
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+        for pid in _job_pids(sweep_dir):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_an_output_folder_that_cannot_be_created_is_refused_naming_the_key(tmp_path):
+    done = run_cli("size=8", "device=cpu", "hydra.run.dir=/proc/profsweep/x")
+    assert done.returncode == 2
+    assert "error: hydra.run.dir=/proc/profsweep/x: cannot create this folder" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = run_cli("-m", "size=8", "device=cpu", "hydra.sweep.dir=/proc/profsweep/x")
+    assert done.returncode == 2 and "error: hydra.sweep.dir=/proc/profsweep/x" in done.stderr
+
+
+def test_durations_read_as_a_person_writes_them():
+    assert duration(0) == "0 s" and duration(42.4) == "42 s"
+    assert duration(190) == "3 min 10 s" and duration(180) == "3 min"
+    assert duration(14 * 60 + 20, rough=True) == "14 min"
+    assert duration(2 * 3600 + 5 * 60 + 9) == "2 h 5 min"
+
+
+def test_the_progress_line_estimates_what_is_left_from_the_jobs_done(monkeypatch):
+    clock = iter([1000.0, 1000.0 + 190])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    Progress.reset()
+    Progress.durations = [10.0] * 16  # 16 jobs done, 10 s each: 96 left at job 17 of 112
+    assert Progress.line(17, 112) == " 3 min 10 s elapsed, ~16 min left"
+    assert Progress.line(1, 112) == ""  # nothing to estimate from before the first job
+
+
+def test_oom_kills_are_read_from_cgroup_v2_and_v1(tmp_path):
+    (tmp_path / "cg").write_text("0::/jobs/a\n")
+    events = tmp_path / "root" / "jobs" / "a" / "memory.events"
+    events.parent.mkdir(parents=True)
+    events.write_text("low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\n")
+    assert oom_kills(tmp_path / "root", tmp_path / "cg") == 2
+    (tmp_path / "cg1").write_text("4:memory:/box\n0::/\n")
+    v1 = tmp_path / "root1" / "memory" / "box" / "memory.oom_control"
+    v1.parent.mkdir(parents=True)
+    v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n")
+    assert oom_kills(tmp_path / "root1", tmp_path / "cg1") == 5
+    assert oom_kills(tmp_path / "nothing", tmp_path / "missing") is None
