@@ -3,15 +3,28 @@
 Each claim becomes one row of claims.csv: what the article says (with its A100 number where it
 gives one), what this run measured, and whether the claim holds here: true, false, or n/a with
 the reason (a CUDA-only claim on a CPU run, a sweep that lacks the jobs to test it).
+
+The claims about single jobs and series are data: `claim ...` entries of the presets' `expect`
+(conf/experiment/part*.yaml; the form is analysis/expect.py's), judged by the expectation
+machinery. They apply to every sweep that runs the preset's workloads, with or without the
+preset; a sweep's own expect.json (what it composed) replaces a preset's claims of that part.
+The comparisons across jobs (cold vs warm, eager vs compiled, one backend against another, the
+crossover of a series) stay code: the functions below.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from analysis.expect import CUDA_ONLY, EXPECT_FILE, ClaimSpec, ExpectationError, judge, parse_claims
+
+PRESETS = Path(__file__).resolve().parent.parent / "conf" / "experiment"
+PARTS = ("part1", "part2", "part3")
 
 
 @dataclass(frozen=True)
@@ -69,35 +82,12 @@ def _on_gpu(row: pd.Series) -> bool:
     return pd.notna(row.get("device_us_per_step"))
 
 
-def _host_vs_work(row: pd.Series) -> str:
-    if _on_gpu(row):
-        return f"size {row['size']}: host {_us(row['host_us_per_step'])} vs device {_us(row['device_us_per_step'])} per step"
-    return (f"size {row['size']}: overhead {_us(row['overhead_us_per_step'])} vs compute "
-            f"{_us(row['compute_us_per_step'])} per step (CPU)")
-
-
 def part1(d: _Data) -> list[Claim]:
     eager = d.series("matmul_add")
     if eager.empty:
         eager = d.series("matmul_add", warmup=True)
     out: list[Claim] = []
     P = "part1"
-
-    c, e = "the smallest size is overhead-bound", "size 64: Self CPU 2.314 ms ≫ Self CUDA 23.1 µs"
-    if eager.empty:
-        out.append(_na(P, c, e, "no eager matmul_add job"))
-    else:
-        small = eager.iloc[0]
-        out.append(Claim(P, c, e, _host_vs_work(small) + f" -> {small['regime']}",
-                         _verdict(small["regime"] == "overhead-bound"), small["job"]))
-
-    c, e = "the largest size is compute-bound", "size 4096: Self CPU 4.908 ms vs Self CUDA 4.495 ms; the GPU is busy"
-    if len(eager) < 2:
-        out.append(_na(P, c, e, "needs eager matmul_add jobs at two sizes or more"))
-    else:
-        big = eager.iloc[-1]
-        out.append(Claim(P, c, e, _host_vs_work(big) + f" -> {big['regime']}",
-                         _verdict(big["regime"] == "compute-bound"), big["job"]))
 
     c, e = "device (CPU: compute) time overtakes host time between the small and the large size", \
         "crossover between 64 and 4096"
@@ -142,19 +132,7 @@ def part1(d: _Data) -> list[Claim]:
                          f"{ratios['warm']:.2f} warm", _verdict(ratios["cold"] > ratios["warm"])))
 
     compiled = d.series("matmul_add", compile=True)
-    c, e = "compile replaces aten::mm + aten::add with one aten::addmm", "compiled: aten::addmm (+ a copy), no aten::add"
     pairs = sorted(set(eager["size"]) & set(compiled["size"])) if not compiled.empty else []
-    if not pairs:
-        out.append(_na(P, c, e, "needs eager and compiled matmul_add jobs at the same size"))
-    else:
-        size = pairs[0]
-        er, cr = eager[eager["size"] == size].iloc[0], compiled[compiled["size"] == size].iloc[0]
-        eo, co = set(d.job_ops(er["job"]).index), set(d.job_ops(cr["job"]).index)
-        holds = {"aten::mm", "aten::add"} <= eo and "aten::addmm" in co and not ({"aten::mm", "aten::add"} & co)
-        seen = lambda ops: ", ".join(sorted(n for n in ops if n in ("aten::mm", "aten::add", "aten::addmm")))  # noqa: E731
-        out.append(Claim(P, c, e, f"size {size}: eager {{{seen(eo)}}}, compiled {{{seen(co)}}}",
-                         _verdict(holds), f"{er['job']}, {cr['job']}"))
-
     c, e = "the compiled step costs more host time than eager at small sizes", "~2× the CPU time per step"
     if not pairs:
         out.append(_na(P, c, e, "needs eager and compiled matmul_add jobs at the same size"))
@@ -166,105 +144,7 @@ def part1(d: _Data) -> list[Claim]:
                          f"{_us(er['host_us_per_step'])} eager ({ratio:.2f}×)", _verdict(ratio > 1),
                          f"{er['job']}, {cr['job']}"))
 
-    c, e = "GEMM launches are preceded by an occupancy query; elementwise ones are not", \
-        "cudaOccupancyMaxActiveBlocksPerMultiprocessor before each GEMM launch"
-    gpu_eager = eager[eager.apply(_on_gpu, axis=1)] if not eager.empty else eager
-    if gpu_eager.empty or d.kernels.empty:
-        out.append(_na(P, c, e, "CUDA only"))
-    else:
-        job = gpu_eager.iloc[0]["job"]
-        k = d.kernels[d.kernels["job"] == job]
-        gemm = k[k["name"].str.contains("gemm|cutlass|xmma|sm90|sm80|ampere_|hopper", case=False, regex=True)]
-        rest = k.drop(gemm.index)
-        holds = (not gemm.empty and (gemm["after_occupancy_query"] == gemm["calls"]).all()
-                 and (rest["after_occupancy_query"] == 0).all())
-        out.append(Claim(P, c, e, f"GEMM launches after a query: {int(gemm['after_occupancy_query'].sum())}/"
-                         f"{int(gemm['calls'].sum())}; other kernels: {int(rest['after_occupancy_query'].sum())}/"
-                         f"{int(rest['calls'].sum())}", _verdict(holds), job))
-
-    c, e = "compiled matmul_add runs two device activities per step from one launch", \
-        "one aten::addmm GEMM + a device-to-device copy of the bias, one cudaLaunchKernel"
-    gpu_compiled = compiled[compiled.apply(_on_gpu, axis=1)] if not compiled.empty else compiled
-    if gpu_compiled.empty:
-        out.append(_na(P, c, e, "CUDA only"))
-    else:
-        r = gpu_compiled.iloc[0]
-        activities = r["step_kernels_median"] + r["step_memcpys_median"]
-        out.append(Claim(P, c, e, f"size {r['size']}: {activities:.0f} device activities "
-                         f"({r['step_kernels_median']:.0f} kernels, {r['step_memcpys_median']:.0f} memcpys), "
-                         f"{r['step_launches_median']:.0f} launches per step",
-                         _verdict(activities == 2 and r["step_launches_median"] == 1), r["job"]))
-
-    c, e = "the same kernel's duration varies from step to step", "median and mean differ (Figs 17–18)"
-    if eager.empty or pd.isna(eager.iloc[-1].get("top_kernel_spread")):
-        out.append(_na(P, c, e, "no kernel (or compute op) timed in eager matmul_add"))
-    else:
-        r = eager.iloc[-1]
-        out.append(Claim(P, c, e, f"size {r['size']}: {r['top_kernel']} max / median = {r['top_kernel_spread']:.2f}"
-                         + (" (CPU: self time of the compute op)" if not _on_gpu(r) else ""),
-                         _verdict(r["top_kernel_spread"] > 1.01), r["job"]))
     return out
-
-
-def part2(d: _Data) -> list[Claim]:
-    out: list[Claim] = []
-    P = "part2"
-    linear = d.series("linear", warmup=None)
-    c, e = "aten::t does no device work", "aten::t only changes metadata: no kernel"
-    gpu_linear = linear[linear.apply(_on_gpu, axis=1)] if not linear.empty else linear
-    if linear.empty:
-        out.append(_na(P, c, e, "no eager linear job"))
-    elif gpu_linear.empty:
-        out.append(_na(P, c, e, "CUDA only"))
-    else:
-        r = gpu_linear.iloc[0]
-        ops = d.job_ops(r["job"])
-        t_dev = float(ops.loc["aten::t", "self_device_us"]) if "aten::t" in ops.index else None
-        out.append(Claim(P, c, e, "aten::t not in the trace" if t_dev is None else f"aten::t self device time {_us(t_dev)}",
-                         _verdict(t_dev is not None and t_dev == 0), r["job"]))
-
-    c, e = "nn.Linear has no separate add: the bias is folded into aten::addmm", "aten::linear -> aten::t + aten::addmm"
-    if linear.empty:
-        out.append(_na(P, c, e, "no eager linear job"))
-    else:
-        r = linear.iloc[0]
-        ops = set(d.job_ops(r["job"]).index)
-        out.append(Claim(P, c, e, "ops: " + ", ".join(sorted(n for n in ops if n in ("aten::linear", "aten::t", "aten::addmm", "aten::add"))),
-                         _verdict("aten::addmm" in ops and "aten::add" not in ops), r["job"]))
-
-    mlp = d.series("mlp", warmup=None)
-    c, e = "the eager GeGLU MLP runs 5 kernels per forward", "3 GEMMs, gelu, mul"
-    if mlp.empty:
-        out.append(_na(P, c, e, "no eager mlp job"))
-    else:
-        r = mlp.iloc[0]
-        if _on_gpu(r):
-            n, what = r["step_kernels_median"], "kernels"
-        else:
-            n, what = d.compute_calls_per_step(r), "compute ops (CPU)"
-        out.append(Claim(P, c, e, f"{n:.0f} {what} per forward", _verdict(n == 5), r["job"]))
-
-    mlp_c = d.series("mlp", compile=True, warmup=None)
-    c, e = "the compiled GeGLU MLP runs 4 kernels, one fused for gelu and mul", \
-        "3 GEMMs + triton_poi_fused_..._gelu_mul_..."
-    if mlp_c.empty:
-        out.append(_na(P, c, e, "no compiled mlp job"))
-    else:
-        r = mlp_c.iloc[0]
-        if _on_gpu(r):
-            n = r["step_kernels_median"]
-            names = d.kernels[d.kernels["job"] == r["job"]]["name"]
-        else:
-            n = d.compute_calls_per_step(r)
-            names = pd.Series([str(x) for x in d.job_ops(r["job"]).index])
-        fused = names[names.str.contains("fused", case=False) & names.str.contains("gelu") & names.str.contains("mul")]
-        out.append(Claim(P, c, e, f"{n:.0f} {'kernels' if _on_gpu(r) else 'compute ops (CPU)'} per forward; fused: "
-                         + (fused.iloc[0][:80] if not fused.empty else "none"),
-                         _verdict(n == 4 and len(fused) == 1), r["job"]))
-    return out
-
-
-CUDA_ONLY = "CUDA only: needs the CUDA kernels' trace"
 
 
 def _attention_jobs(d: _Data) -> dict[str, pd.Series]:
@@ -345,63 +225,10 @@ def part3(d: _Data) -> list[Claim]:
                          f"forward, {'device' if key.startswith('device') else 'host (CPU)'})",
                          _verdict(ratio > 1), f"{math['job']}, {inplace['job']}"))
 
-    c, e = "math's GEMMs run in FP32 on CUDA cores although the inputs are bf16", "sgemm kernels, no tensor cores"
-    math = jobs.get("math")
-    if math is None or not _on_gpu(math):
-        out.append(_na(P, c, e, CUDA_ONLY if math is not None else "needs the math attention job"))
-    else:
-        k = d.kernels[(d.kernels["job"] == math["job"]) & d.kernels["name"].str.contains("gemm", case=False)]
-        cores = ", ".join(sorted({"tensor cores" if t is True else "CUDA cores" if t is False else "unknown"
-                                  for t in k.get("tensor_cores", pd.Series(dtype=object))}))
-        out.append(Claim(P, c, e, f"{len(k)} GEMM kernels ({math['dtype']} inputs): {cores or 'none'}",
-                         _verdict(not k.empty and (k["tensor_cores"] == False).all()), math["job"]))  # noqa: E712
-
-    c, e = "the math backend rebuilds the causal mask on every call", "aten::ones -> aten::tril, aten::where per call"
-    if math is None:
-        out.append(_na(P, c, e, "needs the math attention job"))
-    else:
-        tril, where = per_step(math, "aten::tril"), per_step(math, "aten::where")
-        fused = [jobs[n] for n in ("flash", "efficient", "cudnn") if n in jobs]
-        others = ", ".join(f"{r['workload_backend']} {per_step(r, 'aten::tril'):.0f}" for r in fused)
-        out.append(Claim(P, c, e, f"per forward: math aten::tril {tril:.0f}, aten::where {where:.0f}"
-                         + (f"; aten::tril in {others}" if others else ""),
-                         _verdict(tril >= 1 and where >= 1 and all(per_step(r, "aten::tril") == 0 for r in fused)),
-                         math["job"]))
-
-    c, e = "efficient, flash and cuDNN run one fused kernel per forward", "1 kernel each"
-    fused = [jobs[n] for n in ("efficient", "flash", "cudnn") if n in jobs]
-    if not fused:
-        out.append(_na(P, c, e, "needs a flash, efficient or cudnn attention job"))
-    else:
-        counts = {str(r["workload_backend"]): kernels_per_step(r) for r in fused}
-        missing = [n for n in ("efficient", "flash", "cudnn") if n not in counts]
-        out.append(Claim(P, c, e, "; ".join(f"{n} {v:.0f} {what(jobs[n])}" for n, v in counts.items())
-                         + (f" ({', '.join(missing)} not run here)" if missing else ""),
-                         _verdict(all(v == 1 for v in counts.values())), ", ".join(r["job"] for r in fused)))
-
     gpu = {n: r for n, r in jobs.items() if _on_gpu(r)}
 
-    c, e = "flash and efficient call four transposes per forward, cuDNN none", "4, 4 and 0 aten::transpose"
-    trio = [gpu[n] for n in ("flash", "efficient", "cudnn") if n in gpu]
-    if len(trio) < 3:
-        out.append(_na(P, c, e, CUDA_ONLY + " of flash, efficient and cudnn (the CPU's flash attention is "
-                        "another implementation)"))
-    else:
-        t = {str(r["workload_backend"]): per_step(r, "aten::transpose") for r in trio}
-        out.append(Claim(P, c, e, ", ".join(f"{n} {v:.0f}" for n, v in t.items()),
-                         _verdict(t["flash"] == 4 and t["efficient"] == 4 and t["cudnn"] == 0),
-                         ", ".join(r["job"] for r in trio)))
-
-    c, e = "cuDNN launches its kernel with cuLaunchKernelEx (driver API)", "cuLaunchKernelEx, not cudaLaunchKernel"
-    cudnn = gpu.get("cudnn")
-    if cudnn is None:
-        out.append(_na(P, c, e, CUDA_ONLY + " of the cudnn backend"))
-    else:
-        ex, rt = per_step(cudnn, "cuLaunchKernelEx"), per_step(cudnn, "cudaLaunchKernel")
-        out.append(Claim(P, c, e, f"per forward: cuLaunchKernelEx {ex:.0f}, cudaLaunchKernel {rt:.0f}",
-                         _verdict(ex >= 1), cudnn["job"]))
-
     c, e = "cuDNN costs more host time per forward than flash and efficient", "CPU avg 214 µs vs 138 µs and 117 µs"
+    trio = [gpu[n] for n in ("flash", "efficient", "cudnn") if n in gpu]
     if len(trio) < 3:
         out.append(_na(P, c, e, CUDA_ONLY + " of flash, efficient and cudnn"))
     else:
@@ -410,32 +237,89 @@ def part3(d: _Data) -> list[Claim]:
                          _verdict(h["cudnn"] > h["flash"] and h["cudnn"] > h["efficient"]),
                          ", ".join(r["job"] for r in trio)))
 
-    c, e = "flash's reported occupancy is low and cuDNN's reads 0", "13% and 0% (estimated achieved occupancy)"
-    pair = [gpu[n] for n in ("flash", "cudnn") if n in gpu]
-    if len(pair) < 2 or "occupancy_pct" not in d.kernels:
-        out.append(_na(P, c, e, CUDA_ONLY + " of flash and cudnn"))
-    else:
-        occ = {}
-        for r in pair:
-            top = d.kernels[d.kernels["job"] == r["job"]].sort_values("total_us", ascending=False).head(1)
-            occ[str(r["workload_backend"])] = float(top["occupancy_pct"].iloc[0]) if len(top) else float("nan")
-        out.append(Claim(P, c, e, f"flash {occ['flash']:.0f}%, cudnn {occ['cudnn']:.0f}%",
-                         _verdict(occ["flash"] < 25 and occ["cudnn"] == 0), ", ".join(r["job"] for r in pair)))
     return out
 
 
+def _preset_workloads(preset: dict[str, Any]) -> set[str]:
+    """The workloads a preset runs: its `override /workload` default and a swept `workload`."""
+    found = set()
+    for entry in preset.get("defaults") or []:
+        if isinstance(entry, dict):
+            found |= {str(v) for k, v in entry.items() if str(k).strip().endswith("/workload")}
+    swept = ((preset.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    if "workload" in swept:
+        found |= {w.strip() for w in str(swept["workload"]).split(",")}
+    return found
+
+
+def preset_claims(folder: Path = PRESETS) -> list[tuple[set[str], ClaimSpec]]:
+    """The presets' claims, each with the workloads of its preset (none when there is no such
+    folder, e.g. an installed analysis without the project's conf/)."""
+    import yaml
+
+    out = []
+    for path in sorted(Path(folder).glob("*.yaml")):
+        preset = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        try:
+            claims = parse_claims(preset.get("expect") or [])
+        except ExpectationError as exc:
+            raise ExpectationError(f"{path}: {exc}") from exc
+        out += [(_preset_workloads(preset), c) for c in claims]
+    return out
+
+
+def sweep_claims(folder: Path | None) -> list[ClaimSpec]:
+    """The claims the sweep composed (its expect.json), none when it has none."""
+    try:
+        texts = json.loads((Path(folder) / EXPECT_FILE).read_text(encoding="utf-8"))["expect"]
+        return parse_claims(texts)
+    except (TypeError, OSError, ValueError, KeyError):  # no folder or file, or another version's
+        return []
+
+
+def _judged(claims: list[ClaimSpec], d: _Data) -> dict[str, list[Claim]]:
+    ok = d.ok
+    if "train" in ok:  # the article profiles inference
+        ok = ok[ok["train"].fillna(False).astype(bool) == False]  # noqa: E712
+    jobs = ok.astype(object).where(ok.notna(), None).to_dict("records")
+
+    def by_job(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        if len(frame):
+            clean = frame.astype(object).where(frame.notna(), None)
+            for row in clean.to_dict("records"):
+                out.setdefault(str(row["job"]), {})[str(row["name"])] = row
+        return out
+
+    ops, kernels = by_job(d.ops), by_job(d.kernels)
+    out: dict[str, list[Claim]] = {}
+    for c in claims:
+        verdict = judge(c, jobs, ops, kernels)
+        out.setdefault(c.part, []).append(Claim(c.part, c.claim, c.article, verdict["measured"], verdict["holds"],
+                                                verdict["jobs"]))
+    return out
+
+
+CODE = {"part1": ({"matmul_add"}, part1), "part3": ({"attention"}, part3)}  # comparisons across jobs
+
+
 def evaluate(summary: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, kernels: pd.DataFrame,
-             crossovers: pd.DataFrame) -> pd.DataFrame:
-    """claims.csv's rows for every part whose workloads the sweep ran (empty when none)."""
+             crossovers: pd.DataFrame, folder: Path | None = None, presets: Path = PRESETS) -> pd.DataFrame:
+    """claims.csv's rows for every part whose workloads the sweep ran (empty when none): the
+    presets' claims (the sweep's own, from `folder`'s expect.json, where it composed a preset),
+    then the comparisons across jobs."""
     if summary.empty or "workload" not in summary:
         return pd.DataFrame(columns=list(Claim.__dataclass_fields__))
     d = _Data(summary, ops, steps, kernels, crossovers)
-    claims: list[Claim] = []
     workloads = set(summary["workload"].dropna())
-    if "matmul_add" in workloads:
-        claims += part1(d)
-    if workloads & {"linear", "mlp"}:
-        claims += part2(d)
-    if "attention" in workloads:
-        claims += part3(d)
+    own = sweep_claims(folder)
+    parts_own = {c.part for c in own}
+    data = own + [c for w, c in preset_claims(presets) if w & workloads and c.part not in parts_own]
+    judged = _judged(data, d)
+    claims: list[Claim] = []
+    for part in [*PARTS, *sorted(set(judged) - set(PARTS))]:
+        claims += judged.get(part, [])
+        needs, code = CODE.get(part, (set(), None))
+        if code is not None and workloads & needs:
+            claims += code(d)
     return pd.DataFrame([asdict(c) for c in claims], columns=list(Claim.__dataclass_fields__))

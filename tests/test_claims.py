@@ -40,16 +40,24 @@ def _gpu_frames(occupancy_ok: bool = True, compiled_activities: int = 2):
                 "top_kernel": "sm90_xmma_gemm_bf16", "top_kernel_spread": 1.3,
             })
     summary = pd.DataFrame(rows)
+    # Every job's kernels and ops: the claims are data (conf/experiment/part1.yaml), checked on
+    # every job they apply to.
     kernels = pd.DataFrame([
-        {"job": "64_eager", "name": "sm90_xmma_gemm_bf16bf16_bf16f32", "calls": 3,
-         "after_occupancy_query": 3 if occupancy_ok else 1},
-        {"job": "64_eager", "name": "void at::native::vectorized_elementwise_kernel<4, add>", "calls": 3,
-         "after_occupancy_query": 0},
+        row for size in (64, 4096) for row in (
+            {"job": f"{size}_eager", "name": "sm90_xmma_gemm_bf16bf16_bf16f32", "calls": 3,
+             "after_occupancy_query": 3 if occupancy_ok else 1},
+            {"job": f"{size}_eager", "name": "void at::native::vectorized_elementwise_kernel<4, add>", "calls": 3,
+             "after_occupancy_query": 0},
+            {"job": f"{size}_compile", "name": "sm90_xmma_gemm_bf16bf16_bf16f32", "calls": 3,
+             "after_occupancy_query": 3},
+        )
     ])
     ops = pd.DataFrame([
-        {"job": "64_eager", "name": "aten::mm", "calls": 3, "self_host_us": 1, "self_device_us": 5},
-        {"job": "64_eager", "name": "aten::add", "calls": 3, "self_host_us": 1, "self_device_us": 3},
-        {"job": "64_compile", "name": "aten::addmm", "calls": 3, "self_host_us": 1, "self_device_us": 8},
+        row for size in (64, 4096) for row in (
+            {"job": f"{size}_eager", "name": "aten::mm", "calls": 3, "self_host_us": 1, "self_device_us": 5},
+            {"job": f"{size}_eager", "name": "aten::add", "calls": 3, "self_host_us": 1, "self_device_us": 3},
+            {"job": f"{size}_compile", "name": "aten::addmm", "calls": 3, "self_host_us": 1, "self_device_us": 8},
+        )
     ])
     crossovers = pd.DataFrame([{"workload": "matmul_add", "dtype": "bf16", "compile": False, "warmup": False,
                                 "crossover_size": float("nan"), "status": "not reached: host exceeds work at every size swept"}])
@@ -133,8 +141,8 @@ def _part3_frames(**changes):
                      "dtype": "bf16", "compile": False, "warmup": True, "train": False, "device": "cuda",
                      "steps": 3, "workload_backend": backend, "host_us_per_step": host,
                      "device_us_per_step": device, "step_kernels_median": k, "step_memcpys_median": m})
-        kernels += [{"job": job, "name": n, "calls": 3, "total_us": 3 * device / len(names), "tensor_cores": t,
-                     "occupancy_pct": o} for n, t, o in names]
+        kernels += [{"job": job, "name": n, "calls": 3 * k // len(names), "total_us": 3 * device / len(names),
+                     "tensor_cores": t, "occupancy_pct": o} for n, t, o in names]  # k per forward, 3 steps
         ops += [{"job": job, "name": n, "calls": 3 * c, "compute_calls": 0} for n, c in per_forward.items()]
     return pd.DataFrame(rows), pd.DataFrame(ops), pd.DataFrame(), pd.DataFrame(kernels), pd.DataFrame()
 
@@ -208,3 +216,80 @@ def test_part3_on_the_cpu_runs_what_it_can_and_says_what_it_left_out(tmp_path):
     assert (claims[claims["holds"] == "n/a"]["measured"].str.startswith("CUDA only")).sum() == 5
     report = (sweep / "report.html").read_text()
     assert "Left out on this machine" in report and "Article check" in report
+
+
+# --- the claims about single jobs are data in the presets ----------------------------------------
+
+
+def test_every_preset_claim_is_a_row_and_the_row_comes_from_the_preset(tmp_path):
+    from analysis.claims import PRESETS, preset_claims
+
+    data = {c.claim for _, c in preset_claims()}
+    assert len(data) == 16  # 6 of Part 1, 4 of Part 2, 6 of Part 3
+    rows = evaluate(*_part3_frames())
+    assert {c.claim for w, c in preset_claims() if "attention" in w} <= set(rows["claim"])
+    # A copy of the presets with one claim changed (its number, its check): the row changes.
+    copy = tmp_path / "experiment"
+    copy.mkdir()
+    for preset in PRESETS.glob("*.yaml"):
+        text = preset.read_text(encoding="utf-8")
+        if preset.name == "part3.yaml":
+            assert "| check: op aten::transpose == 4 where" in text
+            text = text.replace("| article: 4, 4 and 0 aten::transpose", "| article: 5, 5 and 0 aten::transpose")
+            text = text.replace("| check: op aten::transpose == 4 where", "| check: op aten::transpose == 5 where")
+        (copy / preset.name).write_text(text, encoding="utf-8")
+    changed = evaluate(*_part3_frames(), presets=copy).set_index("claim")
+    row = changed.loc["flash and efficient call four transposes per forward, cuDNN none"]
+    assert (row["expected"], row["holds"]) == ("5, 5 and 0 aten::transpose", "false")
+    assert "op aten::transpose: 4 per step" in row["measured"]
+    assert evaluate(*_part3_frames(), presets=tmp_path / "none")["claim"].tolist() == [  # no presets: code only
+        "naive attention runs one more device activity per forward than in-place: a memcpy",
+        "the math backend runs many more kernels per forward than in-place",
+        "the math backend is slower than in-place",
+        "cuDNN costs more host time per forward than flash and efficient"]
+
+
+def test_a_sweeps_own_expect_json_replaces_the_presets_claims_of_its_part(tmp_path):
+    import json
+
+    claim = ("claim part3: flash runs one fused kernel | article: 1 kernel | check: kernel * == 1 "
+             "where workload.backend == flash")
+    (tmp_path / "expect.json").write_text(json.dumps({"expect": ["op aten::mm present", claim]}))
+    rows = evaluate(*_part3_frames(), folder=tmp_path)
+    part3 = rows[rows["part"] == "part3"].set_index("claim")
+    assert part3.loc["flash runs one fused kernel", "holds"] == "true"
+    assert part3.loc["flash runs one fused kernel", "jobs"] == "attention_flash"
+    assert "efficient, flash and cuDNN run one fused kernel per forward" not in part3.index  # replaced
+    assert "the math backend is slower than in-place" in part3.index  # comparisons stay
+
+
+def test_cuda_only_claims_are_na_on_cpu_rows_and_a_claim_without_its_jobs_says_what_it_needs():
+    summary, ops, steps, kernels, crossovers = _part3_frames()
+    cpu = summary.assign(device="cpu", device_us_per_step=None)
+    rows = evaluate(cpu[cpu["workload_backend"] != "cudnn"], ops, steps, kernels, crossovers).set_index("claim")
+    for claim in ("math's GEMMs run in FP32 on CUDA cores although the inputs are bf16",
+                  "flash and efficient call four transposes per forward, cuDNN none",
+                  "cuDNN launches its kernel with cuLaunchKernelEx (driver API)",
+                  "flash's reported occupancy is low and cuDNN's reads 0"):
+        assert (rows.loc[claim, "holds"], rows.loc[claim, "measured"]) == ("n/a", "CUDA only: needs the CUDA kernels' trace")
+    gpu = summary[summary["workload_backend"] != "cudnn"]
+    rows = evaluate(gpu, ops, steps, kernels, crossovers).set_index("claim")
+    assert rows.loc["cuDNN launches its kernel with cuLaunchKernelEx (driver API)", "measured"] == \
+        "needs the cudnn attention job"
+    only_math = summary[summary["workload_backend"] == "math"]
+    rows = evaluate(only_math, ops, steps, kernels, crossovers).set_index("claim")
+    assert rows.loc["the math backend rebuilds the causal mask on every call", "holds"] == "true"  # `check if run`
+
+
+def test_series_claims_pick_each_series_smallest_and_largest_size():
+    summary, ops, steps, kernels, crossovers = _gpu_frames()
+    wrong = summary.copy()
+    wrong.loc[wrong["job"] == "4096_eager", "regime"] = "overhead-bound"
+    rows = evaluate(wrong, ops, steps, kernels, crossovers).set_index("claim")
+    assert rows.loc["the largest size is compute-bound", "holds"] == "false"
+    assert "4096_eager" in rows.loc["the largest size is compute-bound", "measured"]
+    assert rows.loc["the smallest size is overhead-bound", "holds"] == "true"
+    one_size = summary[summary["size"] == 64]
+    rows = evaluate(one_size, ops, steps, kernels, crossovers).set_index("claim")
+    assert rows.loc["the largest size is compute-bound", "measured"] == "needs eager matmul_add jobs at two sizes or more"
+    assert rows.loc["the smallest size is overhead-bound", "holds"] == "true"

@@ -92,3 +92,61 @@ def test_a_sweep_checks_its_expectations_and_its_report_opens_with_the_mismatch(
     columns = pd.read_csv(sweep / "summary.csv").columns
     known = known_metrics()
     assert [c for c in columns if not is_known(c, known)] == []  # every column can be expected
+
+
+def test_counts_per_step_columns_of_ops_and_kernels_sums_and_series_extremes():
+    jobs = [
+        {"job": "a", "status": "ok", "steps": 3, "size": 64, "workload": "attention", "workload_backend": "flash",
+         "step_kernels_median": 1, "step_memcpys_median": 1},
+        {"job": "b", "status": "ok", "steps": 3, "size": 512, "workload": "attention", "workload_backend": "cudnn",
+         "step_kernels_median": 1, "step_memcpys_median": 0},
+        {"job": "c", "status": "ok", "steps": 3, "size": 4096, "workload": "attention", "workload_backend": "math",
+         "step_kernels_median": 20, "step_memcpys_median": 0},
+    ]
+    ops = {"a": {"aten::transpose": {"calls": 12, "self_device_us": 0.0}}, "b": {"cuLaunchKernelEx": 3}}
+    kernels = {"a": {"flash_fwd_kernel": {"calls": 3, "occupancy_pct": 13.0, "after_occupancy_query": 3}},
+               "c": {"ampere_sgemm_128x64": {"calls": 30, "tensor_cores": False, "after_occupancy_query": 30},
+                     "triu_tril_kernel": {"calls": 30, "tensor_cores": None, "after_occupancy_query": 0}}}
+    texts = ["op aten::transpose == 4 where workload.backend in flash,efficient",
+             "op cuLaunchKernelEx >= 1 where workload.backend == cudnn",
+             "kernel * == 20 where size == largest",
+             "kernel *gemm* tensor_cores == false",
+             "kernel *flash* occupancy_pct < 25",
+             "kernel * after_occupancy_query == calls",
+             "op aten::transpose self_device_us == 0",
+             "step_kernels_median + step_memcpys_median == 2 where size == smallest"]
+    got = {(r["expectation"], r["job"]): (r["measured"], r["holds"]) for r in check([parse(t) for t in texts], jobs, ops, kernels)}
+    assert got == {
+        (texts[0], "a"): ("4 per step", "true"),
+        (texts[1], "b"): ("1 per step", "true"),
+        (texts[2], "c"): ("20 per step", "true"),  # the largest size of the one series
+        (texts[3], "a"): ("none", "false"), (texts[3], "b"): ("none", "false"),
+        (texts[3], "c"): ("false in 1 kernel", "true"),
+        (texts[4], "a"): ("13.0 in 1 kernel", "true"), (texts[4], "b"): ("none", "false"),
+        (texts[4], "c"): ("none", "false"),
+        (texts[5], "a"): ("3/3 in 1 kernel", "true"), (texts[5], "b"): ("none", "false"),
+        (texts[5], "c"): ("30/30, 0/30 in 2 kernels", "false"),
+        (texts[6], "a"): ("0.0 in 1 op", "true"), (texts[6], "b"): ("none", "false"), (texts[6], "c"): ("none", "false"),
+        (texts[7], "a"): ("2.0", "true"),
+    }
+
+
+def test_claims_parse_from_one_string_and_bad_ones_are_refused():
+    from analysis.expect import is_claim, parse_all, parse_claim
+
+    text = ("claim part3: cuDNN launches with cuLaunchKernelEx | article: not cudaLaunchKernel "
+            "| where: workload.backend == cudnn | check: op cuLaunchKernelEx >= 1 | check if run: op aten::mm absent "
+            "| cuda only | needs: the cudnn job")
+    c = parse_claim(text)
+    assert (c.part, c.claim, c.article, c.cuda_only, c.needs, c.required) == (
+        "part3", "cuDNN launches with cuLaunchKernelEx", "not cudaLaunchKernel", True, "the cudnn job", (True, False))
+    assert [e.text for e in c.checks] == ["op cuLaunchKernelEx >= 1 where workload.backend == cudnn",
+                                          "op aten::mm absent where workload.backend == cudnn"]
+    assert is_claim(text) and not is_claim("op aten::mm present")
+    assert [e.text for e in parse_all([text, "op aten::mm present"])] == ["op aten::mm present"]
+    for bad, needle in ((text.replace("| cuda only", "| cuda"), "'cuda' is not a field of a claim"),
+                        ("claim part3: no checks | article: x", "has no 'check: EXPECTATION'"),
+                        (text.replace("op cuLaunchKernelEx", "op LaunchKernelEx"), "'LaunchKernelEx' is not an operator name"),
+                        (text.replace(">= 1 |", "regs == 1 |"), "'regs' is not a column of ops.csv")):
+        with pytest.raises(ExpectationError, match=needle):
+            parse_all([bad])
