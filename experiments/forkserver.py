@@ -26,7 +26,9 @@ changes, since the interpreter and torch read those while starting.
 
 from __future__ import annotations
 
+import array
 import ctypes
+import errno
 import importlib
 import json
 import os
@@ -42,15 +44,17 @@ import warnings
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
+from experiments.lifeline import PARENT_ENV
+
 # Environment keys nothing reads while the interpreter and torch start: a change of them keeps
 # the template (any other change starts a new one). The child gets them all the same. Torch reads
 # the first three at first use, after the fork (tests/test_forkserver.py checks the Inductor
 # cache live, CUDA_VISIBLE_DEVICES where there is a GPU): the Inductor cache in
 # torch._inductor.runtime.cache_dir_utils.cache_dir(), a module the template never imports;
 # Triton's when it builds a kernel; CUDA_VISIBLE_DEVICES when CUDA starts (cuInit; torch.cuda
-# caches its device count only once CUDA is initialised). pytest rewrites the last at every phase
-# of every test.
-LAZY_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST")
+# caches its device count only once CUDA is initialised). The job reads PARENT_ENV when it starts
+# (experiments.lifeline); pytest rewrites PYTEST_CURRENT_TEST at every phase of every test.
+LAZY_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_VISIBLE_DEVICES", PARENT_ENV, "PYTEST_CURRENT_TEST")
 # What the job imports at module level and in _profile, pure imports without side effects. Not
 # experiments.job itself: it runs as __main__, as under `python -m`.
 PRELOAD = ("torch", "torch.profiler", "experiments.records", "experiments.seam", "experiments.config",
@@ -63,6 +67,7 @@ START_TIMEOUT_S = 300.0  # importing torch from a cold disk
 REPLY_TIMEOUT_S = 30.0  # a fork, or a kill and reap
 MAX_MESSAGE = 1 << 20
 PR_SET_PDEATHSIG = 1
+MADV_POPULATE_WRITE = 23
 
 
 class ForkServerError(RuntimeError):
@@ -92,6 +97,7 @@ class ForkServer:
         self._key: tuple | None = None
         self._refused: dict[tuple, str] = {}
         self.ready: dict[str, Any] = {}  # the template's state when it became ready
+        self.last_peak_rss_kb: int | None = None  # the last job's maximum resident set (wait4)
 
     @property
     def pid(self) -> int | None:
@@ -124,6 +130,7 @@ class ForkServer:
             except BaseException:  # Ctrl-C, SIGTERM: never leave the job running
                 self._kill_job()
                 raise
+            self.last_peak_rss_kb = reply["peak_rss_kb"]
             return os.waitstatus_to_exitcode(reply["status"])
 
     def state(self) -> dict[str, Any]:
@@ -340,15 +347,16 @@ def template_main(fd: int, parent: int) -> int:
             for f in fds:
                 os.close(f)
             _reply(sock, {"event": "started", "pid": pid})
-            status = _watch(sock, pid)
-            if status is None:
+            ended = _watch(sock, pid)
+            if ended is None:
                 return 0
-            _reply(sock, {"event": "exited", "status": status})
+            _reply(sock, {"event": "exited", "status": ended[0], "peak_rss_kb": ended[1]})
         # "kill" with no job running: that job has just been reported
 
 
-def _watch(sock: socket.socket, pid: int) -> int | None:
-    """Wait for the job `pid`, killing it when asked; its wait status, or None when the socket closed."""
+def _watch(sock: socket.socket, pid: int) -> tuple[int, int] | None:
+    """Wait for the job `pid`, killing it when asked; its wait status and peak RSS (KiB), or None
+    when the socket closed."""
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
@@ -360,17 +368,17 @@ def _watch(sock: socket.socket, pid: int) -> int | None:
     try:
         while True:
             events = poll.poll(None if pidfd is not None else 100)
-            done, status = os.waitpid(pid, os.WNOHANG)
+            done, status, usage = os.wait4(pid, os.WNOHANG)
             if done:
-                return status
+                return status, usage.ru_maxrss
             if any(fd == sock.fileno() for fd, _ in events):
                 data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 64)
                 for f in fds:
                     os.close(f)
                 if not data or json.loads(data)["op"] == "kill":
                     _kill_group(pid)
-                    _, status = os.waitpid(pid, 0)
-                    return status if data else None
+                    _, status, usage = os.wait4(pid, 0)
+                    return (status, usage.ru_maxrss) if data else None
     finally:
         if pidfd is not None:
             os.close(pidfd)
@@ -412,12 +420,52 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int], templat
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        if PARENT_ENV in os.environ:
+            # The job dies with its parent, which is the template here (and that one with the
+            # sweep), not the sweep process that named itself.
+            os.environ[PARENT_ENV] = str(template)
+        _own_memory()
         if "numpy.random" in sys.modules:  # its global state, which a fresh process seeds from the OS
             sys.modules["numpy.random"].seed()
     except BaseException:
         traceback.print_exc()
         os._exit(127)
     os._exit(_run_python(request["argv"]))
+
+
+def _own_memory() -> int:
+    """Copy now every page the template wrote, which the child shares with it copy-on-write:
+    a fresh interpreter owns those pages before its job starts, so the job's first calls must not
+    pay the copies (measured: +20% on an eager first call without this). Pages the template never
+    wrote stay as lazy as in a fresh process. Returns the pages copied (0 where the kernel has no
+    MADV_POPULATE_WRITE, Linux < 5.14, or /proc/self/pagemap cannot be read)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    present, file_or_shared = 1 << 63, 1 << 61  # /proc/self/pagemap flags
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    copied = 0
+    try:
+        with open("/proc/self/maps") as maps, open("/proc/self/pagemap", "rb", buffering=0) as pagemap:
+            for fields in [line.split() for line in maps]:
+                if fields[1][:2] != "rw" or fields[1][3] != "p" or fields[-1].startswith("[v"):
+                    continue  # private writable mappings only; not [vvar], [vdso], [vsyscall]
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                pagemap.seek(lo // page * 8)
+                flags = array.array("Q", pagemap.read((hi - lo) // page * 8))
+                run = None
+                for i, flag in enumerate([*flags, 0]):
+                    own = flag & present and not flag & file_or_shared
+                    if own and run is None:
+                        run = i
+                    elif not own and run is not None:
+                        if madvise(lo + run * page, (i - run) * page, MADV_POPULATE_WRITE) == 0:
+                            copied += i - run
+                        elif ctypes.get_errno() == errno.EINVAL and not copied:
+                            return 0  # a kernel without MADV_POPULATE_WRITE
+                        run = None
+    except OSError:
+        pass
+    return copied
 
 
 def _run_python(argv: list[str]) -> int:

@@ -21,6 +21,7 @@ import torch
 
 from experiments import forkserver, records
 from experiments.config import JobConfig, config_to_dict
+from experiments.lifeline import PARENT_ENV
 from tests.conftest import ROOT, read_metrics
 
 pytestmark = pytest.mark.skipif(forkserver.unavailable_reason() is not None,
@@ -104,6 +105,22 @@ def test_the_child_sees_what_a_fresh_interpreter_sees(server, tmp_path):
     assert seen["fork"]["env"]["TORCHINDUCTOR_CACHE_DIR"] == env["TORCHINDUCTOR_CACHE_DIR"]
 
 
+def test_the_child_owns_the_pages_the_template_wrote_as_a_fresh_process_does(server, tmp_path):
+    # Left shared copy-on-write, each would be copied inside the job's first calls (timed).
+    job = script(tmp_path, "memory.py", """\
+        import torch, torch.profiler
+        for line in open("/proc/self/smaps_rollup"):
+            if line.startswith(("Shared_Dirty:", "Private_Dirty:")):
+                print(line.split()[1])
+        """)
+    seen = {}
+    for side, run in (("fork", server.run_python), ("fresh", fresh)):
+        assert run([str(job)], tmp_path / f"{side}.log", {}, 60) == 0
+        seen[side] = [int(kb) for kb in (tmp_path / f"{side}.log").read_text().split()]  # shared, private KiB
+    assert seen["fork"][0] < 0.1 * seen["fork"][1]
+    assert seen["fork"][1] == pytest.approx(seen["fresh"][1], rel=0.25)
+
+
 def test_the_template_imports_torch_and_initialises_nothing(server, tmp_path):
     ok = script(tmp_path, "ok.py", "pass\n")
     assert server.run_python([str(ok)], tmp_path / "log", {}, 60) == 0
@@ -177,6 +194,17 @@ def test_the_job_holds_the_file_descriptors_it_is_given(server, tmp_path):
     assert result == [0]
     with open(lock_path, "a+") as other:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the job has ended: free
+
+
+def test_a_job_that_dies_with_its_parent_follows_the_template(server, tmp_path):
+    job = script(tmp_path, "lifeline.py", f"""\
+        import os
+        from experiments.lifeline import PARENT_ENV, die_with_parent
+        assert die_with_parent()
+        print(os.environ[PARENT_ENV], os.getppid())
+        """)
+    assert server.run_python([str(job)], tmp_path / "log", {PARENT_ENV: str(os.getpid())}, 60) == 0
+    assert (tmp_path / "log").read_text().split() == [str(server.pid)] * 2
 
 
 def test_an_environment_read_while_importing_torch_restarts_the_template(server, tmp_path):
@@ -300,7 +328,8 @@ def test_a_forked_job_writes_what_a_fresh_one_writes(server, tmp_path):
     for side in ("fork", "fresh"):
         config = job_config(tmp_path / side, size=16, dtype="fp32")
         run = server.run if side == "fork" else lambda c, log, env, t: fresh(["-m", "experiments.job", str(c)], log, env, t)
-        assert run(config, config.parent / records.LOG_FILE, fresh_caches(tmp_path), 120) == 0
+        env = {**fresh_caches(tmp_path), PARENT_ENV: str(os.getpid())}  # as launch.py starts a job
+        assert run(config, config.parent / records.LOG_FILE, env, 120) == 0
         jobs[side] = config.parent
     fork, new = read_metrics(jobs["fork"]), read_metrics(jobs["fresh"])
     assert sorted(p.name for p in jobs["fork"].iterdir()) == sorted(p.name for p in jobs["fresh"].iterdir())
