@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import sys
 import threading
@@ -61,5 +62,6 @@ def _analyse(folder: Path) -> None:
     try:
         analyse_folder(folder)
     except Exception as exc:  # the jobs' artifacts stay; say how to redo the analysis
-        print(f"analysis failed: {type(exc).__name__}: {exc}\n"
+        full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        print(f"analysis {'not written: disk full' if full else 'failed'}: {type(exc).__name__}: {exc}\n"
               f"  redo it with: python -m analysis {folder}", file=sys.stderr, flush=True)

@@ -35,9 +35,10 @@ RESAMPLES = 2000
 PAIR_KEYS = ("workload", "size", "dtype", "compile", "warmup", "train", "optimizer", "device",
              "isolation", "compile_cache", "warmup_iters")
 PAIR_PREFIXES = ("workload_", "profiler_", "compile_")
-# How many steps were profiled, and how much of the table was printed, do not change what a step
-# measures: a sweep rerun with profiler.active=20 for tighter verdicts still pairs with the first.
-NOT_PAIRING = ("profiler_active", "profiler_repeat", "profiler_row_limit")
+# How many steps were profiled, how much of the table was printed and whether the trace was
+# gzipped do not change what a step measures: a sweep rerun with profiler.active=20 for tighter
+# verdicts still pairs with the first.
+NOT_PAIRING = ("profiler_active", "profiler_repeat", "profiler_row_limit", "profiler_gzip")
 ENVIRONMENT_KEYS = ("torch_version", "cuda_build", "driver_version", "gpus", "cpu_model", "cpu_count",
                     "hostname", "git_commit", "git_dirty", "command", "python_version", "platform")
 VERDICT_ORDER = {"slower": 0, "faster": 1, "too noisy": 2, "same": 3}

@@ -39,6 +39,29 @@ SUMMARY_COLUMNS = [
 PHASE_NAMES = ("forward", "backward", "optimizer")
 
 
+def _trace_sizes(jobs: list[dict[str, Any]]) -> str:
+    """`Traces: 12 files, 3.4 MB in all (largest 1.1 MB, 0_...)`, and how to make them smaller."""
+    sized = [(j["trace_bytes"], str(j["job"])) for j in jobs if isinstance(j.get("trace_bytes"), (int, float))
+             and j["trace_bytes"] == j["trace_bytes"]]
+    files = sum(len([n for n in str(j.get("trace_file") or "").split(";") if n]) for j in jobs
+                if isinstance(j.get("trace_bytes"), (int, float)))
+    if not sized:
+        return "Traces: none written."
+    total = sum(b for b, _ in sized)
+    largest, name = max(sized)
+    gzipped = all(str(j.get("trace_file") or "").endswith(".gz") for j in jobs if j.get("trace_file"))
+    hint = "" if gzipped else " <code>profiler.gzip=true</code> writes them as <code>.json.gz</code>, several times smaller."
+    return (f"Traces: {files} file{'s' if files != 1 else ''}, {_bytes(total)} in all "
+            f"(largest {_bytes(largest)}, {escape(name)}).{hint}")
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
 def _fmt(value: Any) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return ""
@@ -275,6 +298,7 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
                  f"(<code>python -m analysis serve {escape(str(folder))}</code>); or open the file there "
                  "(“Open trace file”) or in <code>chrome://tracing</code>. The table next to it is "
                  "torch's <code>key_averages().table()</code>.</p>")
+    parts.append(f"<p>{_trace_sizes(jobs)}</p>")
     for j in jobs:
         name = str(j["job"])
         files = [n for key in ("trace_file", "table_file") for n in str(j.get(key) or "").split(";") if n]

@@ -123,6 +123,7 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
                                f"schema {SCHEMA_VERSION}); analysed as far as its fields allow")
     if row["status"] == "ok":
         names = [n for n in str(row.get("trace_file") or "").split(";") if n]
+        row["trace_bytes"] = sum((job_dir / n).stat().st_size for n in names if (job_dir / n).is_file())
         try:
             if not names:
                 raise TraceError(f"{job_dir / METRICS_FILE}: names no trace file")

@@ -117,13 +117,14 @@ class ProfilerConfig:
     with_stack: bool = False
     profile_memory: bool = False
     row_limit: int = 15
+    gzip: bool = False  # write the Chrome trace as .json.gz (Perfetto and the analysis read it)
 
     def __post_init__(self) -> None:
         for f in ("wait", "warmup"):
             _require_nonnegative_int(f"profiler.{f}", getattr(self, f))
         for f in ("active", "repeat", "row_limit"):
             _require_positive_int(f"profiler.{f}", getattr(self, f))
-        for f in ("record_shapes", "with_stack", "profile_memory"):
+        for f in ("record_shapes", "with_stack", "profile_memory", "gzip"):
             _require_bool(f"profiler.{f}", getattr(self, f))
 
     @property

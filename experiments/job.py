@@ -11,9 +11,11 @@ metrics.json. Every file is written atomically.
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -43,7 +45,8 @@ def run_job(config: JobConfig, job_dir: Path) -> dict[str, Any]:
         record["status"] = "ok"
     except Exception as exc:  # the record carries it; the sweep goes on
         traceback.print_exc()
-        record["error"] = f"{type(exc).__name__}: {exc}"
+        record["error"] = (f"{records.DISK_FULL}: {exc}" if records.disk_full(exc)
+                           else f"{type(exc).__name__}: {exc}")
     record["finished_at"] = records.now_iso()
     records.write_json(job_dir / records.METRICS_FILE, record)
     return record
@@ -234,14 +237,18 @@ def _exporter(
 
     def export(prof: Any) -> None:
         suffix = "" if config.profiler.repeat == 1 else f"_cycle{len(cycles) + 1}"
-        trace = job_dir / f"{stem}{suffix}.json"
+        ext = ".json.gz" if config.profiler.gzip else ".json"  # torch gzips a path ending in .gz
+        trace = job_dir / f"{stem}{suffix}{ext}"
         table = job_dir / f"{stem}{suffix}.txt"
-        partial = trace.with_name(f".{trace.name}.partial")
+        partial = job_dir / f".{stem}{suffix}.partial{ext}"
         try:
             prof.export_chrome_trace(str(partial))
+            if not config.profiler.gzip:
+                _check_complete(partial)
             os.replace(partial, trace)
         finally:
             partial.unlink(missing_ok=True)
+            partial.with_name(f"{partial.name}.tmp").unlink(missing_ok=True)  # the profiler's own, when it failed
         events = prof.key_averages()
         records.atomic_write_text(
             table, events.table(sort_by=sort_by, row_limit=config.profiler.row_limit) + "\n"
@@ -251,6 +258,29 @@ def _exporter(
         )
 
     return export
+
+
+DISK_FULL_BELOW = 64 * 2**20  # a trace cut short with less free space than this: the disk filled
+
+
+def _check_complete(trace: Path) -> None:
+    """The profiler writes a JSON trace without reporting a failed write: a trace that does not
+    end its JSON object was cut short (by a full disk when the disk has next to nothing left)."""
+    try:
+        with open(trace, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64))
+            tail = f.read().rstrip()
+    except OSError:
+        size, tail = 0, b""
+    if tail.endswith(b"}"):
+        return
+    free = shutil.disk_usage(trace.parent).free
+    written = f"the profiler wrote {size:,} bytes of {trace.name[1:].replace('.partial', '')} and stopped"
+    if free < DISK_FULL_BELOW:
+        raise OSError(errno.ENOSPC, f"{written}; {free:,} bytes free in {trace.parent.parent}")
+    raise JobError(f"{written} ({free:,} bytes free on its disk)")
 
 
 def footer_totals(events: Any) -> dict[str, float]:
@@ -339,7 +369,15 @@ def main(argv: list[str]) -> int:
         return 2
     path = Path(argv[0])
     config = config_from_dict(json.loads(path.read_text(encoding="utf-8")))
-    record = run_job(config, path.parent)
+    try:
+        record = run_job(config, path.parent)
+    except OSError as exc:  # not even metrics.json could be written
+        if not records.disk_full(exc):
+            raise
+        print(f"{records.DISK_FULL}: {exc}", file=sys.stderr, flush=True)
+        return records.EXIT_DISK_FULL
+    if str(record.get("error") or "").startswith(records.DISK_FULL):
+        return records.EXIT_DISK_FULL
     return 0 if record["status"] == "ok" else 1
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from experiments import records
+from experiments.records import disk_full
 from experiments.config import JobConfig, config_to_dict
 from experiments.lifeline import PARENT_ENV
 from experiments.slots import CPU_SLOT, held_slot, slots_for, visible_gpus
@@ -27,9 +28,15 @@ LOG_TAIL_LINES = 20
 
 
 class Interrupted:
-    """Set once a job was interrupted (Ctrl-C, SIGTERM): the jobs after it are not started."""
+    """Set once a job was interrupted (Ctrl-C, SIGTERM) or the disk filled: the jobs after it
+    are not started."""
 
     seen = False
+    disk_error: str | None = None  # the error of the job that found the disk full
+
+    @classmethod
+    def why(cls) -> str:
+        return "the disk is full" if cls.disk_error else "the sweep was interrupted"
 
 
 class Progress:
@@ -83,7 +90,7 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
     """
     tag = f"[{index}/{total if total else '?'}] {config.label}"
     if Interrupted.seen:
-        print(f"{tag} not started: the sweep was interrupted", flush=True)
+        print(f"{tag} not started: {Interrupted.why()}", flush=True)
         return None
     previous = _read_record(job_dir)
     if previous and previous.get("status") == "ok" and previous.get("config_hash") == records.config_hash(config):
@@ -114,7 +121,15 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
         Interrupted.seen = True
         record = records.base_record(config, job_dir)
         record["error"] = "interrupted: the sweep was stopped while this job ran"
-        records.write_json(job_dir / records.METRICS_FILE, record)
+        _save(job_dir, record)
+    except OSError as exc:  # this process's own writes (job_config.json, a failure's record)
+        if not disk_full(exc):
+            raise
+        record = records.base_record(config, job_dir)
+        record["error"] = f"{records.DISK_FULL}: {exc}"
+        _save(job_dir, record)
+    if str(record.get("error") or "").startswith(records.DISK_FULL):
+        Interrupted.seen, Interrupted.disk_error = True, record["error"]
     seconds = time.perf_counter() - start
     Progress.durations.append(seconds)
     if record["status"] == "ok":
@@ -172,7 +187,9 @@ def _run_in_child(config: JobConfig, job_dir: Path, env: dict[str, str], slot_fd
     # The job failed: keep what the child recorded, add how its process ended and its last words.
     if record is None:
         record = records.base_record(config, job_dir)
-        record["error"] = f"the job's process ended without a result ({_describe_exit(returncode)})"
+        record["error"] = (f"{records.DISK_FULL}: the job could not write its results into {job_dir}"
+                           if returncode == records.EXIT_DISK_FULL else
+                           f"the job's process ended without a result ({_describe_exit(returncode)})")
     if returncode == -signal.SIGKILL and not timed_out:
         ooms = oom_kills()
         record["error"] = (
@@ -184,8 +201,18 @@ def _run_in_child(config: JobConfig, job_dir: Path, env: dict[str, str], slot_fd
     record["status"] = "failed"
     record["exit_code"] = returncode
     record["stderr_tail"] = _tail(log_path)
-    records.write_json(job_dir / records.METRICS_FILE, record)
+    _save(job_dir, record)
     return record
+
+
+def _save(job_dir: Path, record: dict[str, Any]) -> None:
+    """The sweep's record of a job that failed; on a full disk, said instead of written."""
+    try:
+        records.write_json(job_dir / records.METRICS_FILE, record)
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        print(f"  {records.METRICS_FILE} of {job_dir.name} not written: {records.DISK_FULL} ({exc})", flush=True)
 
 
 def _run_here(config: JobConfig, job_dir: Path, env: dict[str, str]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import functools
 import hashlib
 import json
@@ -25,12 +26,19 @@ SCHEMA_VERSION = 1
 METRICS_FILE = "metrics.json"
 CONFIG_FILE = "job_config.json"
 LOG_FILE = "job.log"
+DISK_FULL = "disk full"  # how a job's error starts when a write failed for lack of space
+EXIT_DISK_FULL = 28  # (ENOSPC) the job process's exit code then (it may not have written metrics.json)
 
 
 def artifact_stem(config: JobConfig) -> str:
     """`<size>_<dtype>_<cold|warm>_<eager|compile>`, the article's file names (`_train` after
     them for training steps)."""
     return f"{config.size}_{config.dtype}_{config.phase}_{config.mode}{'_train' if config.train else ''}"
+
+
+def disk_full(exc: BaseException) -> bool:
+    """A write that failed for lack of space (or of quota)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -132,3 +132,51 @@ def test_oom_kills_are_read_from_cgroup_v2_and_v1(tmp_path):
     v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n")
     assert oom_kills(tmp_path / "root1", tmp_path / "cg1") == 5
     assert oom_kills(tmp_path / "nothing", tmp_path / "missing") is None
+
+
+def _can_mount_tmpfs(folder: Path) -> bool:
+    folder.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=64k none {folder}"],
+                          capture_output=True)
+    return done.returncode == 0
+
+
+def test_a_full_disk_fails_the_job_that_met_it_and_stops_the_sweep(tmp_path):
+    """A real full disk: a 160 kB tmpfs in a private mount namespace holds one job's folder."""
+    disk = tmp_path / "disk"
+    if not _can_mount_tmpfs(disk):
+        pytest.skip("cannot mount a tmpfs here (unshare -rm not permitted)")
+    sweep_dir = disk / "sweep"
+    script = (f"mount -t tmpfs -o size=160k none {disk} && {sys.executable} experiments/run.py -m "
+              f"size=8,16,32 device=cpu profiler.active=30 hydra.sweep.dir={sweep_dir}; "
+              f"echo rc=$?; cat {sweep_dir}/0_*/metrics.json")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    out = done.stdout
+    assert "rc=1" in out, out + done.stderr
+    assert "[1/3] matmul_add size=8 bf16 cold eager ok" in out
+    assert "[2/3] matmul_add size=16 bf16 cold eager failed: disk full: " in out
+    assert "[3/3] matmul_add size=32 bf16 cold eager not started: the disk is full" in out
+    assert "stopped: disk full: " in out and "rerun the same command" in out
+    assert '"status": "ok"' in out  # the job that finished keeps its record
+    assert "Traceback" not in out + done.stderr
+
+
+def test_gzipped_traces_are_written_by_torch_and_read_by_the_analysis(tmp_path):
+    out = tmp_path / "run"
+    done = run_cli("size=8", "device=cpu", "profiler.gzip=true", f"hydra.run.dir={out}")
+    assert done.returncode == 0, done.stderr
+    import gzip
+    import json
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["trace_file"] == "8_bf16_cold_eager.json.gz" and metrics["profiler_gzip"] is True
+    events = json.loads(gzip.decompress((out / metrics["trace_file"]).read_bytes()))["traceEvents"]
+    assert any(e.get("name") == "aten::mm" for e in events)
+    report = (out / "report.html").read_text()
+    assert "Traces: 1 file, " in report and "profiler.gzip=true</code> writes them" not in report
+    import pandas as pd
+
+    row = pd.read_csv(out / "summary.csv").iloc[0]
+    assert row["trace_bytes"] == (out / metrics["trace_file"]).stat().st_size
+    assert row["host_us_per_step"] > 0
