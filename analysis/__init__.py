@@ -27,7 +27,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print) -> lis
     folder = Path(folder)
     tables = analyse_sweep(folder, progress)
     data = frames(tables)
-    claims = evaluate(data["summary"], data["ops"], data["steps"], data["kernels"], data["crossovers"])
+    claims = evaluate(data["summary"], data["ops"], data["steps"], data["kernels"], data["crossovers"], folder=folder)
     checked = check_expectations(tables)
     expectations = pd.DataFrame(checked, columns=["expectation", "job", "measured", "expected", "holds"])
     extra = {"claims": claims} if len(claims) else {}

@@ -201,10 +201,11 @@ def check_expectations(tables: SweepTables) -> list[dict[str, Any]] | None:
         expectations = parse_all(texts)
     except ExpectationError as exc:  # written by another version: say so, check nothing
         return [{"expectation": str(texts), "job": "", "measured": str(exc), "expected": "", "holds": "n/a"}]
-    ops = {job: {o["name"]: o["calls"] for o in rows} for job, rows in tables.ops.items()}
-    kernels: dict[str, dict[str, int]] = {}
+    # Whole rows: an expectation may read any column of ops.csv / kernels.csv, not only calls.
+    ops = {job: {o["name"]: o for o in rows} for job, rows in tables.ops.items()}
+    kernels: dict[str, dict[str, dict[str, Any]]] = {}
     for k in tables.kernels:
-        kernels.setdefault(k["job"], {})[k["name"]] = k["calls"]
+        kernels.setdefault(k["job"], {})[k["name"]] = k
     return check(expectations, tables.jobs, ops, kernels)
 
 

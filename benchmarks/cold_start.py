@@ -98,7 +98,7 @@ def main() -> int:
     state = server.state()
     print(f"template after {2 * (args.rounds + 1)} jobs: CUDA initialised {state['cuda_initialized']}, "
           f"imported {state['imported'] or 'none'} of {', '.join(forkserver.FIRST_USE_MODULES)}, "
-          f"{state['threads']} thread(s)")
+          f"preloaded {', '.join(state['preloaded']) or 'no compiler module'}, {state['threads']} thread(s)")
     print(f"\nhonesty (medians of {args.rounds} rounds; min-max)")
     print(f"{'':<34} {'fresh':>24} {'fork':>24}  fork/fresh")
     for mode in MODES:

@@ -24,6 +24,7 @@ DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("adamw", "sgd")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 ISOLATIONS = ("process", "none")
+STARTS = ("fork", "fresh")
 UNAVAILABLE = ("refuse", "skip")  # a grid point this machine cannot run: refuse the sweep, or skip it
 COMPILE_CACHES = ("fresh", "shared")
 
@@ -156,9 +157,11 @@ class RunConfig:
     warmup_iters: int = 3
     job_timeout_s: int = 3600  # an isolated job still running after this is killed; 0: no limit
     unavailable: str = "refuse"  # a grid point that needs CUDA on a machine without: refuse | skip
+    start: str = "fork"  # an isolated job's process: fork (from a template that imported torch) | fresh
 
     def __post_init__(self) -> None:
         _require_choice("run.unavailable", self.unavailable, UNAVAILABLE)
+        _require_choice("run.start", self.start, STARTS)
         _require_choice("run.isolation", self.isolation, ISOLATIONS)
         _require_choice("run.compile_cache", self.compile_cache, COMPILE_CACHES)
         _require_positive_int("run.warmup_iters", self.warmup_iters)

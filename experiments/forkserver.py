@@ -5,8 +5,9 @@
 
 The sweep process never forks (it has not imported torch and may run threads). On first use it
 starts a template process, `python -m experiments.forkserver`, that imports torch and the job's
-modules (PRELOAD) and initialises nothing: no tensor op, so no thread pool; no CUDA context; no
-Dynamo or Inductor, whose modules are not even imported, so no cache folder is chosen. For each
+modules (PRELOAD; with a CPU-only torch also Dynamo's and Inductor's, COMPILER_MODULES) and
+initialises nothing: no tensor op, so no thread pool; no CUDA context; no compilation, and no
+cache folder chosen. For each
 job the template forks a child, which takes the job's environment as its own (the lazily read
 LAZY_ENV keys included), its log as stdout and stderr, /dev/null as stdin, the sweep's working
 folder, and runs exactly what `python -m experiments.job CONFIG` runs, as `__main__`.
@@ -61,7 +62,15 @@ PRELOAD = ("torch", "torch.profiler", "experiments.records", "experiments.seam",
            "experiments.counting", "experiments.steps", "experiments.workloads")
 # Modules the template must not hold: those that read their configuration or choose caches when
 # imported, and the job's own module (it runs as __main__, as under `python -m`).
-FIRST_USE_MODULES = ("torch._dynamo", "torch._inductor", "triton", "experiments.job")
+FIRST_USE_MODULES = ("triton", "experiments.job")
+# Dynamo and Inductor: about 2 s to import on 2 cores, and every job imports them (the profiler
+# looks for torch._inductor). Importing them starts no thread, touches no device and chooses no
+# cache folder (cache_dir() reads TORCHINDUCTOR_CACHE_DIR at each call); what they read from the
+# environment while importing is the sweep's, the same for every job (the template restarts when
+# it changes). Preloaded only by a torch without a GPU build: with CUDA or ROCm, an import that
+# asked the driver anything before the fork would leave every child without a usable device, and
+# that has not been checked on a GPU yet.
+COMPILER_MODULES = ("torch._dynamo", "torch._inductor")
 FRESH = "every job starts a fresh interpreter"
 START_TIMEOUT_S = 300.0  # importing torch from a cold disk
 REPLY_TIMEOUT_S = 30.0  # a fork, or a kill and reap
@@ -302,10 +311,23 @@ def _template_state() -> dict[str, Any]:
         "pid": os.getpid(),
         "pdeathsig": _ARMED[0],
         "cuda_initialized": torch.cuda.is_initialized(),  # reads a flag, initialises nothing
-        "imported": [name for name in FIRST_USE_MODULES if name in sys.modules],
+        "imported": [name for name in _first_use_modules() if name in sys.modules],
+        "preloaded": [name for name in COMPILER_MODULES if name in sys.modules],
         "python_threads": threading.active_count(),
         "threads": len(os.listdir("/proc/self/task")),
     }
+
+
+def _cpu_only_torch() -> bool:
+    import torch
+
+    return torch.version.cuda is None and getattr(torch.version, "hip", None) is None
+
+
+def _first_use_modules() -> tuple[str, ...]:
+    """Modules the template must not hold: triton and the job's own module always (it runs as
+    __main__, as under `python -m`); Dynamo and Inductor too, with a GPU build of torch."""
+    return FIRST_USE_MODULES + (() if _cpu_only_torch() else COMPILER_MODULES)
 
 
 _ARMED = [False]  # whether the template dies with the sweep's thread (PR_SET_PDEATHSIG)
@@ -320,6 +342,9 @@ def template_main(fd: int, parent: int) -> int:
         except BaseException as exc:
             _reply(sock, {"event": "failed", "why": f"the template cannot import {name}: {exc!r}"})
             return 1
+    if _cpu_only_torch():
+        for name in COMPILER_MODULES:
+            importlib.import_module(name)
     if threading.active_count() != 1:  # a Python thread would be cut off in each child
         _reply(sock, {"event": "failed", "why": f"{threading.active_count()} Python threads after imports"})
         return 1

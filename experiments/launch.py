@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from experiments import records
+from experiments import forkserver, records
 from experiments.records import disk_full
 from experiments.config import JobConfig, config_to_dict
 from experiments.lifeline import PARENT_ENV
@@ -163,21 +163,33 @@ def _run_in_child(config: JobConfig, job_dir: Path, env: dict[str, str], slot_fd
     log_path = job_dir / records.LOG_FILE
     timeout = config.run.job_timeout_s or None
     ooms_before = oom_kills()
-    with open(log_path, "wb") as log:
-        try:
-            returncode = subprocess.run(
-                [sys.executable, "-m", "experiments.job", str(config_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **env, PARENT_ENV: str(os.getpid())},
-                pass_fds=(slot_fd,),
-                check=False,
-                timeout=timeout,
-            ).returncode
-            timed_out = False
-        except subprocess.TimeoutExpired:  # run() has killed the child
-            returncode, timed_out = -signal.SIGKILL, True
+    job_env = {**os.environ, **env, PARENT_ENV: str(os.getpid())}
+    server = forkserver.shared() if config.run.start == "fork" else None
+    try:
+        if server is not None:
+            try:
+                returncode = server.run(config_path, log_path, job_env, timeout, keep_fds=[slot_fd])
+            except forkserver.ForkServerError as exc:  # the template died under the job
+                record = records.base_record(config, job_dir)
+                record["error"] = f"the fork server failed while the job ran: {exc}"
+                record["stderr_tail"] = _tail(log_path)
+                _save(job_dir, record)
+                return record
+        else:
+            with open(log_path, "wb") as log:
+                returncode = subprocess.run(
+                    [sys.executable, "-m", "experiments.job", str(config_path)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=job_env,
+                    pass_fds=(slot_fd,),
+                    check=False,
+                    timeout=timeout,
+                ).returncode
+        timed_out = False
+    except subprocess.TimeoutExpired:  # the job has been killed
+        returncode, timed_out = -signal.SIGKILL, True
     record = _read_record(job_dir)
     if timed_out:
         record = records.base_record(config, job_dir)

@@ -107,8 +107,9 @@ def test_the_child_sees_what_a_fresh_interpreter_sees(server, tmp_path):
 
 def test_the_child_owns_the_pages_the_template_wrote_as_a_fresh_process_does(server, tmp_path):
     # Left shared copy-on-write, each would be copied inside the job's first calls (timed).
-    job = script(tmp_path, "memory.py", """\
-        import torch, torch.profiler
+    held = ", ".join(("torch", "torch.profiler") + (forkserver.COMPILER_MODULES if forkserver._cpu_only_torch() else ()))
+    job = script(tmp_path, "memory.py", f"""\
+        import {held}
         for line in open("/proc/self/smaps_rollup"):
             if line.startswith(("Shared_Dirty:", "Private_Dirty:")):
                 print(line.split()[1])

@@ -27,19 +27,25 @@ def make(size, dtype, device, seconds: float = 0.0):
 '''
 
 
-def _job_pids(sweep_dir: Path) -> list[int]:
-    """Processes whose command line names a job config inside `sweep_dir`."""
-    pids = []
+def _descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (a job's process, the fork server's template and its jobs)."""
+    parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "experiments.job" in cmdline and str(sweep_dir) in cmdline:
-            pids.append(int(entry.name))
-    return pids
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = [], [pid]
+    while frontier:
+        children = [c for c, p in parents.items() if p in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def _job_started(sweep_dir: Path) -> bool:
+    return any(sweep_dir.glob("0_*/job.log"))
 
 
 def _alive(pid: int) -> bool:
@@ -65,17 +71,21 @@ def _wait(predicate, timeout: float = 60.0) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_a_killed_sweep_leaves_no_job_running_and_a_second_sweep_is_refused_while_it_lives(tmp_path):
+@pytest.mark.parametrize("start", ["fork", "fresh"])
+def test_a_killed_sweep_leaves_no_job_running_and_a_second_sweep_is_refused_while_it_lives(tmp_path, start):
     (tmp_path / "slowbench.py").write_text(SLOW_FACTORY)
     sweep_dir = tmp_path / "sweep"
     args = [sys.executable, "experiments/run.py", "-m", "workload=custom", "workload._target_=slowbench:make",
-            "workload.seconds=600", "size=8,16", "device=cpu", f"hydra.sweep.dir={sweep_dir}"]
+            "workload.seconds=600", "size=8,16", "device=cpu", f"run.start={start}", f"hydra.sweep.dir={sweep_dir}"]
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    below: list[int] = []
     sweep = subprocess.Popen(args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert _wait(lambda: _job_pids(sweep_dir)), "the first job never started"
-        [job] = _job_pids(sweep_dir)
+        assert _wait(lambda: _job_started(sweep_dir)), "the first job never started"
+        time.sleep(1.0)  # its process is up: the factory sleeps
+        below = _descendants(sweep.pid)
+        assert below, "no job process under the sweep"
 
         second = run_cli(*args[2:], env={"PYTHONPATH": str(tmp_path)}, timeout=120)
         assert second.returncode == 2
@@ -84,15 +94,16 @@ def test_a_killed_sweep_leaves_no_job_running_and_a_second_sweep_is_refused_whil
 
         sweep.kill()  # kill -9: no handler, no finally
         sweep.wait()
-        assert _wait(lambda: not _alive(job), timeout=10), "the job outlived the sweep"
+        assert _wait(lambda: not any(_alive(p) for p in below), timeout=10), "a job process outlived the sweep"
         before = _snapshot(sweep_dir)
         time.sleep(1.5)
         assert _snapshot(sweep_dir) == before
     finally:
         if sweep.poll() is None:
             sweep.kill()
-        for pid in _job_pids(sweep_dir):
-            os.kill(pid, signal.SIGKILL)
+        for pid in below:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_an_output_folder_that_cannot_be_created_is_refused_naming_the_key(tmp_path):
