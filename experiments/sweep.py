@@ -7,25 +7,28 @@ SystemExit with the message already printed.
 
 from __future__ import annotations
 
-import copy
 import fcntl
 import functools
+import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
+from omegaconf import DictConfig, OmegaConf, read_write
+from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue, OmegaConfBaseException
 
 from experiments import records
 from experiments import seam
 from experiments.config import ConfigError, JobConfig, config_from_dict
 from experiments.launch import Interrupted, Progress
+from hydra_plugins.profsweep_grid import grid
+from hydra_plugins.profsweep_grid.grid import Axis
 
 PLAN_FILE = "sweep.json"
 ENVIRONMENT_FILE = "environment.json"
@@ -104,16 +107,18 @@ def skip_reason(config: JobConfig) -> str | None:
     return None if cuda_visible() else needs.left_out("torch sees no CUDA device here")
 
 
-def check_configs(configs: list[JobConfig]) -> None:
+def check_configs(configs: list[JobConfig], jobs: list[int] | None = None) -> None:
     """Checks that need the factories or the machine, once per distinct workload: the factory
     imports, is callable and takes the settings (experiments.seam.check); settings that run only
     on CUDA (attention's efficient and cudnn backends) need a CUDA device torch can see, and
     device=cuda too. With run.unavailable=skip such grid points are left out (said once, here)
-    instead of refused."""
+    instead of refused. `jobs`: how many jobs of the grid each config stands for (1 each)."""
+    counts = {id(c): n for c, n in zip(configs, jobs or [1] * len(configs))}
     skipped = [c for c in configs if skip_reason(c)]
     if skipped:
+        left = sum(counts[id(c)] for c in skipped)
         values = sorted({seam.needs_cuda(c.workload.target, c.workload.settings).setting for c in skipped})
-        print(f"left out on this machine: {len(skipped)} job{'s' if len(skipped) != 1 else ''} with "
+        print(f"left out on this machine: {left} job{'s' if left != 1 else ''} with "
               f"{', '.join(values)} (CUDA only; "
               f"{'device=cpu' if all(c.device == 'cpu' for c in skipped) else 'torch sees no CUDA device'}); "
               "they are recorded as skipped", flush=True)
@@ -152,66 +157,189 @@ def check_configs(configs: list[JobConfig]) -> None:
     refuse(cuda_only[0].refusal("here", f" and torch {torch.__version__} sees no CUDA device"))
 
 
-def sweep_overrides(cfg: DictConfig) -> list[list[str]] | None:
-    """Every job's overrides as the basic sweeper will expand them; None for other sweepers."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+GRID_SWEEPER = "hydra_plugins.profsweep_grid.grid_sweeper.GridSweeper"
+# Swept keys whose values decide what check_configs checks (the factory and its settings, the
+# device, what is left out) or what a job writes: checked in every combination, without composing.
+CHECKED_TOGETHER = ("device", "run.unavailable", "workload.", "profiler.")
 
-    if cfg.hydra.sweeper.get("_target_") != _target(BasicSweeper):
+
+class Planned:
+    """A job configuration the preflight checked and how many jobs of the grid it stands for."""
+
+    def __init__(self, config: JobConfig, jobs: int):
+        self.config, self.jobs = config, jobs
+
+
+def sweep_grid(cfg: DictConfig) -> list[Axis] | None:
+    """The grid's axes as the grid sweeper expands them; None for other sweepers (optuna, ...)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    if cfg.hydra.sweeper.get("_target_") != GRID_SWEEPER:
         return None
     params = cfg.hydra.sweeper.get("params") or {}
-    arguments = [f"{k}={v}" for k, v in params.items()]
-    arguments += list(OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False))
-    # With the config loader, as the sweeper parses them (glob() over a config group needs it).
-    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-    parsed = parser.parse_overrides(arguments)
-    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    task_overrides = list(OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False))
+    try:  # with the config loader, as the sweeper parses them (glob() over a config group needs it)
+        return grid.axes(grid.arguments(params, task_overrides), GlobalHydra.instance().config_loader())
+    except HydraException as exc:
+        refuse(str(exc))
 
 
-def _target(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__name__}"
+def composed_by_hydra(axis: Axis, base: DictConfig) -> bool:
+    """Whether a swept key's values need Hydra's composition to check (a config group, an added
+    or deleted key, a package, hydra's own settings, a list or dict) or are plain values set
+    into a composed job (size, dtype, compile, workload.hidden, ...)."""
+    o = axis.override
+    if o.is_add() or o.is_delete() or o.is_force_add() or "/" in axis.key or "@" in axis.key:
+        return True
+    if axis.key == "hydra" or axis.key.startswith("hydra."):
+        return True
+    node = OmegaConf.select(base, axis.key, throw_on_missing=False, default=None)
+    if node is None and OmegaConf.select(base, axis.key, default="absent") == "absent":
+        return True
+    return OmegaConf.is_config(node) or any(isinstance(v, (dict, list)) for v in axis.values)
 
 
-class ComposedOnce:
-    """The config loader's load_sweep_config, answering from the configs the preflight composed.
+def preflight(master: DictConfig, axes: list[Axis], compose: Any) -> list[Planned]:
+    """Check every job of the grid without composing each: Hydra composes one job per combination
+    of the swept keys that need it (config groups, presets: usually a handful), and every value of
+    each other swept key is set once into those, then typed and validated (job_config), as Hydra
+    would set it. `compose(master, overrides)` is the config loader's load_sweep_config."""
+    first = [axis.strings[0] for axis in axes]
+    base = _compose(compose, master, first)
+    swept = [i for i, axis in enumerate(axes) if axis.swept]
+    structural = [i for i in swept if composed_by_hydra(axes[i], base)]
+    leaves = [i for i in swept if i not in structural]
+    together = [i for i in leaves if axes[i].key.startswith(CHECKED_TOGETHER)]
+    alone = [i for i in leaves if i not in together]
+    jobs_each = 1
+    for i in alone:
+        jobs_each *= len(axes[i].strings)
+    planned: list[Planned] = []
+    for combination in itertools.product(*(range(len(axes[i].strings)) for i in structural)):
+        job = list(first)
+        for i, k in zip(structural, combination):
+            job[i] = axes[i].strings[k]
+        composed = base if not any(combination) else _compose(compose, master, job)
+        with read_write(composed):
+            for i in alone:  # each value once
+                for k in _distinct(axes[i].values):
+                    _set(composed, axes[i], k, job)
+                _set(composed, axes[i], 0, job)
+            for picks in itertools.product(*(_distinct(axes[i].values) for i in together)):
+                for i, k in zip(together, picks):
+                    _set(composed, axes[i], k, job)
+                planned.append(Planned(_job_config(composed, _picked(job, axes, together, picks)), jobs_each))
+    return planned
 
-    Hydra composes every job of a basic sweep twice more: the sweeper to check the batch, the
-    launcher to run it (about 0.08 s each on 2 cores). Composition depends only on the master
-    config and the job's overrides, so the preflight's result is handed out as a copy (the
-    launcher writes hydra.job.num into it); any other call composes as before.
-    """
 
-    def __init__(self, load: Any, master: DictConfig, composed: dict[tuple[str, ...], DictConfig]):
-        self.load, self.master, self.composed = load, master, composed
+def _distinct(values: tuple[Any, ...]) -> list[int]:
+    """The index of each distinct value's first occurrence (size=32,32 is checked once)."""
+    seen: dict[str, int] = {}
+    for k, v in enumerate(values):
+        seen.setdefault(repr(v), k)
+    return list(seen.values())
 
-    def __call__(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        known = self.composed.get(tuple(sweep_overrides)) if master_config is self.master else None
-        if known is None:
-            return self.load(master_config, sweep_overrides)
-        composed = copy.deepcopy(known)  # a deep copy does not keep resolved values: copy them
-        OmegaConf.copy_cache(from_config=master_config, to_config=composed)  # as Hydra does
+
+def _compose(compose: Any, master: DictConfig, job: list[str]) -> DictConfig:
+    from hydra.errors import HydraException
+
+    try:
+        composed = compose(master, list(job))
+        _job_config(composed, job)
         return composed
+    except (MissingMandatoryValue, InterpolationToMissingValueError) as exc:
+        refuse(str(missing_value(exc)))
+    except HydraException as exc:
+        cause = f"\n{exc.__cause__}" if exc.__cause__ else ""  # Hydra's names the key
+        refuse(f"{exc} (in the job {' '.join(job)}){cause}")
 
 
-def _reuse_compositions(master: DictConfig, composed: dict[tuple[str, ...], DictConfig]) -> None:
-    """Let the basic sweeper and launcher reuse the preflight's compositions. Only for the basic
-    launcher: other launchers send the loader to other processes or machines."""
-    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
-    from hydra.core.global_hydra import GlobalHydra
+def _set(composed: DictConfig, axis: Axis, k: int, job: list[str]) -> None:
+    """Set the k-th value of a swept key into a composed job as Hydra's composition sets an
+    override (OmegaConf.update, typed by the schema), then check the job."""
+    try:
+        OmegaConf.update(composed, axis.key, axis.values[k], merge=True)
+    except OmegaConfBaseException as exc:
+        refuse(f"Error merging override {axis.strings[k]} (in the job {' '.join(_with(job, axis, k))})\n{exc}")
+    if k:
+        _job_config(composed, _with(job, axis, k))
 
-    if master.hydra.launcher.get("_target_") != _target(BasicLauncher):
+
+def _picked(job: list[str], axes: list[Axis], at: list[int], picks: Any) -> list[str]:
+    for i, k in zip(at, picks):
+        job = _with(job, axes[i], k)
+    return job
+
+
+def _with(job: list[str], axis: Axis, k: int) -> list[str]:
+    """The job with the k-th value of one swept key."""
+    prefix = f"{axis.key}="
+    return [axis.strings[k] if s.startswith(prefix) else s for s in job]
+
+
+def _job_config(composed: DictConfig, job: list[str]) -> JobConfig:
+    try:
+        return job_config(composed)
+    except ConfigError as exc:
+        refuse(f"{exc} (in the job {' '.join(job)})")
+
+
+# What a job writes, measured with du -sk on job folders of size=64 jobs on the CPU (torch 2.x):
+#                         profiler.active=3   active=20
+#   matmul_add eager            44 kB           80 kB
+#   matmul_add compiled         48 kB          100 kB
+#   mlp eager                   60 kB          176 kB
+#   mlp compiled                52 kB          124 kB
+#   mlp eager, profiler=detailed   176 kB          892 kB   (record_shapes, with_stack, profile_memory)
+#   the same, profiler.gzip=true     44 kB           88 kB   (traces: 143 kB -> 11 kB, 880 kB -> 54 kB)
+# So about 40 kB a job (.hydra, metrics, table, logs) and up to 7 kB a profiled step; with_stack
+# and record_shapes make a step about 6 times bigger (42 kB); gzip makes the trace 12-16 times
+# smaller. A CUDA trace adds a launch and a kernel event per op (not measured here: counted as
+# twice the events).
+JOB_FIXED_BYTES = 40_000
+STEP_BYTES = 7_000
+STACK_FACTOR = 6
+GZIP_FACTOR = 10  # rounded down: a rough estimate that errs on the large side
+
+
+def estimated_job_bytes(config: JobConfig, cuda: bool) -> int:
+    p = config.profiler
+    step = STEP_BYTES * (2 if cuda else 1) * (STACK_FACTOR if p.with_stack or p.record_shapes else 1)
+    return int(JOB_FIXED_BYTES + p.active * p.repeat * step / (GZIP_FACTOR if p.gzip else 1))
+
+
+def warn_if_short_of_space(folder: Path, key: str, planned: list[Planned]) -> None:
+    """A warning (not a refusal: the estimate is rough) when the sweep folder's disk has less
+    free space than the jobs may write."""
+    jobs = sum(p.jobs for p in planned)
+    if not jobs:
         return
-    loader = GlobalHydra.instance().config_loader()
-    loader.load_sweep_config = ComposedOnce(loader.load_sweep_config, master, composed)
+    cuda = any(p.config.device == "cuda" for p in planned) or (
+        any(p.config.device == "auto" for p in planned) and cuda_visible())
+    total = sum(p.jobs * estimated_job_bytes(p.config, cuda and p.config.device != "cpu") for p in planned)
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        return
+    if free >= total:
+        return
+    gzip = "" if all(p.config.profiler.gzip for p in planned) else (
+        "; profiler.gzip=true writes traces several times smaller")
+    print(f"warning: {key}={folder} has {_bytes(free)} free; this sweep of {jobs:,} "
+          f"job{'s' if jobs != 1 else ''} may write about {_bytes(total)} "
+          f"(about {_bytes(total // jobs)} a job{gzip})", file=sys.stderr, flush=True)
 
 
-def _forget_compositions() -> None:
-    from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():
-        vars(GlobalHydra.instance().config_loader()).pop("load_sweep_config", None)
-
+def _bytes(n: float) -> str:
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "bytes" or n >= 10 else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
 
 def _terminate_as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
@@ -297,27 +425,18 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.global_hydra import GlobalHydra
-        from hydra.errors import HydraException
 
-        jobs = sweep_overrides(config)
-        configs = []
-        composed: dict[tuple[str, ...], DictConfig] = {}
-        loader = GlobalHydra.instance().config_loader()
-        for overrides in jobs if jobs is not None else [[]]:
-            try:
-                composed[tuple(overrides)] = loader.load_sweep_config(config, list(overrides))
-                configs.append(job_config(composed[tuple(overrides)]))
-            except (MissingMandatoryValue, InterpolationToMissingValueError) as exc:
-                refuse(str(missing_value(exc)))
-            except (ConfigError, HydraException) as exc:
-                cause = f"\n{exc.__cause__}" if exc.__cause__ else ""  # Hydra's names the key
-                refuse(f"{exc} (in the job {' '.join(overrides)}){cause}")
-        check_configs(configs)
+        axes = sweep_grid(config)
+        compose = GlobalHydra.instance().config_loader().load_sweep_config
+        planned = preflight(config, axes if axes is not None else [], compose)
+        check_configs([p.config for p in planned], [p.jobs for p in planned])
         expect = check_expectations(config)
-        _reuse_compositions(config, composed)
         sweep_dir = Path(str(config.hydra.sweep.dir))
+        if axes is not None:
+            warn_if_short_of_space(sweep_dir, "hydra.sweep.dir", planned)
         _start(sweep_dir, "hydra.sweep.dir", expect)
-        if jobs is not None:
+        if axes is not None:
+            jobs = list(grid.jobs(axes))
             records.write_json(
                 sweep_dir / PLAN_FILE,
                 {"jobs": len(jobs), "overrides": jobs, "command": sys.argv, "created_at": records.now_iso()},
@@ -330,7 +449,6 @@ class SweepCallback(Callback):
         tally([job_dir], job_dir, expected=1)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        _forget_compositions()
         sweep_dir = Path(str(config.hydra.sweep.dir))
         job_dirs = sorted(p.parent for p in sweep_dir.glob(f"*/{records.METRICS_FILE}"))
         tally(job_dirs, sweep_dir, planned_jobs(sweep_dir))

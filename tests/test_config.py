@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import OmegaConf
 
 from experiments.config import (
     ConfigError,
@@ -137,37 +135,6 @@ def test_settings_record_is_flat_and_complete():
 
 
 # --- the sweep's bookkeeping around composition -------------------------------------------------
-
-
-def test_composed_configs_are_handed_out_as_copies(hydra_conf):
-    from experiments.sweep import ComposedOnce
-
-    master = compose("config", return_hydra_config=True)
-    known = compose("config", overrides=["size=1024"], return_hydra_config=True)
-    calls: list[list[str]] = []
-
-    def load(master_config, overrides):
-        calls.append(overrides)
-        return compose("config", overrides=overrides, return_hydra_config=True)
-
-    reuse = ComposedOnce(load, master, {("size=1024",): known})
-    first = reuse(master, ["size=1024"])
-    first.size = 7  # the launcher writes into what it gets
-    assert reuse(master, ["size=1024"]).size == 1024 and known.size == 1024 and calls == []
-    assert reuse(master, ["size=2048"]).size == 2048 and calls == [["size=2048"]]
-    # ${now:...} resolves once per sweep: every copy carries the master's resolved values.
-    stamped = ["hydra.sweep.dir=/sweeps/${now:%H-%M-%S-%f}"]
-    # The preflight composes before the master's values are resolved; the copies come later.
-    master = compose("config", overrides=stamped, return_hydra_config=True)
-    known = compose("config", overrides=[*stamped, "size=64"], return_hydra_config=True)
-    OmegaConf.copy_cache(from_config=master, to_config=known)
-    sweep_dir = master.hydra.sweep.dir
-    time.sleep(0.01)
-    copied = ComposedOnce(load, master, {("size=64",): known})(master, ["size=64"])
-    assert copied.hydra.sweep.dir == sweep_dir
-    other_master = compose("config", overrides=["dtype=fp32"], return_hydra_config=True)
-    reuse(other_master, ["size=1024"])
-    assert calls[-1] == ["size=1024"]  # another master config: composed, not reused
 
 
 @pytest.mark.parametrize(

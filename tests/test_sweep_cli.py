@@ -205,3 +205,48 @@ def test_an_output_folder_that_is_a_file_is_refused(tmp_path, multirun):
     assert done.returncode == 2, done.stderr
     assert f"{key}={taken} is a file, not a folder" in done.stderr
     assert "Traceback" not in done.stderr and taken.read_text() == "not a folder"
+
+
+def test_a_1000_job_grid_starts_its_first_job_at_once(tmp_path):
+    # Nothing is composed ahead of its job: the first job line comes as soon as with a small
+    # grid (benchmarks/grid_start.py times both); the sweep is stopped there.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "experiments/run.py", "-m", "size=range(1,1001)", "run.isolation=none",
+         f"hydra.sweep.dir={out}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    start = time.monotonic()
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("[1/1000] "):
+                break
+        elapsed = time.monotonic() - start
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert f"sweep of 1000 jobs -> {out}" in lines, lines
+    assert lines[-1] == "[1/1000] matmul_add size=1 bf16 cold eager ...", lines
+    assert elapsed < 30  # composing every job first took a minute
+    assert json.loads((out / "sweep.json").read_text())["overrides"][999] == ["size=1000", "run.isolation=none"]
+    assert (out / "multirun.yaml").is_file()
+
+
+def test_a_bad_value_deep_in_a_large_grid_is_refused_before_any_job(tmp_path):
+    out = tmp_path / "out"
+    done = run_cli("-m", "size=range(1,1001)", "dtype=bf16,fp99", f"hydra.sweep.dir={out}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "dtype='fp99' is not allowed" in done.stderr
+    assert "(in the job size=1 dtype=fp99)" in done.stderr
+    assert not out.exists() and " ok " not in done.stdout

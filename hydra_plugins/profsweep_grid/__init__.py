@@ -1,0 +1,1 @@
+"""profsweep's grid sweeper for Hydra (found by Hydra in the hydra_plugins namespace)."""

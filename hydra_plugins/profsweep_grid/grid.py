@@ -1,0 +1,74 @@
+"""The grid of a sweep: the cartesian product of the swept overrides, in the basic sweeper's order.
+
+One definition for the sweeper that launches the jobs and the preflight that checks them, so
+job numbers and folder names are the same as with Hydra's basic sweeper. Only Hydra's public
+override parser is used.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, QuotedString, Transformer
+from hydra.errors import HydraException
+
+
+class Axis(NamedTuple):
+    """One key of the grid and its values, in the order the jobs take them. (A NamedTuple: Hydra's
+    plugin scan runs this module before it is in sys.modules, which a dataclass needs.)"""
+
+    key: str                   # as Hydra prints it: `+experiment`, `workload`, `size`, `hydra/launcher`
+    override: Override         # the parsed override (its type: change, add, delete)
+    strings: tuple[str, ...]   # each job's override, e.g. ("size=1", "size=2")
+    values: tuple[Any, ...]    # the values Hydra sets for them (quoted strings unquoted)
+
+    @property
+    def swept(self) -> bool:
+        return len(self.strings) > 1
+
+
+def arguments(params: Mapping[str, Any] | None, overrides: Sequence[str]) -> list[str]:
+    """The sweeper's `params` (a preset's `hydra.sweeper.params`) first, then the command line."""
+    return [f"{k}={v}" for k, v in (params or {}).items()] + list(overrides)
+
+
+def axes(args: Sequence[str], config_loader: Any = None) -> list[Axis]:
+    """The grid's axes: one per key, a later override of a key replacing the earlier one's values
+    in its place (as the basic sweeper does). The config loader expands glob() over a group."""
+    parser = OverridesParser.create(config_loader=config_loader)
+    found: dict[str, Axis] = {}
+    for override in parser.parse_overrides(list(args)):
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            if not override.is_discrete_sweep():
+                raise HydraException(f"GridSweeper does not support sweep type : {override.value_type.name}")
+            raw = list(override.sweep_iterator())  # once: a shuffle() is drawn once for both lists
+            strings = tuple(f"{key}={Transformer.encode(v)}" for v in raw)
+            values = tuple(v.text if isinstance(v, QuotedString) else v for v in raw)
+        else:
+            strings, values = (f"{key}={override.get_value_element_as_str()}",), (override.value(),)
+        found[key] = Axis(key, override, strings, values)
+    return list(found.values())
+
+
+def size(grid: Sequence[Axis]) -> int:
+    count = 1
+    for axis in grid:
+        count *= len(axis.strings)
+    return count
+
+
+def jobs(grid: Sequence[Axis]) -> Iterator[list[str]]:
+    """Every job's overrides, job 0 first (the last axis varies fastest)."""
+    return (list(job) for job in itertools.product(*(axis.strings for axis in grid)))
+
+
+def batches(all_jobs: Sequence[list[str]], batch_size: int | None) -> Iterator[list[list[str]]]:
+    """The jobs in launches of `batch_size` (None or -1: all at once)."""
+    n = (len(all_jobs) or 1) if batch_size in (None, -1) else batch_size
+    if n <= 0:
+        raise HydraException(f"max_batch_size={batch_size} is not allowed: choose null or a count > 0")
+    for i in range(0, len(all_jobs), n):
+        yield list(all_jobs[i:i + n])

@@ -1,0 +1,234 @@
+"""The grid sweeper and the sweep's preflight: the basic sweeper's grid, every value checked before
+any job, and a grid of any size composed in the same handful of configs."""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.types import HydraContext
+from omegaconf import OmegaConf
+
+from experiments import sweep
+from experiments.config import register_configs
+from experiments.launch import Interrupted
+from hydra_plugins.profsweep_grid import grid
+from hydra_plugins.profsweep_grid.grid_sweeper import BASIC_LAUNCHER, GridSweeper
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def hydra_conf():
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        yield
+    GlobalHydra.instance().clear()
+
+
+class Composer:
+    """load_sweep_config as the config loader answers it, counting the configs it composes."""
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def __call__(self, master, overrides):
+        self.calls.append(list(overrides))
+        return compose("config", overrides=list(overrides), return_hydra_config=True)
+
+
+def planned(overrides: list[str], composer: Composer | None = None) -> list[sweep.Planned]:
+    master = compose("config", overrides=[o for o in overrides if "," not in o and "range" not in o],
+                     return_hydra_config=True)
+    axes = grid.axes(grid.arguments(master.hydra.sweeper.params, overrides))
+    return sweep.preflight(master, axes, composer or Composer())
+
+
+@pytest.fixture
+def interrupted():
+    yield Interrupted
+    Interrupted.seen, Interrupted.disk_error = False, None
+
+
+# --- the grid ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides", [
+    ["size=1,2,3", "dtype=bf16,fp32"],
+    ["workload=mlp,bmm", "size=range(1,5)", "compile=true", "size=7,8"],  # a later size wins, in place
+    ["+experiment=part1", "dtype='fp32',bf16", "warmup=false"],
+])
+def test_the_grid_is_the_basic_sweepers(overrides):
+    # The order decides job numbers and folder names: compare with Hydra's own basic sweeper.
+    basic = pytest.importorskip("hydra._internal.core_plugins.basic_sweeper")
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = {"size": "64,128", "compile": "false,true"}
+    args = grid.arguments(params, overrides)
+    [expected] = basic.BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args), None)
+    assert list(grid.jobs(grid.axes(args))) == expected
+
+
+def test_batches_of_max_batch_size():
+    jobs = [[f"size={i}"] for i in range(5)]
+    assert [len(b) for b in grid.batches(jobs, None)] == [5]
+    assert [len(b) for b in grid.batches(jobs, 2)] == [2, 2, 1]
+    assert [len(b) for b in grid.batches([], None)] == []
+
+
+def test_a_presets_params_are_its_grid(hydra_conf):
+    master = compose("config", overrides=["+experiment=part1"], return_hydra_config=True)
+    assert master.hydra.sweeper._target_ == sweep.GRID_SWEEPER
+    axes = grid.axes(grid.arguments(master.hydra.sweeper.params, ["+experiment=part1", "size=16,32"]))
+    assert grid.size(axes) == 2 * 2 * 2 * 2
+    assert next(grid.jobs(axes)) == ["size=16", "dtype=bf16", "compile=False", "warmup=False", "+experiment=part1"]
+
+
+# --- the preflight composes a handful of configs, whatever the grid's size -----------------------
+
+
+def test_a_1000_job_grid_composes_as_few_configs_as_a_10_job_grid(hydra_conf):
+    small, large = Composer(), Composer()
+    planned(["size=range(1,11)", "dtype=bf16,fp32", "compile=false,true"], small)
+    plan = planned(["size=range(1,1001)", "dtype=bf16,fp32", "compile=false,true"], large)
+    assert len(small.calls) == len(large.calls) == 1
+    assert sum(p.jobs for p in plan) == 4000
+
+
+def test_one_composition_per_config_group_combination(hydra_conf):
+    composer = Composer()
+    plan = planned(["workload=bmm,mlp", "size=range(1,301)", "expect=[],['step_ops_median > 0']"], composer)
+    assert len(composer.calls) == 4
+    assert sorted(c[0] for c in composer.calls) == ["workload=bmm"] * 2 + ["workload=mlp"] * 2
+    assert sum(p.jobs for p in plan) == 1200
+
+
+@pytest.mark.parametrize("bad,needles", [
+    ("size=range(1000,-1,-1)", ["size=0", "> 0", "(in the job size=0 dtype=bf16)"]),  # its last value
+    ("dtype=bf16,fp16,fp99", ["dtype='fp99'", "bf16, fp16, fp32", "(in the job size=1 dtype=fp99)"]),
+    ("size=1,2,abc", ["Error merging override size=abc", "Integer", "full_key: size"]),
+])
+def test_a_bad_value_deep_in_a_grid_is_refused(hydra_conf, capsys, bad, needles):
+    other = "dtype=bf16" if bad.startswith("size") else "size=1"
+    overrides = [bad, other] if bad.startswith("size") else [other, bad]
+    with pytest.raises(SystemExit) as info:
+        planned(overrides)
+    assert info.value.code == sweep.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+def test_an_unknown_key_is_refused_by_hydras_composition(hydra_conf, capsys):
+    with pytest.raises(SystemExit):
+        planned(["sise=1,2"])
+    assert "Key 'sise' not in 'JobConfig'" in capsys.readouterr().err
+
+
+def test_left_out_jobs_are_counted_from_the_grid(hydra_conf, capsys):
+    # workload.backend is checked in every combination with device: 2 x 50 jobs use 'efficient'.
+    plan = planned(["workload=attention", "workload.backend=math,efficient", "size=range(1,51)",
+                    "dtype=bf16,fp32", "run.unavailable=skip", "device=cpu"])
+    sweep.check_configs([p.config for p in plan], [p.jobs for p in plan])
+    out = capsys.readouterr().out
+    assert "left out on this machine: 100 jobs with workload.backend='efficient' (CUDA only; device=cpu)" in out
+
+
+# --- the disk -------------------------------------------------------------------------------------
+
+
+def test_a_short_disk_is_warned_of(hydra_conf, capsys, monkeypatch, tmp_path):
+    plan = planned(["size=range(1,1001)"])
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 0, 1_000_000))
+    sweep.warn_if_short_of_space(tmp_path / "not" / "yet", "hydra.sweep.dir", plan)
+    err = capsys.readouterr().err
+    each = sweep.estimated_job_bytes(plan[0].config, cuda=False)
+    assert 40_000 < each < 100_000  # profiler=article: 3 steps
+    assert err == (f"warning: hydra.sweep.dir={tmp_path / 'not' / 'yet'} has 1.0 MB free; this sweep of 1,000 "
+                   f"jobs may write about {sweep._bytes(1000 * each)} (about {sweep._bytes(each)} a job; "
+                   "profiler.gzip=true writes traces several times smaller)\n")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 10**11))
+    sweep.warn_if_short_of_space(tmp_path, "hydra.sweep.dir", plan)
+    assert capsys.readouterr().err == ""
+
+
+def test_the_estimate_grows_with_profiled_steps_stacks_and_shrinks_with_gzip(hydra_conf):
+    def each(*overrides):
+        return sweep.estimated_job_bytes(planned(list(overrides))[0].config, cuda=False)
+
+    assert each("profiler.active=20") > each("profiler.active=3")
+    assert each("profiler=detailed") > 3 * each() - 3 * sweep.JOB_FIXED_BYTES
+    assert each("profiler.gzip=true") < each()
+
+
+# --- the sweeper ------------------------------------------------------------------------------------
+
+
+Result = namedtuple("Result", "return_value")
+
+
+class Launcher:
+    def __init__(self, fail_at: int | None = None, error: OSError | None = None, stop_after: int | None = None):
+        self.launched: list[tuple[int, list[list[str]]]] = []
+        self.fail_at, self.error, self.stop_after = fail_at, error, stop_after
+
+    def launch(self, batch, initial_job_idx):
+        if initial_job_idx == self.fail_at:
+            raise self.error
+        self.launched.append((initial_job_idx, [list(j) for j in batch]))
+        if self.stop_after is not None and initial_job_idx + len(batch) >= self.stop_after:
+            Interrupted.seen = True  # Ctrl-C during this job
+        return [Result(None) for _ in batch]
+
+
+def sweeper(tmp_path: Path, launcher: Launcher, target: str = BASIC_LAUNCHER, **kwargs) -> GridSweeper:
+    s = GridSweeper(**kwargs)
+    s.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": {"_target_": target}}})
+    s.hydra_context = HydraContext(config_loader=None, callbacks=None)
+    s.launcher = launcher
+    s.validate_batch_is_legal = lambda batch: None  # composed by Hydra elsewhere
+    return s
+
+
+def test_the_basic_launcher_gets_one_job_at_a_time(tmp_path, interrupted):
+    launcher = Launcher()
+    sweeper(tmp_path, launcher, params={"dtype": "bf16,fp32"}).sweep(["size=1,2"])
+    assert launcher.launched == [(0, [["dtype=bf16", "size=1"]]), (1, [["dtype=bf16", "size=2"]]),
+                                 (2, [["dtype=fp32", "size=1"]]), (3, [["dtype=fp32", "size=2"]])]
+    assert (tmp_path / "multirun.yaml").is_file()
+
+
+def test_other_launchers_get_batches(tmp_path, interrupted):
+    launcher = Launcher()
+    sweeper(tmp_path, launcher, "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
+            max_batch_size=3).sweep(["size=range(1,8)"])
+    assert [(i, len(b)) for i, b in launcher.launched] == [(0, 3), (3, 3), (6, 1)]
+
+
+def test_no_job_is_launched_after_an_interrupt(tmp_path, interrupted):
+    launcher = Launcher(stop_after=2)
+    sweeper(tmp_path, launcher).sweep(["size=range(1,1001)"])
+    assert [i for i, _ in launcher.launched] == [0, 1]
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_a_full_disk_while_hydra_writes_a_job_stops_the_sweep(tmp_path, interrupted, code):
+    full = OSError(code, "No space left on device", str(tmp_path / "2_x" / ".hydra" / "config.yaml"))
+    launcher = Launcher(fail_at=2, error=full)
+    sweeper(tmp_path, launcher).sweep(["size=range(1,10)"])
+    assert [i for i, _ in launcher.launched] == [0, 1]
+    assert Interrupted.seen and Interrupted.disk_error.startswith("disk full: ")
+    assert "config.yaml" in Interrupted.disk_error
+
+
+def test_other_os_errors_are_not_a_full_disk(tmp_path, interrupted):
+    launcher = Launcher(fail_at=0, error=PermissionError(errno.EACCES, "Permission denied"))
+    with pytest.raises(PermissionError):
+        sweeper(tmp_path, launcher).sweep(["size=1,2"])
+    assert not Interrupted.seen
