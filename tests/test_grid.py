@@ -211,20 +211,22 @@ def test_other_launchers_get_batches(tmp_path, interrupted):
     assert [(i, len(b)) for i, b in launcher.launched] == [(0, 3), (3, 3), (6, 1)]
 
 
-def test_no_job_is_launched_after_an_interrupt(tmp_path, interrupted):
+def test_no_job_is_launched_after_an_interrupt(tmp_path, interrupted, capsys):
     launcher = Launcher(stop_after=2)
     sweeper(tmp_path, launcher).sweep(["size=range(1,1001)"])
     assert [i for i, _ in launcher.launched] == [0, 1]
+    assert capsys.readouterr().out == "not started: 998 jobs (the sweep was interrupted)\n"
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
-def test_a_full_disk_while_hydra_writes_a_job_stops_the_sweep(tmp_path, interrupted, code):
+def test_a_full_disk_while_hydra_writes_a_job_stops_the_sweep(tmp_path, interrupted, code, capsys):
     full = OSError(code, "No space left on device", str(tmp_path / "2_x" / ".hydra" / "config.yaml"))
     launcher = Launcher(fail_at=2, error=full)
     sweeper(tmp_path, launcher).sweep(["size=range(1,10)"])
     assert [i for i, _ in launcher.launched] == [0, 1]
     assert Interrupted.seen and Interrupted.disk_error.startswith("disk full: ")
     assert "config.yaml" in Interrupted.disk_error
+    assert capsys.readouterr().out == "not started: 7 jobs (the disk is full)\n"
 
 
 def test_other_os_errors_are_not_a_full_disk(tmp_path, interrupted):

@@ -60,6 +60,7 @@ class GridSweeper(Sweeper):
         done = 0
         for batch in grid.batches(jobs, 1 if one_by_one else self.max_batch_size):
             if stopped():
+                not_started(len(jobs) - done)
                 break
             if not one_by_one:  # composed again elsewhere: catch a composition error here first
                 self.validate_batch_is_legal(batch)
@@ -69,6 +70,7 @@ class GridSweeper(Sweeper):
                 if exc.errno not in DISK_FULL:
                     raise
                 disk_full(exc)  # Hydra's own files of the next job (.hydra/*.yaml) did not fit
+                not_started(len(jobs) - done)
                 break
             for result in results:
                 _ = result.return_value  # re-raises a job's exception, as the basic sweeper does
@@ -82,6 +84,12 @@ def stopped() -> bool:
     from experiments.launch import Interrupted
 
     return bool(Interrupted.seen)
+
+
+def not_started(left: int) -> None:
+    from experiments.launch import Interrupted
+
+    print(f"not started: {left} job{'s' if left != 1 else ''} ({Interrupted.why()})", flush=True)
 
 
 def disk_full(exc: OSError) -> None:
