@@ -159,6 +159,9 @@ class ForkServer:
             self._proc.kill()
             self._proc.wait()
             self._proc = None
+        keeper, self._keeper = getattr(self, "_keeper", None), None
+        if keeper is not None and keeper is not threading.current_thread():
+            keeper.join()  # the process runs no thread of ours after this (forked plots need that)
         self._key = None
 
     def _ensure(self, env: dict[str, str], cwd: str) -> None:
@@ -196,7 +199,8 @@ class ForkServer:
             started.set()
             proc.wait()
 
-        threading.Thread(target=keeper, name="forkserver-template", daemon=True).start()
+        self._keeper = threading.Thread(target=keeper, name="forkserver-template", daemon=True)
+        self._keeper.start()
         started.wait()
         theirs.close()
         if isinstance(box[0], OSError):
@@ -280,6 +284,13 @@ def shared() -> ForkServer | None:
         _SAID.add(why)
         print(f"fork server unavailable ({why}): {FRESH}", file=sys.stderr, flush=True)
     return None
+
+
+def shutdown() -> None:
+    """Stop this process's template, if one runs, and the thread that watches it: when the sweep
+    has launched its last job."""
+    with _SHARED._lock:
+        _SHARED.close()
 
 
 def describe(server: ForkServer | None) -> str:

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -77,6 +78,13 @@ def duration(seconds: float, rough: bool = False) -> str:
         return f"{minutes} min {secs} s" if secs else f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
+def warm_start(config: JobConfig) -> None:
+    """Start the fork server's template (importing torch: seconds) in the background while the
+    sweep still composes and checks its grid, when the jobs will fork from it."""
+    if config.run.isolation == "process" and config.run.start == "fork":
+        threading.Thread(target=forkserver.shared, name="fork-server-start", daemon=True).start()
 
 
 def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,

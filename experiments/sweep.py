@@ -26,7 +26,7 @@ from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryV
 from experiments import records
 from experiments import seam
 from experiments.config import ConfigError, JobConfig, config_from_dict
-from experiments.launch import Interrupted, Progress
+from experiments.launch import Interrupted, Progress, warm_start
 from hydra_plugins.profsweep_grid import grid
 from hydra_plugins.profsweep_grid.grid import Axis
 
@@ -431,6 +431,8 @@ class SweepCallback(Callback):
         planned = preflight(config, axes if axes is not None else [], compose)
         check_configs([p.config for p in planned], [p.jobs for p in planned])
         expect = check_expectations(config)
+        if planned:
+            warm_start(planned[0].config)  # the fork server imports torch while the sweep starts
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if axes is not None:
             warn_if_short_of_space(sweep_dir, "hydra.sweep.dir", planned)

@@ -48,3 +48,26 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
 @pytest.fixture
 def sweep_dir(tmp_path: Path) -> Path:
     return tmp_path / "sweep"
+
+
+SLOW_FACTORY = """
+import time
+
+import torch
+
+
+def make(size, dtype, device, seconds: float = 0.0):
+    time.sleep(seconds)  # the job is running (its process is up) while this sleeps
+    x = torch.ones(size, size, dtype=dtype, device=device)
+    return torch.mm, (x, x)
+"""
+
+
+@pytest.fixture
+def slow_workload(tmp_path: Path) -> dict[str, str]:
+    """The environment in which `workload=custom workload._target_=slowbench:make
+    workload.seconds=N` is a job that sleeps N s inside its own process before its first step."""
+    folder = tmp_path / "slowbench_module"
+    folder.mkdir()
+    (folder / "slowbench.py").write_text(SLOW_FACTORY)
+    return {"PYTHONPATH": str(folder)}

@@ -58,6 +58,17 @@ class GridSweeper(Sweeper):
         one_by_one = self.config.hydra.launcher.get("_target_") == BASIC_LAUNCHER
         returns: List[List[JobReturn]] = []
         done = 0
+        try:
+            self._launch(jobs, one_by_one, returns)
+        finally:
+            from experiments.forkserver import shutdown
+
+            shutdown()  # the jobs are done: no template, and no thread watching it, for the analysis
+        return returns
+
+    def _launch(self, jobs: List[List[str]], one_by_one: bool, returns: List[List[JobReturn]]) -> None:
+        assert self.launcher is not None
+        done = 0
         for batch in grid.batches(jobs, 1 if one_by_one else self.max_batch_size):
             if stopped():
                 not_started(len(jobs) - done)
@@ -76,7 +87,6 @@ class GridSweeper(Sweeper):
                 _ = result.return_value  # re-raises a job's exception, as the basic sweeper does
             done += len(batch)
             returns.append(list(results))
-        return returns
 
 
 def stopped() -> bool:
