@@ -179,7 +179,12 @@ def _run_in_child(config: JobConfig, job_dir: Path, env: dict[str, str], slot_fd
                 returncode = server.run(config_path, log_path, job_env, timeout, keep_fds=[slot_fd])
             except forkserver.ForkServerError as exc:  # the template died under the job
                 record = records.base_record(config, job_dir)
-                record["error"] = f"the fork server failed while the job ran: {exc}"
+                ooms = oom_kills()
+                record["error"] = (
+                    f"out of memory: the kernel's OOM killer killed the job or its fork server's "
+                    f"template (cgroup oom_kill count {ooms_before} -> {ooms}): {exc}"
+                    if ooms is not None and ooms_before is not None and ooms > ooms_before else
+                    f"the fork server failed while the job ran: {exc}")
                 record["stderr_tail"] = _tail(log_path)
                 _save(job_dir, record)
                 return record
@@ -214,7 +219,7 @@ def _run_in_child(config: JobConfig, job_dir: Path, env: dict[str, str], slot_fd
         ooms = oom_kills()
         record["error"] = (
             "out of memory: the kernel's OOM killer killed the job's process (SIGKILL; "
-            f"memory.events oom_kill {ooms_before} -> {ooms})"
+            f"cgroup oom_kill count {ooms_before} -> {ooms})"
             if ooms is not None and ooms_before is not None and ooms > ooms_before else
             "killed by SIGKILL: the kernel's out-of-memory killer or a kill -9 "
             f"(this machine does not say which); {record['error']}")
@@ -260,12 +265,16 @@ def oom_kills(root: Path = Path("/sys/fs/cgroup"), cgroups: Path = Path("/proc/s
             groups[controllers] = path.lstrip("/")
     except (OSError, ValueError):
         pass
+    def tails(path: str) -> list[str]:
+        # In a container the cgroup mount shows only the tail of the path /proc says.
+        parts = [p for p in path.split("/") if p]
+        return ["/".join(parts[i:]) for i in range(len(parts) + 1)]
+
     candidates = []
     if "" in groups:
-        candidates.append(root / groups[""] / "memory.events")
+        candidates += [root / tail / "memory.events" for tail in tails(groups[""])]
     if "memory" in groups:
-        candidates.append(root / "memory" / groups["memory"] / "memory.oom_control")
-    candidates += [root / "memory.events", root / "memory" / "memory.oom_control"]
+        candidates += [root / "memory" / tail / "memory.oom_control" for tail in tails(groups["memory"])]
     for events in candidates:
         try:
             lines = events.read_text(encoding="ascii").splitlines()

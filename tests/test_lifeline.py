@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -178,3 +179,30 @@ def test_gzipped_traces_are_written_by_torch_and_read_by_the_analysis(tmp_path):
     row = pd.read_csv(out / "summary.csv").iloc[0]
     assert row["trace_bytes"] == (out / metrics["trace_file"]).stat().st_size
     assert row["host_us_per_step"] > 0
+
+
+def _memory_cgroup(limit: int) -> Path | None:
+    """A memory cgroup of `limit` bytes this test may put a sweep into (v1 or v2), else None."""
+    for folder, limit_file in ((Path("/sys/fs/cgroup/memory/profsweep_test"), "memory.limit_in_bytes"),
+                               (Path("/sys/fs/cgroup/profsweep_test"), "memory.max")):
+        try:
+            folder.mkdir(exist_ok=True)
+            (folder / limit_file).write_text(str(limit))
+            return folder
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.parametrize("start", ["fork", "fresh"])
+def test_a_job_killed_by_the_oom_killer_is_recorded_so(tmp_path, start):
+    group = _memory_cgroup(400 * 2**20)
+    if group is None:
+        pytest.skip("no memory cgroup this test may create (needs root)")
+    out = tmp_path / "run"  # matmul_add 12000 fp32: three 576 MB tensors in a 400 MB cgroup
+    done = subprocess.run(["sh", "-c", f"echo $$ > {group}/cgroup.procs && exec {sys.executable} experiments/run.py "
+                           f"size=12000 dtype=fp32 device=cpu run.start={start} hydra.run.dir={out}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    error = json.loads((out / "metrics.json").read_text())["error"]
+    assert error.startswith("out of memory: the kernel's OOM killer killed the job"), error
