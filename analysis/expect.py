@@ -61,7 +61,7 @@ RECORD_METRICS = (
 RECORD_FIELDS = (  # what a job's record says about itself (metrics.json), also columns
     "schema_version", "config_hash", "started_at", "finished_at", "hostname", "python_version", "git_commit",
     "git_dirty", "trace_file", "table_file", "trace_error", "record_error", "peak_memory_source",
-    "isolation", "compile_cache", "warmup_iters", "job_timeout_s", "unavailable", "exit_code", "stderr_tail",
+    "isolation", "compile_cache", "warmup_iters", "job_timeout_s", "unavailable", "start", "exit_code", "stderr_tail",
 )
 SETTING_PREFIXES = ("workload_", "profiler_", "compile_")  # the settings groups' keys, flattened
 DERIVED_METRICS = (
