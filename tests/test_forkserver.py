@@ -225,9 +225,14 @@ def test_an_environment_read_while_importing_torch_restarts_the_template(server,
 # --- a killed sweep takes its template and jobs along ---------------------------------------------
 
 DRIVER = """\
+import signal
 import sys
 from pathlib import Path
 from experiments import forkserver
+
+# Ctrl-C raises here even when this process started with SIGINT ignored (a background job of a
+# non-interactive shell, as CI may run the tests).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 server = forkserver.shared()
 print(server.pid, flush=True)
