@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,21 @@ def slow_workload(tmp_path: Path) -> dict[str, str]:
     folder.mkdir()
     (folder / "slowbench.py").write_text(SLOW_FACTORY)
     return {"PYTHONPATH": str(folder)}
+
+
+def alive(pid: int) -> bool:
+    """A process that runs (a zombie waiting for its parent counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_for(predicate, seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()

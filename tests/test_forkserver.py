@@ -22,7 +22,7 @@ import torch
 from experiments import forkserver, records
 from experiments.config import JobConfig, config_to_dict
 from experiments.lifeline import PARENT_ENV
-from tests.conftest import ROOT, read_metrics
+from tests.conftest import ROOT, alive, read_metrics, wait_for
 
 pytestmark = pytest.mark.skipif(forkserver.unavailable_reason() is not None,
                                 reason=str(forkserver.unavailable_reason()))
@@ -39,24 +39,6 @@ def script(folder: Path, name: str, body: str) -> Path:
     path = folder / name
     path.write_text(textwrap.dedent(body))
     return path
-
-
-def alive(pid: int) -> bool:
-    """A process that runs (a zombie waiting for its parent counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
-
-
-def wait_for(predicate, seconds: float = 20.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def fresh(argv: list[str], log: Path, env: dict[str, str], timeout: float | None = 60) -> int:

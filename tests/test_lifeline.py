@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, alive, run_cli, wait_for
 from experiments.launch import duration, oom_kills, Progress
 
 def _descendants(pid: int) -> list[int]:
@@ -36,26 +36,9 @@ def _job_started(sweep_dir: Path) -> bool:
     return any(sweep_dir.glob("0_*/job.log"))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
             for p in folder.rglob("*") if p.is_file()}
-
-
-def _wait(predicate, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
@@ -70,7 +53,7 @@ def test_a_killed_sweep_leaves_no_job_running_and_a_second_sweep_is_refused_whil
     sweep = subprocess.Popen(args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert _wait(lambda: _job_started(sweep_dir)), "the first job never started"
+        assert wait_for(lambda: _job_started(sweep_dir), 60), "the first job never started"
         time.sleep(1.0)  # its process is up: the factory sleeps
         below = _descendants(sweep.pid)
         assert below, "no job process under the sweep"
@@ -82,7 +65,7 @@ def test_a_killed_sweep_leaves_no_job_running_and_a_second_sweep_is_refused_whil
 
         sweep.kill()  # kill -9: no handler, no finally
         sweep.wait()
-        assert _wait(lambda: not any(_alive(p) for p in below), timeout=10), "a job process outlived the sweep"
+        assert wait_for(lambda: not any(alive(p) for p in below), 10), "a job process outlived the sweep"
         before = _snapshot(sweep_dir)
         time.sleep(1.5)
         assert _snapshot(sweep_dir) == before
@@ -90,7 +73,7 @@ def test_a_killed_sweep_leaves_no_job_running_and_a_second_sweep_is_refused_whil
         if sweep.poll() is None:
             sweep.kill()
         for pid in below:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
