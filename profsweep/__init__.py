@@ -1,0 +1,1 @@
+"""What the job side and the analysis side share: statistics of repeated measurements."""
