@@ -27,6 +27,10 @@ ISOLATIONS = ("process", "none")
 STARTS = ("fork", "fresh")
 UNAVAILABLE = ("refuse", "skip")  # a grid point this machine cannot run: refuse the sweep, or skip it
 COMPILE_CACHES = ("fresh", "shared")
+AUTO = "auto"
+# Settings of the sweep as a whole, not of what a job measures: they never change a job's
+# config_hash, so a rerun with more repeats adds only the missing ones.
+SWEEP_ONLY = ("repeat", "repeats", "precision", "max_repeats")
 
 def _require_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
@@ -150,7 +154,8 @@ class CompilerConfig:
 
 @dataclass
 class RunConfig:
-    """How each job is run: its own interpreter (honest cold starts) and its own Inductor cache."""
+    """How each job is run: its own interpreter (honest cold starts) and its own Inductor cache;
+    how many processes measure each grid point (repeats) and with how many threads."""
 
     isolation: str = "process"
     compile_cache: str = "fresh"
@@ -158,8 +163,33 @@ class RunConfig:
     job_timeout_s: int = 3600  # an isolated job still running after this is killed; 0: no limit
     unavailable: str = "refuse"  # a grid point that needs CUDA on a machine without: refuse | skip
     start: str = "fork"  # an isolated job's process: fork (from a template that imported torch) | fresh
+    # Every grid point is measured in this many job processes, round by round over the grid
+    # (`auto`: two rounds, then more for the points whose interval is wider than `precision`, up
+    # to `max_repeats`). Three: the fewest that give verdicts on this project's 2-core machine
+    # (README, "Numbers you can trust").
+    repeats: Any = 3
+    precision: float = 0.05
+    max_repeats: int = 10
+    repeat: int = 1  # which repeat a job is: set by the sweep
+    threads: Any = AUTO  # torch's intra-op threads: auto (what torch chooses) or a count
 
     def __post_init__(self) -> None:
+        if not (self.repeats == AUTO or (isinstance(self.repeats, int) and not isinstance(self.repeats, bool)
+                                         and self.repeats >= 1)):
+            raise ConfigError(f"run.repeats={self.repeats!r} is not allowed: give a count of processes "
+                              "per grid point >= 1, or auto")
+        if not (self.threads == AUTO or (isinstance(self.threads, int) and not isinstance(self.threads, bool)
+                                         and self.threads >= 1)):
+            raise ConfigError(f"run.threads={self.threads!r} is not allowed: give a thread count >= 1, or auto")
+        if isinstance(self.precision, bool) or not isinstance(self.precision, (int, float)) \
+                or not 0 < self.precision < 1:
+            raise ConfigError(f"run.precision={self.precision!r} is not allowed: give the interval's "
+                              "half-width as a fraction of the value, between 0 and 1 (0.05: within 5%)")
+        _require_positive_int("run.repeat", self.repeat)
+        _require_positive_int("run.max_repeats", self.max_repeats)
+        if self.max_repeats < 2:
+            raise ConfigError(f"run.max_repeats={self.max_repeats!r} is not allowed: run.repeats=auto "
+                              "needs at least 2 repeats")
         _require_choice("run.unavailable", self.unavailable, UNAVAILABLE)
         _require_choice("run.start", self.start, STARTS)
         _require_choice("run.isolation", self.isolation, ISOLATIONS)
@@ -217,7 +247,9 @@ class JobConfig:
         known = defaults(w.target)
         changed = [f"{k}={v}" for k, v in w.settings.items() if k not in known or known[k] != v]
         trained = [f"train {self.optimizer}"] if self.train else []
-        return " ".join([w.name, *changed, f"size={self.size} {self.dtype} {self.phase} {self.mode}", *trained])
+        repeat = [f"repeat {self.run.repeat}"] if self.run.repeat > 1 else []
+        return " ".join([w.name, *changed, f"size={self.size} {self.dtype} {self.phase} {self.mode}", *trained,
+                         *repeat])
 
 
 # --- plain-data round trip (the child process reads this, not Hydra) --------------------------
@@ -268,8 +300,8 @@ def register_configs() -> None:
 
 
 def register_resolvers() -> None:
-    """`${cold_warm:...}`, `${eager_compile:...}`, `${train_suffix:...}` (readable job folder
-    names) and `${short_name:...}` (a custom workload is named after its factory)."""
+    """`${cold_warm:...}`, `${eager_compile:...}`, `${train_suffix:...}`, `${repeat_suffix:...}`
+    (readable job folder names) and `${short_name:...}` (a custom workload is named after its factory)."""
     from omegaconf import OmegaConf
 
     OmegaConf.register_new_resolver("cold_warm", lambda warm: "warm" if warm else "cold", replace=True)
@@ -278,6 +310,15 @@ def register_resolvers() -> None:
     )
     OmegaConf.register_new_resolver("short_name", short_name, replace=True)
     OmegaConf.register_new_resolver("train_suffix", lambda train: "_train" if train else "", replace=True)
+    OmegaConf.register_new_resolver("repeat_suffix", repeat_suffix, replace=True)
+
+
+def repeat_suffix(repeat: Any) -> str:
+    """A job folder's name ends in `_r2`, `_r3`, ... for the second repeat on (nothing for the first)."""
+    try:
+        return f"_r{int(repeat)}" if int(repeat) > 1 else ""
+    except (TypeError, ValueError):
+        return ""
 
 
 # Launchers that run jobs in other processes (submitit, joblib) resolve each job's folder name

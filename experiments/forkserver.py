@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from experiments.lifeline import PARENT_ENV
+from experiments.records import LOCK_WAIT_ENV
 
 # Environment keys nothing reads while the interpreter and torch start: a change of them keeps
 # the template (any other change starts a new one). The child gets them all the same. Torch reads
@@ -53,9 +54,10 @@ from experiments.lifeline import PARENT_ENV
 # cache live, CUDA_VISIBLE_DEVICES where there is a GPU): the Inductor cache in
 # torch._inductor.runtime.cache_dir_utils.cache_dir(), a module the template never imports;
 # Triton's when it builds a kernel; CUDA_VISIBLE_DEVICES when CUDA starts (cuInit; torch.cuda
-# caches its device count only once CUDA is initialised). The job reads PARENT_ENV when it starts
+# caches its device count only once CUDA is initialised). The job reads PARENT_ENV and LOCK_WAIT_ENV when it starts
 # (experiments.lifeline); pytest rewrites PYTEST_CURRENT_TEST at every phase of every test.
-LAZY_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_VISIBLE_DEVICES", PARENT_ENV, "PYTEST_CURRENT_TEST")
+LAZY_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_VISIBLE_DEVICES", PARENT_ENV, "PYTEST_CURRENT_TEST",
+            LOCK_WAIT_ENV)
 # What the job imports at module level and in _profile, pure imports without side effects. Not
 # experiments.job itself: it runs as __main__, as under `python -m`.
 PRELOAD = ("torch", "torch.profiler", "experiments.records", "experiments.seam", "experiments.config",

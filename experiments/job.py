@@ -22,11 +22,16 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from experiments import records, seam
-from experiments.config import ConfigError, JobConfig, config_from_dict
+from experiments import machine, records, seam
+from experiments.config import AUTO, ConfigError, JobConfig, config_from_dict
 from experiments.lifeline import die_with_parent
 
 MEMORY_HEADROOM = 0.9  # a job may plan to use at most this share of the free memory
+# Un-profiled timing after the profiled steps: at least TIMED_MIN_STEPS steps and TIMED_MIN_S
+# seconds, for a stable median; for big steps, stop after TIMED_MAX_S once TIMED_FLOOR ran.
+TIMED_MIN_STEPS, TIMED_MIN_S = 20, 0.2
+TIMED_FLOOR, TIMED_MAX_S, TIMED_MAX_STEPS = 3, 1.0, 20_000
+TIMED_SAMPLES_KEPT = 200  # more steps are kept as the medians of this many runs of consecutive steps
 
 
 class JobError(RuntimeError):
@@ -64,6 +69,8 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
     from experiments.steps import make_step, optimizer_slots
 
     device = resolve_device(config.device)
+    if config.run.threads != AUTO:
+        torch.set_num_threads(int(config.run.threads))  # before the job's first op
     w = config.workload
     grid = {"size": config.size, "dtype": getattr(torch, DTYPES[config.dtype]), "device": torch.device(device)}
     cost = seam.estimate(w.target, w.settings, **grid)
@@ -74,6 +81,9 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
         torch_version=torch.__version__,
         cuda_version=torch.version.cuda,
         memory_available_bytes=free,
+        torch_threads=torch.get_num_threads(),
+        cpu_count=machine.cpus(),
+        lock_wait_s=_float(os.environ.get(records.LOCK_WAIT_ENV)),
     )
     _add_cost(out, cost, config)
     _check_memory(out, config, device, free)
@@ -142,6 +152,7 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
         cycles: list[dict[str, Any]] = []
         exporter = _exporter(config, job_dir, device, cycles)
         first_active = p.wait + p.warmup  # the first recorded step of each cycle
+        window: list[machine.Reading] = []  # from the first recorded step to the last timed one
         with profile(
             activities=activities,
             schedule=schedule(wait=p.wait, warmup=p.warmup, active=p.active, repeat=p.repeat),
@@ -151,9 +162,12 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
             profile_memory=p.profile_memory,
         ) as prof:
             for i in range(p.total_steps):
-                if device == "cuda" and i == first_active:
+                if i == first_active:
                     sync()
-                    torch.cuda.reset_peak_memory_stats()
+                    if device == "cuda":
+                        torch.cuda.reset_peak_memory_stats()
+                    if not window:
+                        window.append(machine.read())
                 with record_function(w.name):
                     if i == 0 and first_in_profiler:
                         first_call()
@@ -161,6 +175,9 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
                         step.call()
                 prof.step()
         sync()
+        out.update(_timed(step.call, sync))
+        out.update(machine.between(window[0], machine.read()) if window else {})
+        out["loadavg_1m"] = machine.loadavg()
         if device == "cuda":
             out["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated())
             out["peak_memory_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
@@ -190,6 +207,41 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
         trace_file=";".join(c["trace_file"] for c in cycles),
         table_file=";".join(c["table_file"] for c in cycles),
     )
+
+
+def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
+    """Steps without the profiler, each timed on its own with the device synchronised (as
+    torch.utils.benchmark times them): `timed_us_per_step` (their median), `timed_samples_us`
+    (the steps, or the medians of TIMED_SAMPLES_KEPT runs of consecutive steps when there were
+    more) and `timed_slow_steps` (steps that waited for a busy core, profsweep.stats)."""
+    from profsweep.stats import median, slow_steps
+
+    samples: list[float] = []
+    start = time.perf_counter()
+    while True:
+        sync()
+        t0 = time.perf_counter()
+        call()
+        sync()
+        end = time.perf_counter()
+        samples.append((end - t0) * 1e6)
+        elapsed, n = end - start, len(samples)
+        if (n >= TIMED_MAX_STEPS or (n >= TIMED_MIN_STEPS and elapsed >= TIMED_MIN_S)
+                or (n >= TIMED_FLOOR and elapsed >= TIMED_MAX_S)):
+            break
+    kept = samples
+    if len(samples) > TIMED_SAMPLES_KEPT:
+        edges = [len(samples) * i // TIMED_SAMPLES_KEPT for i in range(TIMED_SAMPLES_KEPT + 1)]
+        kept = [median(samples[a:b]) for a, b in zip(edges, edges[1:])]
+    return {"timed_us_per_step": median(samples), "timed_steps": len(samples),
+            "timed_samples_us": [round(v, 3) for v in kept], "timed_slow_steps": slow_steps(samples)}
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 def _module_tensors(fn: Any) -> list[Any]:

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 from experiments import forkserver, records
 from experiments.records import disk_full
-from experiments.config import JobConfig, config_to_dict
+from experiments.config import AUTO, JobConfig, config_to_dict
 from experiments.lifeline import PARENT_ENV
 from experiments.slots import CPU_SLOT, held_slot, slots_for, visible_gpus
 
@@ -114,8 +114,19 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
         print(f"{tag} skipped: {skip}", flush=True)
         return record
     start = time.perf_counter()
+
+    def waiting(slots: list[str]) -> None:
+        print(f"{tag} waiting: another profiling job on this machine holds the "
+              f"{'CPU' if slots == [CPU_SLOT] else 'GPU ' + ', '.join(slots)} (one job per device)", flush=True)
+
     try:
-        with held_slot(slots_for(config.device, visible_gpus())) as (slot, slot_fd), _inductor_cache(config) as env:
+        with held_slot(slots_for(config.device, visible_gpus()), on_wait=waiting) as (slot, slot_fd), \
+                _inductor_cache(config) as env:
+            env[records.LOCK_WAIT_ENV] = f"{time.perf_counter() - start:.3f}"
+            if config.run.threads != AUTO and config.run.start == "fresh":
+                # read by OpenMP and MKL when a fresh interpreter loads them (a forked job's
+                # template loaded them already: the job calls torch.set_num_threads)
+                env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(config.run.threads)
             where = "" if slot == CPU_SLOT else f" on GPU {slot}"
             print(f"{tag} ...{where}{Progress.line(index, total)}", flush=True)
             start = time.perf_counter()

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from experiments import seam
-from experiments.config import JobConfig, config_to_dict
+from experiments.config import SWEEP_ONLY, JobConfig, config_to_dict
 
 SCHEMA_VERSION = 1
 METRICS_FILE = "metrics.json"
 CONFIG_FILE = "job_config.json"
 LOG_FILE = "job.log"
 DISK_FULL = "disk full"  # how a job's error starts when a write failed for lack of space
+LOCK_WAIT_ENV = "PROFSWEEP_LOCK_WAIT_S"  # how long the sweep waited for a job's device slot (its record says)
 EXIT_DISK_FULL = 28  # (ENOSPC) the job process's exit code then (it may not have written metrics.json)
 
 
@@ -129,6 +130,8 @@ def config_hash(config: JobConfig) -> str:
     """A fingerprint of everything that configures a job (not its folder name): resume keys on it."""
     data = config_to_dict(config)
     data.pop("expect", None)  # what the person expects does not change what is measured
+    for key in SWEEP_ONLY:  # nor which repeat it is, or how many the sweep makes
+        data["run"].pop(key, None)
     canonical = json.dumps(data, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

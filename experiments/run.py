@@ -4,6 +4,7 @@
 """
 
 import gc
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig
@@ -13,8 +14,8 @@ from experiments.sweep import task
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> None:
-    task(cfg)
+def main(cfg: DictConfig) -> Any:
+    return task(cfg)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from experiments.records import gpu_inventory
 
@@ -59,12 +59,15 @@ def device_slot(slots: list[str], folder: Path | None = None, poll_s: float = 0.
 
 @contextlib.contextmanager
 def held_slot(slots: list[str], folder: Path | None = None, poll_s: float = 0.2,
-              timeout_s: float | None = None) -> Iterator[tuple[str, int]]:
+              timeout_s: float | None = None,
+              on_wait: Callable[[list[str]], None] | None = None) -> Iterator[tuple[str, int]]:
     """As device_slot, yielding (name, fd of the locked file). A job process that inherits the
-    fd holds the slot too: the lock is released only once every holder has closed it or died."""
+    fd holds the slot too: the lock is released only once every holder has closed it or died.
+    `on_wait(slots)` is called once when every slot is taken."""
     folder = folder or lock_folder()
     folder.mkdir(parents=True, exist_ok=True)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    told = False
     while True:
         for slot in slots:
             handle = open(folder / f"{slot}.lock", "a+")
@@ -78,6 +81,9 @@ def held_slot(slots: list[str], folder: Path | None = None, poll_s: float = 0.2,
             finally:
                 handle.close()  # not LOCK_UN: that would free the slot of a job still holding it
             return
+        if on_wait is not None and not told:
+            on_wait(slots)
+            told = True
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"no free device among {', '.join(slots)} after {timeout_s} s")
         time.sleep(poll_s)

@@ -25,7 +25,7 @@ from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryV
 
 from experiments import records
 from experiments import seam
-from experiments.config import ConfigError, JobConfig, config_from_dict
+from experiments.config import SWEEP_ONLY, ConfigError, JobConfig, config_from_dict
 from experiments.launch import Interrupted, Progress, warm_start
 from hydra_plugins.profsweep_grid import grid
 from hydra_plugins.profsweep_grid.grid import Axis
@@ -59,8 +59,9 @@ def missing_value(exc: Exception) -> ConfigError:
     return ConfigError(f"{key} is missing{hint}")
 
 
-def task(cfg: DictConfig) -> None:
-    """The Hydra task of one grid point: run its job and leave the artifacts in its folder."""
+def task(cfg: DictConfig) -> dict[str, Any] | None:
+    """The Hydra task of one grid point: run its job, leave the artifacts in its folder and
+    return its record (the sweeper reads it to decide on more repeats)."""
     from hydra.core.hydra_config import HydraConfig
 
     from experiments.launch import run_task
@@ -73,7 +74,7 @@ def task(cfg: DictConfig) -> None:
     index, total = 1, 1
     if hydra_cfg.mode.name == "MULTIRUN":
         index, total = hydra_cfg.job.num + 1, planned_jobs(Path(hydra_cfg.sweep.dir))
-    run_task(config, Path(hydra_cfg.runtime.output_dir), index, total, skip=skip_reason(config))
+    return run_task(config, Path(hydra_cfg.runtime.output_dir), index, total, skip=skip_reason(config))
 
 
 def planned_jobs(sweep_dir: Path) -> int | None:
@@ -157,6 +158,7 @@ def check_configs(configs: list[JobConfig], jobs: list[int] | None = None) -> No
     refuse(cuda_only[0].refusal("here", f" and torch {torch.__version__} sees no CUDA device"))
 
 
+SWEEP_SETTINGS = tuple(f"run.{key}" for key in SWEEP_ONLY)  # one value for the whole sweep
 GRID_SWEEPER = "hydra_plugins.profsweep_grid.grid_sweeper.GridSweeper"
 # Swept keys whose values decide what check_configs checks (the factory and its settings, the
 # device, what is left out) or what a job writes: checked in every combination, without composing.
@@ -427,6 +429,10 @@ class SweepCallback(Callback):
         from hydra.core.global_hydra import GlobalHydra
 
         axes = sweep_grid(config)
+        for axis in axes or []:
+            if axis.swept and axis.key in SWEEP_SETTINGS:
+                refuse(f"{axis.key}={','.join(str(v) for v in axis.values)} is not allowed: {axis.key} is one "
+                       "setting of the whole sweep, not a grid key: give one value")
         compose = GlobalHydra.instance().config_loader().load_sweep_config
         planned = preflight(config, axes if axes is not None else [], compose)
         check_configs([p.config for p in planned], [p.jobs for p in planned])
@@ -439,11 +445,17 @@ class SweepCallback(Callback):
         _start(sweep_dir, "hydra.sweep.dir", expect)
         if axes is not None:
             jobs = list(grid.jobs(axes))
+            repeats = config.run.repeats
+            total = len(jobs) * grid.first_rounds(repeats)
             records.write_json(
                 sweep_dir / PLAN_FILE,
-                {"jobs": len(jobs), "overrides": jobs, "command": sys.argv, "created_at": records.now_iso()},
+                {"jobs": total, "grid_points": len(jobs), "repeats": repeats, "overrides": jobs,
+                 "command": sys.argv, "created_at": records.now_iso()},
             )
-            print(f"sweep of {len(jobs)} jobs -> {sweep_dir}", flush=True)
+            each = ("" if repeats == 1 else f" ({len(jobs)} grid points × {repeats} repeats)" if repeats != "auto"
+                    else f" ({len(jobs)} grid points × {grid.AUTO_ROUNDS} rounds, then more where the interval "
+                         f"is wider than ±{config.run.precision:.0%}, up to {config.run.max_repeats})")
+            print(f"sweep of {total} jobs{each} -> {sweep_dir}", flush=True)
         Progress.reset()
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:

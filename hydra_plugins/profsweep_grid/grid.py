@@ -72,3 +72,29 @@ def batches(all_jobs: Sequence[list[str]], batch_size: int | None) -> Iterator[l
         raise HydraException(f"max_batch_size={batch_size} is not allowed: choose null or a count > 0")
     for i in range(0, len(all_jobs), n):
         yield list(all_jobs[i:i + n])
+
+
+# --- repeats: the grid again, round by round ------------------------------------------------------
+
+AUTO_ROUNDS = 2  # run.repeats=auto: rounds over the whole grid before any point is judged precise
+
+
+def first_rounds(repeats: Any) -> int:
+    """How many rounds over the whole grid a sweep plans from the start."""
+    return AUTO_ROUNDS if repeats == "auto" else int(repeats)
+
+
+def round_order(round_number: int, points: Sequence[int]) -> tuple[list[int], str]:
+    """The order of a round over `points` (grid indices) and how it was chosen: round 1 in grid
+    order, round 2 reversed, later rounds shuffled with the round's number as the seed, so that a
+    burst of load or a drift hits many grid points a little instead of one entirely, and a rerun
+    takes the same order."""
+    points = list(points)
+    if round_number == 1:
+        return points, "grid order"
+    if round_number == 2:
+        return points[::-1], "reversed"
+    import random
+
+    random.Random(round_number).shuffle(points)
+    return points, f"shuffled (seed {round_number})"

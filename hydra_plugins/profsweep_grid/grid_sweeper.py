@@ -56,37 +56,106 @@ class GridSweeper(Sweeper):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         one_by_one = self.config.hydra.launcher.get("_target_") == BASIC_LAUNCHER
+        run = self.config.get("run") or {}
+        repeats = Repeats(run.get("repeats", 1), run.get("precision", 0.05), run.get("max_repeats", 10), sweep_dir)
         returns: List[List[JobReturn]] = []
-        done = 0
         try:
-            self._launch(jobs, one_by_one, returns)
+            self._launch(jobs, one_by_one, returns, repeats)
         finally:
             from experiments.forkserver import shutdown
 
             shutdown()  # the jobs are done: no template, and no thread watching it, for the analysis
         return returns
 
-    def _launch(self, jobs: List[List[str]], one_by_one: bool, returns: List[List[JobReturn]]) -> None:
+    def _launch(self, jobs: List[List[str]], one_by_one: bool, returns: List[List[JobReturn]],
+                repeats: "Repeats") -> None:
+        """The grid round by round (run.repeats), each round in its own order; job numbers count
+        the jobs launched, so folder names are the same on a rerun."""
         assert self.launcher is not None
-        done = 0
-        for batch in grid.batches(jobs, 1 if one_by_one else self.max_batch_size):
-            if stopped():
-                not_started(len(jobs) - done)
-                break
-            if not one_by_one:  # composed again elsewhere: catch a composition error here first
-                self.validate_batch_is_legal(batch)
-            try:
-                results = self.launcher.launch(batch, initial_job_idx=done)
-            except OSError as exc:
-                if exc.errno not in DISK_FULL:
-                    raise
-                disk_full(exc)  # Hydra's own files of the next job (.hydra/*.yaml) did not fit
-                not_started(len(jobs) - done)
-                break
-            for result in results:
-                _ = result.return_value  # re-raises a job's exception, as the basic sweeper does
-            done += len(batch)
-            returns.append(list(results))
+        launched = 0
+        records: Dict[int, List[Any]] = {g: [] for g in range(len(jobs))}
+        round_number = 0
+        while True:
+            round_number += 1
+            points = repeats.points(round_number, records)
+            if not points:
+                return
+            order, how = grid.round_order(round_number, points)
+            repeats.record_round(round_number, how, order, len(jobs), launched)
+            tagged = [jobs[g] + ([f"run.repeat={round_number}"] if repeats.many else []) for g in order]
+            done = 0
+            for batch in grid.batches(tagged, 1 if one_by_one else self.max_batch_size):
+                if stopped():
+                    not_started(len(tagged) - done + repeats.later(round_number, len(jobs)))
+                    return
+                if not one_by_one:  # composed again elsewhere: catch a composition error here first
+                    self.validate_batch_is_legal(batch)
+                try:
+                    results = self.launcher.launch(batch, initial_job_idx=launched)
+                except OSError as exc:
+                    if exc.errno not in DISK_FULL:
+                        raise
+                    disk_full(exc)  # Hydra's own files of the next job (.hydra/*.yaml) did not fit
+                    not_started(len(tagged) - done + repeats.later(round_number, len(jobs)))
+                    return
+                for g, result in zip(order[done:done + len(batch)], results):
+                    records[g].append(result.return_value)  # re-raises a job's exception, as the basic sweeper does
+                done += len(batch)
+                launched += len(batch)
+                returns.append(list(results))
+
+
+class Repeats:
+    """How many times each grid point is measured: a fixed number of rounds over the grid, or
+    (auto) two rounds and then more for the points whose interval is still wider than the
+    precision, up to max_repeats. Each round is recorded in sweep.json."""
+
+    def __init__(self, repeats: Any, precision: float, max_repeats: int, sweep_dir: Path) -> None:
+        self.auto = repeats == "auto"
+        self.count = grid.first_rounds(repeats)
+        self.precision, self.max_repeats, self.sweep_dir = float(precision), int(max_repeats), sweep_dir
+        self.many = self.auto or self.count > 1
+        self.planned = 0
+
+    def points(self, round_number: int, records: Dict[int, List[Any]]) -> List[int]:
+        if round_number <= self.count:
+            return sorted(records)
+        if not self.auto or round_number > self.max_repeats:
+            return []
+        from profsweep.stats import estimate
+
+        wanting = []
+        for g, found in sorted(records.items()):
+            samples = [r.get("timed_samples_us") for r in found if isinstance(r, dict) and r.get("status") == "ok"]
+            width = estimate(samples).width if samples else None
+            if width is not None and width > self.precision:
+                wanting.append(g)
+        return wanting
+
+    def later(self, round_number: int, points: int) -> int:
+        """Jobs of the rounds planned after this one (not started when the sweep stops)."""
+        return max(0, self.count - round_number) * points
+
+    def record_round(self, round_number: int, how: str, order: List[int], points: int, launched: int) -> None:
+        """sweep.json: the jobs planned so far (progress lines and the tally read it) and each
+        round's order."""
+        import json
+
+        from experiments import records
+        from experiments.sweep import PLAN_FILE
+
+        path = self.sweep_dir / PLAN_FILE
+        try:
+            plan = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            plan = {}
+        planned = launched + len(order) + self.later(round_number, points)
+        plan.update(jobs=planned, grid_points=points, repeats="auto" if self.auto else self.count)
+        rounds = [r for r in plan.get("rounds") or [] if r.get("round") != round_number]
+        rounds.append({"round": round_number, "order": how, "jobs": len(order),
+                       **({"points": order} if how.startswith("shuffled") or len(order) < points else {})})
+        plan["rounds"] = rounds
+        records.write_json(path, plan)
 
 
 def stopped() -> bool:
