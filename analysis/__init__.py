@@ -13,13 +13,14 @@ PLOTS_DIR = "plots"
 
 
 def analyse_folder(folder: Path, progress: Callable[[str], None] = print) -> list[tuple[str, str]]:
-    """Write summary.csv/.parquet, steps.csv, kernels.csv, ops.csv, crossovers.csv, claims.csv
+    """Write summary.csv/.parquet, repeats.csv, steps.csv, kernels.csv, ops.csv, crossovers.csv, claims.csv
     (when the sweep can test the article's claims), plots/ and report.html into a sweep (or
     single-run) folder; return the problems found (job, what)."""
     import pandas as pd
 
     from analysis.claims import evaluate
     from analysis.expect import EXPECTATIONS_FILE
+    from analysis.points import noise_lines
     from analysis.plots import write_plots
     from analysis.report import write_report
     from analysis.sweep import analyse_sweep, check_expectations, frames, write_tables
@@ -41,7 +42,11 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print) -> lis
         wrong = int((expectations["holds"] == "false").sum())
         progress(f"expectations: {len(checked) - wrong} of {len(checked)} checks hold"
                  + (f", {wrong} do not (the report opens with them)" if wrong else ""))
-    progress(f"analysis: {len(tables.jobs)} jobs -> {report}")
+    points = len(tables.points)
+    progress(f"analysis: {len(tables.jobs)} jobs" + (f", {points} grid points" if points != len(tables.jobs) else "")
+             + f" -> {report}")
+    for line in noise_lines(tables.points):
+        progress(line)
     return tables.problems
 
 

@@ -71,6 +71,21 @@ def describe(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _point(pair: dict[str, Any], columns: list[str]) -> str:
+    """`matmul_add size=64 bf16 cold eager`: a pair's grid point in words."""
+    words = [str(pair.get("variant") or pair.get("workload") or pair["new_job"])]
+    if pair.get("size") is not None:
+        words.append(f"size={pair['size']}")
+    if pair.get("dtype"):
+        words.append(str(pair["dtype"]))
+    for key, yes, no in (("warmup", "warm", "cold"), ("compile", "compile", "eager")):
+        if key in columns and pair.get(key) is not None:
+            words.append(yes if pair[key] is True else no)
+    if pair.get("train") is True:
+        words.append("train")
+    return " ".join(words)
+
+
 def compare_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m analysis compare",
@@ -83,6 +98,8 @@ def compare_main(argv: list[str]) -> int:
                         help="a key not to pair by, e.g. compile (eager vs compiled) or device")
     parser.add_argument("--fail-if-slower", type=float, metavar="R",
                         help="exit 1 when a pair is judged slower by more than R (e.g. 1.10: 10%%)")
+    parser.add_argument("--fdr", type=float, default=0.05, metavar="Q",
+                        help="the false discovery rate controlled across the pairs (Benjamini-Hochberg; default 0.05)")
     args = parser.parse_args(argv)
     from analysis.compare import CompareError, compare_sides, compare_traces, load_side, write_compare
 
@@ -94,18 +111,26 @@ def compare_main(argv: list[str]) -> int:
                 for d in diff[f"{what}_diff"]:
                     print(f"  {what[:-1]} {d['change']:<14} {d['base_per_step']:>8.2f} -> {d['new_per_step']:>8.2f}  {d['name'][:90]}")
             return 0
-        if args.fail_if_slower is not None and args.fail_if_slower < 1:
+        if args.fail_if_slower is not None and not args.fail_if_slower >= 1:
             raise CompareError(f"--fail-if-slower {args.fail_if_slower} is not allowed: give a ratio >= 1, e.g. 1.10")
+        if not 0 < args.fdr < 1:
+            raise CompareError(f"--fdr {args.fdr} is not allowed: give a false discovery rate between 0 and 1, e.g. 0.05")
         base, new = load_side(args.base), load_side(args.new)
-        result = compare_sides(base, new, args.ignore)
+        result = compare_sides(base, new, args.ignore, fdr=args.fdr)
     except CompareError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = args.out or args.new / "compare"
     written = write_compare(result, base, new, out)
     pairs = result["pairs"]
-    counts = ", ".join(f"{sum(1 for p in pairs if p['verdict'] == v)} {v}" for v in ("slower", "faster", "same", "too noisy"))
+    counts = ", ".join(f"{sum(1 for p in pairs if p['verdict'] == v)} {v}"
+                       for v in ("slower", "faster", "same", "inconclusive"))
     print(f"compare: {len(pairs)} pairs ({counts}) -> {written[-1]}")
+    print(f"  false discoveries controlled: Benjamini-Hochberg at {result['fdr']:g} over {result['tested']} "
+          "pairs with an interval")
+    for p in pairs:
+        ratio = f"{p['step_ratio']:.3f}x" if p["step_ratio"] is not None else "no ratio"
+        print(f"  {p['verdict']:<12} {_point(p, result['columns'])}: {ratio} ({p['verdict_on']}; {p['verdict_why']})")
     for side, key in (("BASE", "unmatched_base"), ("NEW", "unmatched_new")):
         if result[key]:
             print(f"  without a partner in {side}: {', '.join(result[key])}")

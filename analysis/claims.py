@@ -2,7 +2,8 @@
 
 Each claim becomes one row of claims.csv: what the article says (with its A100 number where it
 gives one), what this run measured, and whether the claim holds here: true, false, or n/a with
-the reason (a CUDA-only claim on a CPU run, a sweep that lacks the jobs to test it).
+the reason (a CUDA-only claim on a CPU run, a sweep that lacks the jobs to test it), or
+inconclusive where it compares numbers measured over repeats whose intervals overlap.
 
 The claims about single jobs and series are data: `claim ...` entries of the presets' `expect`
 (conf/experiment/part*.yaml; the form is analysis/expect.py's), judged by the expectation
@@ -21,7 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.expect import CUDA_ONLY, EXPECT_FILE, ClaimSpec, ExpectationError, judge, parse_claims
+from analysis.expect import CUDA_ONLY, EXPECT_FILE, INCONCLUSIVE, ClaimSpec, ExpectationError, judge, parse_claims
+from profsweep import stats
 
 PRESETS = Path(__file__).resolve().parent.parent / "conf" / "experiment"
 PARTS = ("part1", "part2", "part3")
@@ -33,7 +35,7 @@ class Claim:
     claim: str
     expected: str  # the article's statement and number (A100, bf16)
     measured: str
-    holds: str  # "true" | "false" | "n/a"
+    holds: str  # "true" | "false" | "inconclusive" (intervals overlap) | "n/a"
     jobs: str = ""  # the jobs the measurement comes from
 
 
@@ -43,6 +45,33 @@ def _na(part: str, claim: str, expected: str, why: str) -> Claim:
 
 def _verdict(ok: bool) -> str:
     return "true" if ok else "false"
+
+
+def _interval(row: pd.Series, key: str) -> tuple[float, float] | None:
+    low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
+        return None
+    return float(low), float(high)
+
+
+def _more(a: pd.Series, b: pd.Series, key: str) -> str:
+    """Whether `a`'s value of `key` is larger than `b`'s: over repeats, only when their intervals
+    separate (inconclusive when they overlap); else the values themselves."""
+    ia, ib = _interval(a, key), _interval(b, key)
+    if ia is not None and ib is not None:
+        if ia[0] > ib[1]:
+            return "true"
+        if ia[1] < ib[0]:
+            return "false"
+        return INCONCLUSIVE
+    return _verdict(a[key] > b[key])
+
+
+def _span(row: pd.Series, key: str, show: Any = None) -> str:
+    """`12.3 µs [10.1, 15.0]`: a value with its interval where it has one."""
+    show = show or _us
+    found = _interval(row, key)
+    return show(row[key]) + (f" [{found[0]:,.1f}, {found[1]:,.1f}]" if found else "")
 
 
 def _us(value: Any) -> str:
@@ -72,6 +101,16 @@ class _Data:
 
     def job_ops(self, job: str) -> pd.DataFrame:
         return self.ops[self.ops["job"] == job].set_index("name") if len(self.ops) else pd.DataFrame()
+
+    def first_step_ratio(self, row: pd.Series) -> stats.Estimate:
+        """The first profiled step's host duration over the median of the later ones, in each
+        repeat of a grid point, as a value over the repeats with its interval."""
+        ratios = []
+        for job in str(row.get("jobs") or row["job"]).split(";"):
+            host = self.steps[self.steps["job"] == job].sort_values("step")["host_us"].tolist() if len(self.steps) else []
+            if len(host) > 1 and pd.Series(host[1:]).median() > 0:
+                ratios.append([host[0] / pd.Series(host[1:]).median()])
+        return stats.estimate(ratios)
 
     def compute_calls_per_step(self, row: pd.Series) -> float:
         ops = self.job_ops(row["job"])
@@ -103,7 +142,8 @@ def part1(d: _Data) -> list[Claim]:
         else:
             r = row.iloc[0]
             size = f"size ≈ {r['crossover_size']:.0f} ({r['status']})" if pd.notna(r["crossover_size"]) else r["status"]
-            out.append(Claim(P, c, e, size, _verdict(pd.notna(r["crossover_size"])), ""))
+            uncertain = pd.notna(r["crossover_size"]) and r.get("uncertain") in (True, "True")
+            out.append(Claim(P, c, e, size, INCONCLUSIVE if uncertain else _verdict(pd.notna(r["crossover_size"])), ""))
 
     cold, warm = d.series("matmul_add", warmup=False), d.series("matmul_add", warmup=True)
     both = sorted(set(cold["size"]) & set(warm["size"])) if not cold.empty and not warm.empty else []
@@ -114,8 +154,9 @@ def part1(d: _Data) -> list[Claim]:
     else:
         size = both[0]
         cr, wr = cold[cold["size"] == size].iloc[0], warm[warm["size"] == size].iloc[0]
-        out.append(Claim(P, c, e, f"size {size}: {_us(cr['dead_window_us'])} cold, {_us(wr['dead_window_us'])} warm",
-                         _verdict(wr["dead_window_us"] < cr["dead_window_us"]), f"{cr['job']}, {wr['job']}"))
+        out.append(Claim(P, c, e, f"size {size}: {_span(cr, 'dead_window_us')} cold, "
+                         f"{_span(wr, 'dead_window_us')} warm", _more(cr, wr, "dead_window_us"),
+                         f"{cr['job']}, {wr['job']}"))
 
     c, e = "a cold first step costs more than the later ones; a warm one does not", \
         "cold first step slower (Figs 5–7); warm steps even"
@@ -125,11 +166,18 @@ def part1(d: _Data) -> list[Claim]:
         size = both[0]
         ratios = {}
         for label, frame in (("cold", cold), ("warm", warm)):
-            job = frame[frame["size"] == size].iloc[0]["job"]
-            host = d.steps[d.steps["job"] == job].sort_values("step")["host_us"].tolist()
-            ratios[label] = host[0] / pd.Series(host[1:]).median() if len(host) > 1 else float("nan")
-        out.append(Claim(P, c, e, f"size {size}: first / median later step = {ratios['cold']:.2f} cold, "
-                         f"{ratios['warm']:.2f} warm", _verdict(ratios["cold"] > ratios["warm"])))
+            row = frame[frame["size"] == size].iloc[0]
+            ratios[label] = d.first_step_ratio(row)
+        said = ", ".join(f"{ratios[k].value:.2f}" + (f" [{ratios[k].low:.2f}, {ratios[k].high:.2f}]"
+                                                      if ratios[k].repeats > 1 else "") + f" {k}" for k in ratios
+                         if ratios[k].value is not None)
+        if ratios["cold"].value is None or ratios["warm"].value is None:
+            out.append(_na(P, c, e, "needs more than one profiled step per job"))
+        else:
+            a, b = ratios["cold"], ratios["warm"]
+            holds = (_verdict(a.value > b.value) if a.repeats < 2 or b.repeats < 2 else
+                     "true" if a.low > b.high else "false" if a.high < b.low else INCONCLUSIVE)
+            out.append(Claim(P, c, e, f"size {size}: first / median later step = {said}", holds))
 
     compiled = d.series("matmul_add", compile=True)
     pairs = sorted(set(eager["size"]) & set(compiled["size"])) if not compiled.empty else []
@@ -140,8 +188,8 @@ def part1(d: _Data) -> list[Claim]:
         size = pairs[0]
         er, cr = eager[eager["size"] == size].iloc[0], compiled[compiled["size"] == size].iloc[0]
         ratio = cr["host_us_per_step"] / er["host_us_per_step"]
-        out.append(Claim(P, c, e, f"size {size}: {_us(cr['host_us_per_step'])} compiled vs "
-                         f"{_us(er['host_us_per_step'])} eager ({ratio:.2f}×)", _verdict(ratio > 1),
+        out.append(Claim(P, c, e, f"size {size}: {_span(cr, 'host_us_per_step')} compiled vs "
+                         f"{_span(er, 'host_us_per_step')} eager ({ratio:.2f}×)", _more(cr, er, "host_us_per_step"),
                          f"{er['job']}, {cr['job']}"))
 
     return out
@@ -221,9 +269,9 @@ def part3(d: _Data) -> list[Claim]:
         math, inplace = pair
         key = "device_us_per_step" if _on_gpu(math) else "host_us_per_step"
         ratio = math[key] / inplace[key]
-        out.append(Claim(P, c, e, f"size {math['size']}: {ratio:.2f}× ({_us(math[key])} vs {_us(inplace[key])} per "
+        out.append(Claim(P, c, e, f"size {math['size']}: {ratio:.2f}× ({_span(math, key)} vs {_span(inplace, key)} per "
                          f"forward, {'device' if key.startswith('device') else 'host (CPU)'})",
-                         _verdict(ratio > 1), f"{math['job']}, {inplace['job']}"))
+                         _more(math, inplace, key), f"{math['job']}, {inplace['job']}"))
 
     gpu = {n: r for n, r in jobs.items() if _on_gpu(r)}
 
@@ -232,9 +280,10 @@ def part3(d: _Data) -> list[Claim]:
     if len(trio) < 3:
         out.append(_na(P, c, e, CUDA_ONLY + " of flash, efficient and cudnn"))
     else:
-        h = {str(r["workload_backend"]): r["host_us_per_step"] for r in trio}
-        out.append(Claim(P, c, e, ", ".join(f"{n} {_us(v)}" for n, v in h.items()),
-                         _verdict(h["cudnn"] > h["flash"] and h["cudnn"] > h["efficient"]),
+        by = {str(r["workload_backend"]): r for r in trio}
+        verdicts = {_more(by["cudnn"], by[n], "host_us_per_step") for n in ("flash", "efficient")}
+        out.append(Claim(P, c, e, ", ".join(f"{n} {_span(r, 'host_us_per_step')}" for n, r in by.items()),
+                         "false" if "false" in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts else "true",
                          ", ".join(r["job"] for r in trio)))
 
     return out

@@ -1,47 +1,52 @@
 """Compare two sweeps (or two single runs) grid point by grid point, with verdicts that know the
 noise; or two single traces, op by op and kernel by kernel.
 
-    python -m analysis compare BASE NEW [--out DIR] [--ignore KEY ...] [--fail-if-slower R]
+    python -m analysis compare BASE NEW [--out DIR] [--ignore KEY ...] [--fail-if-slower R] [--fdr Q]
 
 Pairing: by what was measured, never by folder names, job numbers or config hashes: the
 workload and its settings, size, dtype, compile, warmup, train, optimizer, the device it ran on,
-the profiler schedule, the compiler settings, run.isolation, run.compile_cache and
-run.warmup_iters (PAIR_KEYS, PAIR_PREFIXES). `--ignore compile` pairs eager with compiled jobs,
-`--ignore device` CPU with CUDA.
+the profiler schedule, the compiler settings, run.isolation, run.compile_cache,
+run.warmup_iters and run.threads (PAIR_KEYS, PAIR_PREFIXES). `--ignore compile` pairs eager
+with compiled jobs, `--ignore device` CPU with CUDA.
 
-Verdict, per pair, from the per-step samples of both sides (step host durations; device time
-per step when both sides have one): the ratio NEW/BASE of their medians, and a 95% bootstrap
-interval of that ratio (2,000 resamples of each side, seeded: the same folders give the same
-verdicts). `slower` when the whole interval lies above 1 + MARGIN, `faster` when it lies below
-1 / (1 + MARGIN), `same` when it lies within [1 / (1 + MARGIN), 1 + MARGIN], else `too noisy`;
-`too noisy` too when a side has fewer than MIN_STEPS steps (profile more: profiler.active=20),
-except that identical samples on both sides (a sweep compared with itself) are `same`, ratio 1.
+Verdict, per pair of grid points. The unit of replication is the repeat (one job process): the
+samples are each repeat's steps (device time per step where both sides have it, else the
+un-profiled step where both sides timed it, else the profiled step's host duration), and the
+ratio NEW/BASE of the two medians of repeat medians gets a 95% interval from a hierarchical
+bootstrap over both sides' repeats, made honest for few repeats (profsweep.stats.ratio_test).
+`slower` when the whole interval lies above 1 + MARGIN, `faster` when it lies below
+1 / (1 + MARGIN), `same` when it lies within [1 / (1 + MARGIN), 1 + MARGIN], else
+`inconclusive`, as it is when a side has a single repeat or was measured while other processes
+loaded the machine (its `noise_load`). Across the grid, a change is a verdict only when it is a
+discovery of Benjamini–Hochberg at `--fdr` (default 0.05) over the pairs' p-values. Identical
+samples on both sides (a sweep compared with itself) are `same`, ratio 1.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
 import re
-import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from profsweep import stats
+
 MARGIN = 0.05  # what counts as the same: within 5%
-MIN_STEPS = 5  # per side, for a verdict other than "too noisy"
-RESAMPLES = 2000
+FDR = 0.05  # the false discovery rate controlled across the pairs
 PAIR_KEYS = ("workload", "size", "dtype", "compile", "warmup", "train", "optimizer", "device",
-             "isolation", "compile_cache", "warmup_iters")
+             "isolation", "compile_cache", "warmup_iters", "threads")
 PAIR_PREFIXES = ("workload_", "profiler_", "compile_")
 # How many steps were profiled, how much of the table was printed and whether the trace was
 # gzipped do not change what a step measures: a sweep rerun with profiler.active=20 for tighter
 # verdicts still pairs with the first.
-NOT_PAIRING = ("profiler_active", "profiler_repeat", "profiler_row_limit", "profiler_gzip")
+NOT_PAIRING = ("profiler_active", "profiler_repeat", "profiler_row_limit", "profiler_gzip",
+               "profiler_overhead_ratio")  # (a measurement, not a setting)
 ENVIRONMENT_KEYS = ("torch_version", "cuda_build", "driver_version", "gpus", "cpu_model", "cpu_count",
                     "hostname", "git_commit", "git_dirty", "command", "python_version", "platform")
-VERDICT_ORDER = {"slower": 0, "faster": 1, "too noisy": 2, "same": 3}
+VERDICT_ORDER = {"slower": 0, "faster": 1, "inconclusive": 2, "same": 3}
+MORE_REPEATS = 3  # what a user is told to rerun with when one repeat per side says nothing
 
 
 class CompareError(ValueError):
@@ -58,7 +63,8 @@ def pair_key_of(column: str) -> str:
 
 
 def pairing_columns(rows: Iterable[dict[str, Any]], ignore: Sequence[str]) -> list[str]:
-    found = {k for r in rows for k in r if (k in PAIR_KEYS or k.startswith(PAIR_PREFIXES)) and k not in NOT_PAIRING}
+    found = {k for r in rows for k in r if (k in PAIR_KEYS or k.startswith(PAIR_PREFIXES)) and k not in NOT_PAIRING
+             and not k.startswith(tuple(f"{n}_" for n in NOT_PAIRING))}
     # the grid keys first, in the order of PAIR_KEYS, then the settings by name
     columns = sorted(found, key=lambda k: (PAIR_KEYS.index(k) if k in PAIR_KEYS else len(PAIR_KEYS), k))
     return [c for c in columns if c not in set(ignore)]
@@ -79,41 +85,48 @@ def _identity(row: dict[str, Any], columns: list[str]) -> tuple:
 @dataclass(frozen=True)
 class Verdict:
     verdict: str
-    ratio: float | None  # median(new) / median(base)
+    ratio: float | None  # NEW / BASE of the medians of repeat medians
     low: float | None
     high: float | None
     why: str
+    p_value: float | None = None
 
 
-def verdict(base: Sequence[float], new: Sequence[float], seed: int = 0) -> Verdict:
-    """The rule of the module docstring, on the per-step samples of both sides."""
-    base = [float(v) for v in base if v is not None and not math.isnan(float(v))]
-    new = [float(v) for v in new if v is not None and not math.isnan(float(v))]
-    if not base or not new or statistics.median(base) <= 0:
-        return Verdict("too noisy", None, None, None, "no step samples on one side")
-    ratio = statistics.median(new) / statistics.median(base)
-    if sorted(base) == sorted(new):
-        return Verdict("same", 1.0, 1.0, 1.0, "identical step samples")
-    if min(len(base), len(new)) < MIN_STEPS:
-        return Verdict("too noisy", ratio, None, None,
-                       f"too few steps ({len(base)} vs {len(new)}; a verdict needs {MIN_STEPS} per side)")
-    rng = random.Random(seed)
-    ratios = []
-    for _ in range(RESAMPLES):
-        b = statistics.median(rng.choices(base, k=len(base)))
-        n = statistics.median(rng.choices(new, k=len(new)))
-        ratios.append(n / b if b > 0 else math.inf)
-    ratios.sort()
-    low, high = ratios[int(0.025 * RESAMPLES)], ratios[int(0.975 * RESAMPLES) - 1]
+def verdict(base: Sequence[Sequence[float]], new: Sequence[Sequence[float]], seed: int = 0) -> Verdict:
+    """The rule of the module docstring on each side's samples, one list per repeat (before the
+    control of false discoveries across the grid)."""
+    test = stats.ratio_test(base, new, margin=MARGIN, seed=seed)
+    if test.ratio is None:
+        return Verdict("inconclusive", None, None, None, test.why)
+    if test.why == "identical samples":
+        return Verdict("same", 1.0, 1.0, 1.0, "identical samples", 1.0)
+    if test.low is None or test.high is None:
+        reps = (len(stats._groups(base)), len(stats._groups(new)))
+        return Verdict("inconclusive", test.ratio, None, None,
+                       f"{'1 repeat per side' if reps == (1, 1) else f'{reps[0]} vs {reps[1]} repeats'}: one process "
+                       f"says nothing of the variation between processes; rerun both with run.repeats={MORE_REPEATS}")
     up, down = 1 + MARGIN, 1 / (1 + MARGIN)
-    interval = f"95% interval {low:.3f}–{high:.3f}"
-    if low > up:
-        return Verdict("slower", ratio, low, high, interval)
-    if high < down:
-        return Verdict("faster", ratio, low, high, interval)
-    if down <= low and high <= up:
-        return Verdict("same", ratio, low, high, interval)
-    return Verdict("too noisy", ratio, low, high, interval + f" straddles the ±{MARGIN:.0%} band")
+    interval = f"95% interval {test.low:.3f}–{test.high:.3f}"
+    if test.low > up:
+        return Verdict("slower", test.ratio, test.low, test.high, interval, test.p_value)
+    if test.high < down:
+        return Verdict("faster", test.ratio, test.low, test.high, interval, test.p_value)
+    if down <= test.low and test.high <= up:
+        return Verdict("same", test.ratio, test.low, test.high, interval + f" within ±{MARGIN:.0%}", test.p_value)
+    return Verdict("inconclusive", test.ratio, test.low, test.high,
+                   interval + f" straddles the ±{MARGIN:.0%} band: more repeats (run.repeats) narrow it", test.p_value)
+
+
+def control_discoveries(pairs: list[dict[str, Any]], fdr: float = FDR) -> None:
+    """Benjamini–Hochberg over the pairs that have a p-value: a `slower` or `faster` pair that is
+    not among the discoveries becomes `inconclusive`, with why."""
+    found = stats.benjamini_hochberg([p.get("p_value") for p in pairs], fdr)
+    tested = sum(1 for p in pairs if p.get("p_value") is not None)
+    for pair, discovered in zip(pairs, found):
+        if pair["verdict"] in ("slower", "faster") and not discovered:
+            pair["verdict_why"] += (f"; {pair['verdict']} by itself (p={pair['p_value']:.3g}), but not a discovery "
+                                    f"at a false discovery rate of {fdr:g} over {tested} pairs")
+            pair["verdict"] = "inconclusive"
 
 
 # --- the diff of ops and kernels (as HTA's TraceDiff: an outer join of counts) -----------------------
@@ -160,24 +173,26 @@ def count_diff(base: dict[str, float], new: dict[str, float], steps_base: float,
 @dataclass
 class Side:
     folder: Path
-    jobs: list[dict[str, Any]]
+    jobs: list[dict[str, Any]]  # one per grid point (summary.csv's rows) with a usable repeat
     steps: dict[str, list[dict[str, Any]]]  # job -> its step rows
     ops: dict[str, dict[str, float]]  # job -> op name -> calls
     kernels: dict[str, dict[str, float]]  # job -> kernel name -> calls
     environment: dict[str, Any]
+    repeats: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> its row (repeats.csv)
 
 
 def load_side(folder: Path) -> Side:
+    from analysis.points import usable
     from analysis.sweep import analyse_sweep
 
     folder = Path(folder)
     if not folder.is_dir():
         raise CompareError(f"{folder}: no such folder")
     tables = analyse_sweep(folder)
-    jobs = [j for j in tables.jobs if j.get("status") == "ok" and not j.get("trace_error")]
+    points = [p for p in tables.points if usable(p)]
     if not tables.jobs:
         raise CompareError(f"{folder}: not a sweep or a run: no job folder with a metrics.json in it")
-    if not jobs:
+    if not points:
         raise CompareError(f"{folder}: no job finished with a readable trace ({len(tables.jobs)} jobs)")
     steps: dict[str, list[dict[str, Any]]] = {}
     for s in tables.steps:
@@ -189,12 +204,31 @@ def load_side(folder: Path) -> Side:
         environment = json.loads((folder / "environment.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         environment = {}
-    return Side(folder, jobs, steps, {j: {o["name"]: o["calls"] for o in ops} for j, ops in tables.ops.items()},
-                kernels, environment)
+    return Side(folder, points, steps, {j: {o["name"]: o["calls"] for o in ops} for j, ops in tables.ops.items()},
+                kernels, environment, {str(j["job"]): j for j in tables.jobs if usable(j)})
 
 
-def _samples(side: Side, job: dict[str, Any], key: str) -> list[float]:
-    return [s[key] for s in side.steps.get(job["job"], []) if s.get(key) is not None]
+def _repeat_jobs(side: Side, point: dict[str, Any]) -> list[dict[str, Any]]:
+    names = str(point.get("jobs") or point["job"]).split(";")
+    return [side.repeats[n] for n in names if n in side.repeats] or [point]
+
+
+def _samples(side: Side, point: dict[str, Any], on: str) -> list[list[float]]:
+    """Each repeat's samples: its steps' device time, its un-profiled steps, or its profiled
+    steps' host duration."""
+    from analysis.points import TIMED_SAMPLES
+
+    out = []
+    for job in _repeat_jobs(side, point):
+        if on == "timed":
+            out.append(stats.clean(job.get(TIMED_SAMPLES) or [job.get("timed_us_per_step")]))
+        else:
+            out.append(stats.clean(s.get(on) for s in side.steps.get(job["job"], [])))
+    return [g for g in out if g]
+
+
+def _nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
 
 def _ratio(a: Any, b: Any) -> float | None:
@@ -207,7 +241,7 @@ def _ratio(a: Any, b: Any) -> float | None:
     return b / a
 
 
-def compare_sides(base: Side, new: Side, ignore: Sequence[str] = ()) -> dict[str, Any]:
+def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float = FDR) -> dict[str, Any]:
     """Pairs, their verdicts and diffs, the unmatched jobs of each side, the environment diff."""
     known = set(pairing_columns(base.jobs + new.jobs, ()))
     wanted = [pair_key_of(k) for k in ignore]
@@ -234,13 +268,15 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = ()) -> dict[str
         raise CompareError(f"{base.folder} and {new.folder} have nothing in common: no job of one measured "
                            f"what a job of the other did (paired by {', '.join(columns)}); "
                            "--ignore KEY pairs across a key")
-    pairs.sort(key=lambda p: (VERDICT_ORDER.get(p["verdict"], 9), -(p["host_us_per_step_ratio"] or 0)))
+    control_discoveries(pairs, fdr)
+    pairs.sort(key=lambda p: (VERDICT_ORDER.get(p["verdict"], 9), -(p["step_ratio"] or 0)))
     environment = [
         {"key": k, "base": _show(base.environment.get(k)), "new": _show(new.environment.get(k))}
         for k in ENVIRONMENT_KEYS if _show(base.environment.get(k)) != _show(new.environment.get(k))
     ]
     return {"columns": columns, "pairs": pairs, "unmatched_base": unmatched_base,
-            "unmatched_new": unmatched_new, "environment": environment}
+            "unmatched_new": unmatched_new, "environment": environment, "fdr": fdr,
+            "tested": sum(1 for p in pairs if p.get("p_value") is not None)}
 
 
 def _show(value: Any) -> str:
@@ -248,9 +284,19 @@ def _show(value: Any) -> str:
 
 
 def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: list[str]) -> dict[str, Any]:
-    device = b.get("device_us_per_step") is not None and n.get("device_us_per_step") is not None
-    on = "device_us" if device else "host_us"
-    judged = verdict(_samples(base, b, on), _samples(new, n, on))
+    def has(key: str) -> bool:
+        return b.get(key) is not None and n.get(key) is not None and not _nan(b[key]) and not _nan(n[key])
+
+    on, said = (("device_us", "device time per step") if has("device_us_per_step") else
+                ("timed", "un-profiled step") if has("timed_us_per_step") else ("host_us", "host duration per step"))
+    base_samples, new_samples = _samples(base, b, on), _samples(new, n, on)
+    judged = verdict(base_samples, new_samples)
+    loaded = [side for side, point in (("BASE", b), ("NEW", n)) if point.get("noise_load") in (True, "True")]
+    if loaded and judged.why != "identical samples":
+        reasons = "; ".join(f"{side} noisy: {point.get('noise_reason')}" for side, point in (("BASE", b), ("NEW", n))
+                            if side in loaded)
+        judged = Verdict("inconclusive", judged.ratio, judged.low, judged.high,
+                         f"{reasons}; rerun {' and '.join(loaded)} on a quiet machine", None)
     row: dict[str, Any] = {c: n.get(c) if n.get(c) is not None else b.get(c) for c in columns}
     row.update({
         "base_job": b["job"], "new_job": n["job"], "variant": n.get("variant"),
@@ -258,9 +304,12 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
         "host_us_per_step_ratio": _ratio(b.get("host_us_per_step"), n.get("host_us_per_step")),
         "device_us_per_step_base": b.get("device_us_per_step"), "device_us_per_step_new": n.get("device_us_per_step"),
         "device_us_per_step_ratio": _ratio(b.get("device_us_per_step"), n.get("device_us_per_step")),
-        "verdict": judged.verdict, "verdict_on": "device time per step" if device else "host duration per step",
-        "step_ratio": judged.ratio, "interval_low": judged.low, "interval_high": judged.high, "verdict_why": judged.why,
-        "steps_base": len(_samples(base, b, on)), "steps_new": len(_samples(new, n, on)),
+        "timed_us_per_step_base": b.get("timed_us_per_step"), "timed_us_per_step_new": n.get("timed_us_per_step"),
+        "verdict": judged.verdict, "verdict_on": said,
+        "step_ratio": judged.ratio, "interval_low": judged.low, "interval_high": judged.high, "p_value": judged.p_value,
+        "verdict_why": judged.why,
+        "repeats_base": len(base_samples), "repeats_new": len(new_samples),
+        "noisy_base": b.get("noisy"), "noisy_new": n.get("noisy"),
         "first_call_ms_ratio": _ratio(b.get("first_call_ms"), n.get("first_call_ms")),
         "peak_memory_ratio": _ratio(b.get("peak_memory_bytes"), n.get("peak_memory_bytes")),
     })
@@ -296,8 +345,8 @@ def compare_traces(base: Path, new: Path) -> dict[str, Any]:
 
 COMPARE_FILE = "compare.json"
 SERVED_BASE, SERVED_NEW = "_base", "_new"  # the URL folders the server maps to BASE and NEW
-CSV_COLUMNS_FIRST = ("verdict", "host_us_per_step_ratio", "device_us_per_step_ratio", "step_ratio",
-                     "interval_low", "interval_high", "base_job", "new_job")
+CSV_COLUMNS_FIRST = ("verdict", "step_ratio", "interval_low", "interval_high", "p_value", "verdict_why",
+                     "host_us_per_step_ratio", "device_us_per_step_ratio", "base_job", "new_job")
 
 
 def write_compare(result: dict[str, Any], base: Side, new: Side, out: Path) -> list[Path]:
@@ -343,17 +392,20 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
         f"<h1>Comparison</h1><p>BASE <code>{escape(str(base.folder))}</code><br>NEW <code>{escape(str(new.folder))}</code></p>",
         f"<p>{len(pairs)} pairs: " + ", ".join(f"<span class='{style.get(v, '')}'>{n} {escape(v)}</span>"
                                                for v, n in counts.items()) + ". Paired by "
-        + escape(", ".join(result["columns"])) + f". Verdicts: ratio NEW/BASE of the median step, 95% bootstrap "
-        f"interval; <i>same</i> within ±{MARGIN:.0%}, at least {MIN_STEPS} steps per side (profile more with "
-        "<code>profiler.active=20</code>).</p>",
+        + escape(", ".join(result["columns"])) + ". Verdicts: the ratio NEW/BASE of the medians over repeats "
+        "(one process each) of each repeat's median step, with a 95% interval from a hierarchical bootstrap over "
+        f"both sides' repeats; <i>same</i> within ±{MARGIN:.0%}; <i>inconclusive</i> when the interval straddles "
+        "that band, a side has one repeat, or a side was measured on a loaded machine. False discoveries "
+        f"controlled across the grid: Benjamini–Hochberg at {result.get('fdr', FDR):g} over "
+        f"{result.get('tested', 0)} pairs.</p>",
     ]
     parts.append("<p>Each pair's <b>Perfetto</b> buttons open its BASE and NEW traces in two tabs of "
                  "<a href='https://ui.perfetto.dev'>ui.perfetto.dev</a>, side by side, when this page is served: "
                  f"<code>python -m analysis serve {escape(str(out))}</code>.</p>")
-    few = [p for p in pairs if p["verdict_why"].startswith("too few steps")]
+    few = [p for p in pairs if "one process says nothing" in p["verdict_why"]]
     if few:
-        parts.append(f"<p class='bad'>{len(few)} verdict(s) rest on too few steps: rerun both sweeps with "
-                     "<code>profiler.active=20</code>.</p>")
+        parts.append(f"<p class='bad'>{len(few)} pair(s) have one repeat on a side: rerun both sweeps with "
+                     f"<code>run.repeats={MORE_REPEATS}</code> or more.</p>")
 
     def link(side: Side, job: str, mount: str) -> str:
         record = next((j for j in side.jobs if j["job"] == job), {})
@@ -366,7 +418,7 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
                 + perfetto.button(f"{mount}/{inside}", f"{mount.strip('_')}: {job}", f"{mount.strip('_')} in Perfetto"))
 
     for title, wanted in (("Regressions (slower)", ("slower",)), ("Improvements (faster)", ("faster",)),
-                          ("The rest", ("too noisy", "same"))):
+                          ("The rest", ("inconclusive", "same"))):
         chosen = [p for p in pairs if p["verdict"] in wanted]
         if not chosen:
             continue

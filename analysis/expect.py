@@ -57,11 +57,14 @@ RECORD_METRICS = (
     "status", "error", "device_name", "torch_version", "cuda_version", "first_call_ms", "warmup_ms",
     "flops_per_call", "bytes_per_call", "flops_source", "memory_estimate_bytes", "memory_available_bytes",
     "peak_memory_bytes", "peak_memory_reserved_bytes", "inductor_cache_misses", "inductor_cache_hits",
+    "timed_us_per_step", "timed_steps", "timed_slow_steps", "torch_threads", "cpu_count", "other_cpus",
+    "cpu_pressure", "loadavg_1m", "lock_wait_s", "measured_s",
 )
 RECORD_FIELDS = (  # what a job's record says about itself (metrics.json), also columns
     "schema_version", "config_hash", "started_at", "finished_at", "hostname", "python_version", "git_commit",
     "git_dirty", "trace_file", "table_file", "trace_error", "record_error", "peak_memory_source",
     "isolation", "compile_cache", "warmup_iters", "job_timeout_s", "unavailable", "start", "exit_code", "stderr_tail",
+    "repeat", "repeats_planned", "precision", "max_repeats", "threads", "platform",
 )
 SETTING_PREFIXES = ("workload_", "profiler_", "compile_")  # the settings groups' keys, flattened
 DERIVED_METRICS = (
@@ -69,7 +72,9 @@ DERIVED_METRICS = (
     "achieved_flops_per_s", "achieved_bytes_per_s", "peak_flops_per_s", "peak_bytes_per_s",
     "fraction_of_peak_flops", "arithmetic_intensity", "regime", "top_kernel", "top_kernel_calls",
     "top_kernel_median_us", "top_kernel_min_us", "top_kernel_max_us", "top_kernel_spread",
-    "malformed_names", "trace_bytes",
+    "malformed_names", "trace_bytes", "profiler_overhead_ratio", "regime_uncertain",
+    # over the repeats of a grid point (summary.csv)
+    "repeats", "repeats_failed", "jobs", "noisy", "noise_reason", "spread", "interval_width",
 )
 OP_COLUMNS = ("calls", "self_host_us", "self_device_us", "compute_calls")  # ops.csv
 KERNEL_COLUMNS = ("calls", "total_us", "median_us", "min_us", "max_us", "after_occupancy_query", "tensor_cores",
@@ -98,8 +103,11 @@ def known_metrics() -> set[str]:
 
 
 def is_known(key: str, known: set[str]) -> bool:
-    """A column summary.csv has (or may have: any setting of a settings group)."""
-    return key in known or key.startswith(SETTING_PREFIXES) or key.startswith("workload.")
+    """A column summary.csv has (or may have: any setting of a settings group, any metric's
+    interval `<metric>_low` / `<metric>_high`)."""
+    base = re.sub(r"_(low|high)$", "", key)
+    return (key in known or base in known or key.startswith(SETTING_PREFIXES)
+            or key.startswith("workload."))
 
 
 @dataclass(frozen=True)
@@ -336,6 +344,39 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(number) else number
 
 
+INCONCLUSIVE = "inconclusive"
+
+
+def interval_of(row: Mapping[str, Any], terms: Sequence[str]) -> tuple[float, float] | None:
+    """The 95% interval of a metric (or a sum of metrics) of a summary row, where it has one
+    (`<metric>_low`, `<metric>_high`: the timing metrics measured over repeats)."""
+    lows = [_number(row.get(f"{t}_low")) for t in terms]
+    highs = [_number(row.get(f"{t}_high")) for t in terms]
+    if None in lows or None in highs:
+        return None
+    return sum(lows), sum(highs)  # type: ignore[arg-type]
+
+
+def compare_interval(low: float, high: float, cmp: str, expected: Any) -> bool | str | None:
+    """A comparison of an interval with a number: True when the whole interval satisfies it,
+    False when none of it does, INCONCLUSIVE when the interval straddles the number. Equality
+    is checked on the value, not the interval (None: not for this comparison)."""
+    value = _number(expected)
+    if value is None or cmp not in ("<", "<=", ">", ">="):
+        return None
+    whole, none_ = (high, low) if cmp in ("<", "<=") else (low, high)
+    if COMPARISONS[cmp](whole, value):
+        return True
+    if not COMPARISONS[cmp](none_, value):
+        return False
+    return INCONCLUSIVE
+
+
+def separated(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Two intervals that do not overlap."""
+    return a[1] < b[0] or b[1] < a[0]
+
+
 def _compare(measured: Any, cmp: str, expected: Any) -> bool | None:
     """None when the job has no value to compare (a device metric on the CPU)."""
     if measured is None or (isinstance(measured, float) and math.isnan(measured)):
@@ -417,6 +458,14 @@ def check(expectations: Sequence[Expectation], jobs: Sequence[Mapping[str, Any]]
                 measured = values[0] if len(values) == 1 else (sum(numbers) if None not in numbers else None)
                 verdict = _compare(measured, e.cmp, e.value)
                 shown = _show(measured) if measured is not None else "no value"
+                interval = interval_of(job, e.terms or (e.subject,)) if measured is not None else None
+                if e.terms == ("regime",) and verdict is not None and job.get("regime_uncertain") in (True, "True"):
+                    verdict = INCONCLUSIVE  # host and work time overlap: it could be either side
+                    shown += " (uncertain: host and work intervals overlap)"
+                if interval is not None:
+                    # measured over repeats: it holds only when its whole interval does
+                    verdict = compare_interval(*interval, e.cmp, e.value) if e.cmp not in ("==", "!=") else verdict
+                    shown = f"{_show(measured)} [{interval[0]:.4g}, {interval[1]:.4g}]"
             else:
                 calls = op_calls.get(name, {}) if e.kind == "op" else kernel_calls.get(name, {})
                 matched = {k: v for k, v in calls.items() if (k == e.subject if e.kind == "op"
@@ -432,7 +481,8 @@ def check(expectations: Sequence[Expectation], jobs: Sequence[Mapping[str, Any]]
                 else:
                     verdict, shown = _attribute(e, matched)
             rows.append({"expectation": e.text, "job": name, "measured": shown, "expected": e.expected,
-                         "holds": "n/a" if verdict is None else "true" if verdict else "false"})
+                         "holds": "n/a" if verdict is None else verdict if verdict == INCONCLUSIVE
+                         else "true" if verdict else "false"})
     return rows
 
 
@@ -474,7 +524,9 @@ def judge(claim: ClaimSpec, jobs: Sequence[Mapping[str, Any]], op_calls: Mapping
             continue
         said.append(_summary(e.label, rows))
         holds = {r["holds"] for r in rows}
-        verdicts.append("false" if "false" in holds else "true" if "true" in holds else "n/a" if required else "true")
+        verdicts.append("false" if "false" in holds else INCONCLUSIVE if INCONCLUSIVE in holds
+                        else "true" if "true" in holds else "n/a" if required else "true")
         names += [r["job"] for r in rows if r["job"] not in names]
-    holds = "false" if "false" in verdicts else "n/a" if "n/a" in verdicts or not verdicts else "true"
+    holds = ("false" if "false" in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts
+             else "n/a" if "n/a" in verdicts or not verdicts else "true")
     return {"measured": "; ".join(said), "holds": holds, "jobs": ", ".join(names)}

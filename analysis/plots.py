@@ -57,6 +57,40 @@ def _log_axes(grid: Any, x: bool = True, y: bool = True) -> None:
             ax.set_yscale("log")
 
 
+def _palette(levels: Any) -> dict[Any, Any]:
+    """One color per hue level, fixed, so that interval bars match their lines."""
+    levels = list(dict.fromkeys(levels))
+    return dict(zip(levels, sns.color_palette(n_colors=max(1, len(levels)))))
+
+
+def _intervals(grid: Any, data: pd.DataFrame, y: str, hue: str, palette: dict[Any, Any],
+               row: str | None = None, col: str | None = None, scale: float = 1.0) -> None:
+    """Each point's 95% interval over its repeats as an error bar (columns `<y>_low`,
+    `<y>_high`), and noisy grid points drawn hollow."""
+    low, high = f"{y}_low", f"{y}_high"
+    for key, ax in grid.axes_dict.items():
+        if row and col:
+            mask = (data[row] == key[0]) & (data[col] == key[1])
+        else:
+            mask = data[col or row] == key
+        part = data[mask]
+        for level, color in palette.items():
+            rows = part[part[hue] == level]
+            if rows.empty:
+                continue
+            if low in rows and high in rows:
+                bars = rows.dropna(subset=[y, low, high])
+                if not bars.empty:
+                    ax.errorbar(bars["size"], bars[y], yerr=[(bars[y] - bars[low]).clip(lower=0) * scale,
+                                                           (bars[high] - bars[y]).clip(lower=0) * scale],
+                                fmt="none", ecolor=color, elinewidth=1, capsize=3, zorder=3)
+            if "noisy" in rows:
+                noisy = rows[rows["noisy"].fillna(False).astype(bool)]
+                if not noisy.empty:
+                    ax.scatter(noisy["size"], noisy[y], s=60, facecolors="white", edgecolors=color,
+                               linewidths=1.5, zorder=4)
+
+
 def write_plots(jobs: pd.DataFrame, steps: pd.DataFrame, crossovers: pd.DataFrame, folder: Path) -> list[Path]:
     """Every plot the data allows, as PNG files in `folder`; returns the paths written."""
     sns.set_theme(style="whitegrid", context="notebook")
@@ -117,17 +151,22 @@ def _draw(draw: Callable[..., Path], args: tuple[Any, ...]) -> Path:
 
 def _crossover(ok: pd.DataFrame, crossovers: pd.DataFrame, path: Path) -> Path:
     gpu = ok["device_us_per_step"].notna()
+    def quantity(rows: pd.DataFrame, name: str, key: str) -> pd.DataFrame:
+        return rows.assign(quantity=name, us=rows[key], us_low=rows.get(f"{key}_low"), us_high=rows.get(f"{key}_high"))
+
     parts = [
-        ok[gpu].assign(quantity="host (self CPU)", us=ok.loc[gpu, "host_us_per_step"]),
-        ok[gpu].assign(quantity="device (self CUDA)", us=ok.loc[gpu, "device_us_per_step"]),
-        ok[~gpu].assign(quantity="framework overhead", us=ok.loc[~gpu, "overhead_us_per_step"]),
-        ok[~gpu].assign(quantity="compute", us=ok.loc[~gpu, "compute_us_per_step"]),
+        quantity(ok[gpu], "host (self CPU)", "host_us_per_step"),
+        quantity(ok[gpu], "device (self CUDA)", "device_us_per_step"),
+        quantity(ok[~gpu], "framework overhead", "overhead_us_per_step"),
+        quantity(ok[~gpu], "compute", "compute_us_per_step"),
     ]
     long = pd.concat([p for p in parts if not p.empty], ignore_index=True)
+    palette = _palette(long["quantity"])
     grid = sns.relplot(
         data=long, x="size", y="us", hue="quantity", style="phase", col="panel", row="mode",
-        kind="line", marker="o", height=3.4, aspect=1.25, facet_kws={"sharey": False},
+        kind="line", marker="o", height=3.4, aspect=1.25, facet_kws={"sharey": False}, palette=palette,
     )
+    _intervals(grid, long, "us", "quantity", palette, row="mode", col="panel")
     _log_axes(grid)
     grid.set_axis_labels("size", "µs per step")
     for (mode, panel), ax in grid.axes_dict.items():
@@ -138,7 +177,8 @@ def _crossover(ok: pd.DataFrame, crossovers: pd.DataFrame, path: Path) -> Path:
                 ax.axvline(c["crossover_size"], color="0.3", linestyle="--" if phase == "cold" else ":", linewidth=1)
                 ax.annotate(f" {phase}: {c['crossover_size']:.0f}", (c["crossover_size"], 0.95 if phase == "cold" else 0.87),
                             xycoords=("data", "axes fraction"), fontsize=8, ha="left")
-    grid.figure.suptitle("Where the work overtakes the host (dashed: crossover)", y=0.995, va="top")
+    grid.figure.suptitle("Where the work overtakes the host (bars: 95% interval over repeats; hollow: noisy)",
+                         y=0.995, va="top")
     return _save(grid, path)
 
 
@@ -197,10 +237,14 @@ def _throughput(ok: pd.DataFrame, path: Path) -> Path:
     data = ok.dropna(subset=["achieved_flops_per_s"]).assign(
         tflops=lambda f: f["achieved_flops_per_s"] / 1e12
     )
+    data["tflops_low"] = data.get("achieved_flops_per_s_low") / 1e12 if "achieved_flops_per_s_low" in data else None
+    data["tflops_high"] = data.get("achieved_flops_per_s_high") / 1e12 if "achieved_flops_per_s_high" in data else None
+    palette = _palette(data["mode"])
     grid = sns.relplot(
         data=data, x="size", y="tflops", hue="mode", style="phase", col="panel",
-        kind="line", marker="o", height=3.2, aspect=1.25,
+        kind="line", marker="o", height=3.2, aspect=1.25, palette=palette,
     )
+    _intervals(grid, data, "tflops", "mode", palette, col="panel")
     _log_axes(grid)
     for panel, ax in grid.axes_dict.items():
         peaks = data.loc[data["panel"] == panel, "peak_flops_per_s"].dropna()

@@ -20,7 +20,7 @@ body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1400px;padding:0
 table{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}
 th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
 th{background:#f0f0f0}td.l,th.l{text-align:left}
-.bad{color:#b00020}.ok{color:#0a7a2f}img{max-width:100%;border:1px solid #ddd;margin:.5em 0}
+.bad{color:#b00020}.ok{color:#0a7a2f}.noisy{background:#fff1c2}img{max-width:100%;border:1px solid #ddd;margin:.5em 0}
 code{background:#f5f5f5;padding:1px 4px}details{margin:.3em 0}
 button.perfetto{font-size:12px;margin:0 .2em;padding:1px 6px;cursor:pointer}
 p.note{position:sticky;bottom:0;background:#fff8d6;border:1px solid #e0c860;padding:.5em 1em;margin:0}
@@ -29,6 +29,8 @@ p.note{position:sticky;bottom:0;background:#fff8d6;border:1px solid #e0c860;padd
 SUMMARY_COLUMNS = [
     ("job", "job"), ("variant", "workload"), ("size", "size"), ("dtype", "dtype"),
     ("compile", "compile"), ("warmup", "warm"), ("train", "train"), ("device", "device"), ("status", "status"),
+    ("repeats", "repeats"), ("noisy", "noisy"),
+    ("timed_us_per_step", "un-profiled µs/step"), ("profiler_overhead_ratio", "profiled / un-profiled"),
     ("first_call_ms", "first call ms"), ("host_us_per_step", "host µs/step"),
     ("device_us_per_step", "device µs/step"), ("compute_us_per_step", "compute µs/step (CPU)"),
     ("overhead_us_per_step", "overhead µs/step (CPU)"), ("step_kernels_median", "kernels/step"),
@@ -72,6 +74,39 @@ def _fmt(value: Any) -> str:
             return f"{value:.3g}"
         return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
     return str(value)
+
+
+def _value(row: dict[str, Any], key: str) -> str:
+    """A cell: the value, and its 95% interval over the repeats where it has one ("86.4 [52.1,
+    385.9]"); the noise flag as a marked cell saying why."""
+    if key == "noisy":
+        if row.get("noisy") is True:
+            return f"<span class='bad' title='{escape(str(row.get('noise_reason')), quote=True)}'>noisy</span>"
+        return "" if row.get("noisy") is None else "no"
+    text = escape(_fmt(row.get(key)))
+    low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
+    if text and _fmt(low) and _fmt(high) and (row.get("repeats") or 0) > 1:
+        text += f" <small>[{escape(_fmt(low))}, {escape(_fmt(high))}]</small>"
+    return text
+
+
+def _noise(points: list[dict[str, Any]]) -> list[str]:
+    """Which grid points are noisy and why, and what a single repeat does not say."""
+    from analysis.points import describe, noise_lines
+
+    noisy = [p for p in points if p.get("noisy") is True]
+    lines = noise_lines(points)
+    if not lines:
+        return []
+    out = [f"<h2 class='bad'>Noise: {len(noisy)} of {len([p for p in points if p.get('noisy') is not None])} "
+           "grid points</h2>" if noisy else "<h2>Noise</h2>"]
+    out += [f"<p>{escape(line)}</p>" for line in lines]
+    if noisy:
+        out.append("<ul>" + "".join(f"<li><b>{escape(describe(p))}</b>: {escape(str(p.get('noise_reason')))}</li>"
+                                    for p in noisy) + "</ul>")
+        out.append("<p>Their figures are marked <span class='bad'>noisy</span> below and drawn hollow in the "
+                   "plots: do not read a conclusion from them.</p>")
+    return out
 
 
 def _table(header: Iterable[str], rows: Iterable[Iterable[str]], left: int = 1) -> str:
@@ -189,7 +224,8 @@ def _article_check(folder: Path, data: dict[str, Any], claims: Any) -> list[str]
 
 
 def _training_phases(jobs: list[dict[str, Any]]) -> list[str]:
-    """Training jobs: host and device time of each phase of the step (medians over steps)."""
+    """Training grid points: host and device time of each phase of the step (medians over steps,
+    then over repeats, with their intervals)."""
     trained = [j for j in jobs if j.get("step_forward_host_us_median") is not None]
     if not trained:
         return []
@@ -202,7 +238,7 @@ def _training_phases(jobs: list[dict[str, Any]]) -> list[str]:
                  if any(j.get(f"step_{phase}_device_us_median") is not None for j in trained)
                  else f"step_{phase}_compute_us_median"]
     rows = ([escape(str(j["job"])), escape(_fmt(j.get("size"))), escape("compile" if j.get("compile") else "eager")]
-            + [escape(_fmt(j.get(k))) for k in keys] for j in trained)
+            + [_value(j, k) for k in keys] for j in trained)
     return ["<h2>Training steps: time per phase</h2><p>Medians over the profiled steps. Host: the "
             "phase's <code>record_function</code> span; device (CPU: compute) time counts the work that "
             "starts inside the phase on any thread, autograd's own included.</p>", _table(header, rows, left=3)]
@@ -212,10 +248,13 @@ def _expectations(expectations: Any) -> list[str]:
     """What the person expected, mismatches first: the findings."""
     wrong = expectations[expectations["holds"] == "false"]
     held = expectations[expectations["holds"] == "true"]
+    unsure = expectations[expectations["holds"] == "inconclusive"]
     rest = expectations[~expectations["holds"].isin(["true", "false"])]
     title = (f"<h2 class='bad'>Expectations: {len(wrong)} mismatch{'es' if len(wrong) != 1 else ''}</h2>"
-             if len(wrong) else "<h2 class='ok'>Expectations: all hold</h2>")
-    verdict = {"true": "<span class='ok'>holds</span>", "false": "<span class='bad'>does not hold</span>"}
+             if len(wrong) else f"<h2>Expectations: {len(unsure)} inconclusive</h2>" if len(unsure)
+             else "<h2 class='ok'>Expectations: all hold</h2>" if len(held) else "<h2>Expectations: none checked</h2>")
+    verdict = {"true": "<span class='ok'>holds</span>", "false": "<span class='bad'>does not hold</span>",
+               "inconclusive": "<span class='noisy'>inconclusive: the interval straddles the value</span>"}
     rows = ([escape(str(r["expectation"])), escape(str(r["job"])), escape(str(r["expected"])),
              escape(str(r["measured"])), verdict.get(str(r["holds"]), escape(str(r["holds"])))]
             for frame in (wrong, held, rest) for _, r in frame.iterrows())
@@ -228,6 +267,7 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
                  expectations: Any = None) -> Path:
     folder = tables.folder
     jobs = tables.jobs
+    points = tables.points
     plan: dict[str, Any] = {}
     try:
         plan = json.loads((folder / "sweep.json").read_text(encoding="utf-8"))
@@ -240,11 +280,15 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
         f"<style>{CSS}</style></head><body>",
         f"<h1>Profiling sweep <code>{escape(str(folder))}</code></h1>",
         f"<p>{len(jobs)} jobs: {ok} ok, {len(jobs) - ok - len([j for j in jobs if j.get('status') == 'skipped'])} failed"
-        + (f", {len([j for j in jobs if j.get('status') == 'skipped'])} skipped" if any(j.get("status") == "skipped" for j in jobs) else "") + ".",
+        + (f", {len([j for j in jobs if j.get('status') == 'skipped'])} skipped" if any(j.get("status") == "skipped" for j in jobs) else "")
+        + (f", measuring {len(points)} grid points (each in up to "
+           f"{max(int(p.get('repeats') or 0) for p in points)} processes: repeats)" if len(points) != len(jobs) else "")
+        + ".",
     ]
     if plan.get("command"):
         parts.append(f" Command: <code>python {escape(' '.join(map(str, plan['command'])))}</code>")
     parts.append("</p>")
+    parts += _noise(points)
     if expectations is not None:
         parts += _expectations(expectations)
 
@@ -269,28 +313,35 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
         parts.append("</ul>")
 
     parts.append("<h2>Crossovers</h2><p>Per series over size: where device time overtakes host time "
-                 "(on the CPU: compute overtakes framework overhead), interpolated on log axes.</p>")
+                 "(on the CPU: compute overtakes framework overhead), interpolated on log axes between the "
+                 "medians over repeats; uncertain where the intervals of the two overlap. Without the "
+                 "profiler: the same with the host (overhead) time less what the profiler added to a step "
+                 "(the profiled step less the un-profiled one).</p>")
     parts.append(_table(
-        ["workload", "dtype", "compile", "warmup", "device", "sizes", "crossover size", "status"],
+        ["workload", "dtype", "compile", "warmup", "device", "sizes", "crossover size", "status",
+         "without the profiler", "status"],
         ([escape(_fmt(c[k])) for k in ("variant", "dtype", "compile", "warmup", "device", "sizes")]
-         + [escape(_fmt(c["crossover_size"])), escape(c["status"])] for c in tables.crossovers),
+         + [escape(_fmt(c["crossover_size"])), escape(c["status"]), escape(_fmt(c.get("crossover_size_unprofiled"))),
+            escape(str(c.get("status_unprofiled") or ""))] for c in tables.crossovers),
         left=5,
     ))
 
-    parts += _training_phases(jobs)
+    parts += _training_phases(points)
     if len(claims):
         parts += _article_check(folder, data, claims)
 
     parts.append("<h2>Plots</h2>")
     parts += [_image(p) for p in plots] or ["<p>No plots: no job finished with a readable trace.</p>"]
 
-    parts.append("<h2>Summary</h2><p>All columns are in <code>summary.csv</code> "
-                 "(<code>summary.parquet</code>); per-step values in <code>steps.csv</code>, "
-                 "per-kernel statistics in <code>kernels.csv</code>.</p>")
+    parts.append("<h2>Summary</h2><p>One row per grid point: the median over its repeats (each repeat's "
+                 "median step) with a 95% interval from a hierarchical bootstrap in brackets. All columns are in "
+                 "<code>summary.csv</code> (<code>summary.parquet</code>); one row per job in "
+                 "<code>repeats.csv</code>, per-step values in <code>steps.csv</code>, per-kernel statistics in "
+                 "<code>kernels.csv</code>.</p>")
     parts.append(_table(
         [label for _, label in SUMMARY_COLUMNS],
         ([f"<span class='{'ok' if j.get('status') == 'ok' else 'bad'}'>{escape(_fmt(j.get(k)))}</span>"
-          if k == "status" else escape(_fmt(j.get(k))) for k, _ in SUMMARY_COLUMNS] for j in jobs),
+          if k == "status" else _value(j, k) for k, _ in SUMMARY_COLUMNS] for j in points),
     ))
 
     parts.append("<h2>Jobs</h2><p>The <b>Perfetto</b> button opens a trace in "

@@ -1,4 +1,5 @@
-"""A sweep (or single-run) folder -> summary.csv/.parquet, steps.csv, kernels.csv, crossovers.csv.
+"""A sweep (or single-run) folder -> summary.csv/.parquet (one row per grid point), repeats.csv
+(one row per job), steps.csv, kernels.csv, ops.csv, crossovers.csv.
 
 Reads only the artifact files: each job's metrics.json and the traces it names.
 """
@@ -13,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from analysis import points as grid_points
 from analysis.peaks import DEFAULT_RIDGE_FLOPS_PER_BYTE, peak_for
-from analysis.trace import PHASES, TraceError, analyse_trace, flat, regime
+from analysis.trace import PHASES, TraceError, analyse_trace, flat
+from profsweep import stats
 
 METRICS_FILE = "metrics.json"
 SCHEMA_VERSION = 1  # of metrics.json, as the job side writes it
@@ -27,7 +30,8 @@ class SweepTables:
     """What the sweep's analysis found; plain lists of rows, turned into tables by `write`."""
 
     folder: Path
-    jobs: list[dict[str, Any]] = field(default_factory=list)
+    jobs: list[dict[str, Any]] = field(default_factory=list)  # one per job (repeats.csv)
+    points: list[dict[str, Any]] = field(default_factory=list)  # one per grid point (summary.csv)
     steps: list[dict[str, Any]] = field(default_factory=list)
     kernels: list[dict[str, Any]] = field(default_factory=list)
     ops: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # job -> its ops, costliest first
@@ -36,6 +40,7 @@ class SweepTables:
     @property
     def problems(self) -> list[tuple[str, str]]:
         """(job, what went wrong) for failed jobs and unreadable traces."""
+
         out = []
         for row in self.jobs:
             if row.get("status") == "skipped":  # left out on purpose (run.unavailable=skip)
@@ -76,7 +81,11 @@ def analyse_sweep(folder: Path, progress: Callable[[str], None] | None = None) -
             report(f"analysed {i}/{len(dirs)} jobs")
             last = now
     name_variants(tables)
-    tables.crossovers = crossovers(tables.jobs)
+    tables.points = grid_points.points(tables.jobs, tables.steps)
+    for point in tables.points:
+        if grid_points.usable(point):
+            derive(point)
+    tables.crossovers = crossovers(tables.points)
     return tables
 
 
@@ -141,18 +150,57 @@ def _add_trace(tables: SweepTables, row: dict[str, Any], m: dict[str, Any]) -> N
         # The job's own numbers (torch's footer) stay; the trace fills everything else.
         if row.get(key) is None:
             row[key] = value
-    steps = row.get("steps") or m["steps"] or 1
-    row["host_us_per_step"] = row["self_cpu_total_us"] / steps
-    device_total = row.get("self_device_total_us")
-    row["device_us_per_step"] = device_total / steps if device_total is not None else None
-    row["compute_us_per_step"] = m["compute_us"] / steps
-    row["overhead_us_per_step"] = m["overhead_us"] / steps
+    values = m["per_step_values"]
+    # Every "per step" figure is the median over the job's steps, never a mean.
+    row["host_us_per_step"] = stats.median(values["self_cpu_us"])
+    row["device_us_per_step"] = stats.median(values["device_us"]) if row.get("self_device_total_us") is not None else None
+    row["compute_us_per_step"] = stats.median(values["compute_us"])
+    row["overhead_us_per_step"] = stats.median(values["overhead_us"])
+    profiled, timed = row.get("step_host_us_median"), grid_points._number(row.get("timed_us_per_step"))
+    row["profiler_overhead_ratio"] = profiled / timed if profiled and timed else None
+    row["platform"] = m["platform"]
+    derive(row)
 
+    job = row["job"]
+    for i, name in enumerate(m["step_names"] or ["whole trace"]):
+        step = {"job": job, **{k: row.get(k) for k in SERIES_KEYS + ["size", "repeat"]}, "step": i + 1,
+                "step_name": name}
+        for key in ("host_us", "self_cpu_us", "device_us", "compute_us", "overhead_us", "kernels",
+                    "launches", "memcpys", "occupancy_queries", "aten_ops", "gpu_busy", "top_kernel_us",
+                    *(k for k in values if k.split("_", 1)[0] in PHASES)):
+            series = values.get(key) or []
+            step[key] = series[i] if i < len(series) else None
+        tables.steps.append(step)
+    for k in m["kernels"]:
+        tables.kernels.append({"job": job, **k})
+    tables.ops[job] = m["top_ops"]
+
+
+def step_time(row: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+    """(value, low, high) of what one step takes: the un-profiled step where it was timed, else
+    the profiled step (its host duration, or device time when that is longer)."""
+    number = grid_points._number
+    if number(row.get("timed_us_per_step")):
+        key = "timed_us_per_step"
+    elif (number(row.get("step_device_us_median")) or 0) > (number(row.get("step_host_us_median")) or 0):
+        key = "step_device_us_median"
+    else:
+        key = "step_host_us_median"
+    value = number(row.get(key))
+    return value, number(row.get(f"{key}_low")) or value, number(row.get(f"{key}_high")) or value
+
+
+def derive(row: dict[str, Any]) -> None:
+    """What follows from a job's (or grid point's) medians: achieved FLOP/s and bytes/s with
+    their intervals, the device's peak, and the regime (with whether the intervals of host and
+    work time overlap: `regime_uncertain`)."""
     flops, moved = row.get("flops_per_call"), row.get("bytes_per_call")
-    step_us = max(row.get("step_host_us_median") or 0.0, row.get("step_device_us_median") or 0.0)
-    row["achieved_flops_per_s"] = flops / (step_us * 1e-6) if flops and step_us else None
-    row["achieved_bytes_per_s"] = moved / (step_us * 1e-6) if moved and step_us else None
-    peak = peak_for(row.get("device_name")) if m["platform"] != "cpu" else None
+    step, low, high = step_time(row)
+    for key, amount in (("achieved_flops_per_s", flops), ("achieved_bytes_per_s", moved)):
+        row[key] = amount / (step * 1e-6) if amount and step else None
+        row[f"{key}_low"] = amount / (high * 1e-6) if amount and high else None
+        row[f"{key}_high"] = amount / (low * 1e-6) if amount and low else None
+    peak = peak_for(row.get("device_name")) if row.get("platform") not in (None, "cpu") else None
     dtype = row.get("dtype")
     row["peak_flops_per_s"] = peak.flops_per_s(dtype) if peak and dtype in ("bf16", "fp16", "fp32") else None
     row["peak_bytes_per_s"] = peak.bytes_per_s if peak else None
@@ -164,26 +212,28 @@ def _add_trace(tables: SweepTables, row: dict[str, Any], m: dict[str, Any]) -> N
         row["peak_flops_per_s"] / row["peak_bytes_per_s"]
         if row["peak_flops_per_s"] and row["peak_bytes_per_s"] else DEFAULT_RIDGE_FLOPS_PER_BYTE
     )
-    measured = dict(m)
-    measured["self_cpu_total_us"] = row["self_cpu_total_us"]
-    if device_total is not None:
-        measured["self_device_total_us"] = device_total
     row["arithmetic_intensity"] = flops / moved if flops and moved else None
-    row["regime"] = regime(measured, flops, moved, ridge)
+    host_key, work_key = _curves(row)
+    host, work = row.get(host_key), row.get(work_key)
+    if host is None or work is None:
+        row["regime"], row["regime_uncertain"] = None, None
+        return
+    if host > work:
+        row["regime"] = "overhead-bound"
+    elif flops and moved and ridge:
+        row["regime"] = "compute-bound" if flops / moved >= ridge else "memory-bound"
+    else:
+        row["regime"] = None
+    row["regime_uncertain"] = overlap(row, host_key, work_key)
 
-    job = row["job"]
-    values = m["per_step_values"]
-    for i, name in enumerate(m["step_names"] or ["whole trace"]):
-        step = {"job": job, **{k: row.get(k) for k in SERIES_KEYS + ["size"]}, "step": i + 1, "step_name": name}
-        for key in ("host_us", "self_cpu_us", "device_us", "compute_us", "overhead_us", "kernels",
-                    "launches", "memcpys", "occupancy_queries", "aten_ops", "gpu_busy", "top_kernel_us",
-                    *(k for k in values if k.split("_", 1)[0] in PHASES)):
-            series = values.get(key) or []
-            step[key] = series[i] if i < len(series) else None
-        tables.steps.append(step)
-    for k in m["kernels"]:
-        tables.kernels.append({"job": job, **k})
-    tables.ops[job] = m["top_ops"]
+
+def overlap(row: dict[str, Any], a: str, b: str) -> bool:
+    """Whether the intervals of two metrics of a row overlap (False without intervals)."""
+    number = grid_points._number
+    lows, highs = [number(row.get(f"{k}_low")) for k in (a, b)], [number(row.get(f"{k}_high")) for k in (a, b)]
+    if None in lows or None in highs:
+        return False
+    return lows[0] <= highs[1] and lows[1] <= highs[0]
 
 
 # --- expectations ----------------------------------------------------------------------------------
@@ -206,7 +256,7 @@ def check_expectations(tables: SweepTables) -> list[dict[str, Any]] | None:
     kernels: dict[str, dict[str, dict[str, Any]]] = {}
     for k in tables.kernels:
         kernels.setdefault(k["job"], {})[k["name"]] = k
-    return check(expectations, tables.jobs, ops, kernels)
+    return check(expectations, tables.points, ops, kernels)
 
 
 # --- crossovers --------------------------------------------------------------------------------
@@ -219,27 +269,49 @@ def _curves(row: dict[str, Any]) -> tuple[str, str]:
     return "overhead_us_per_step", "compute_us_per_step"
 
 
-def crossovers(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per series over size: where work overtakes host, interpolated on log axes."""
+def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per series over size: where work overtakes host, interpolated on log axes, from the grid
+    points' medians; `uncertain` when the intervals of host and work overlap at either size that
+    brackets it. Also from un-profiled timing (`crossover_size_unprofiled`): the host (or
+    overhead) curve less what the profiler added to a step (profiled minus un-profiled step)."""
     series: dict[tuple, list[dict[str, Any]]] = {}
-    for row in jobs:
-        if row.get("status") == "ok" and not row.get("trace_error") and "host_us_per_step" in row:
+    for row in rows:
+        if grid_points.usable(row) and row.get("host_us_per_step") is not None and row.get("size") is not None:
             series.setdefault(tuple(row.get(k) for k in SERIES_KEYS), []).append(row)
     out = []
-    for key, rows in series.items():
-        rows.sort(key=lambda r: r["size"])
-        host_key, work_key = _curves(rows[0])
-        sizes = [r["size"] for r in rows]
-        host = [r[host_key] for r in rows]
-        work = [r[work_key] for r in rows]
+    for key, found in series.items():
+        found.sort(key=lambda r: r["size"])
+        host_key, work_key = _curves(found[0])
+        sizes = [r["size"] for r in found]
+        host = [r.get(host_key) for r in found]
+        work = [r.get(work_key) for r in found]
         size, status = crossover(sizes, host, work)
+        uncertain = None
+        if size is not None:
+            i = next(k for k in range(len(sizes) - 1) if sizes[k] <= size <= sizes[k + 1])
+            uncertain = overlap(found[i], host_key, work_key) or overlap(found[i + 1], host_key, work_key)
+            if uncertain:
+                status += " (uncertain: the intervals of host and work overlap there)"
+        added = [_profiler_added(r) for r in found]
+        bare = [h - a if h is not None and a is not None else None for h, a in zip(host, added)]
+        unprofiled, status_unprofiled = crossover(sizes, bare, work) if all(a is not None for a in added) else (
+            None, "no un-profiled timing")
         out.append({
             **dict(zip(SERIES_KEYS, key)),
             "host_metric": host_key, "work_metric": work_key,
             "sizes": ";".join(str(s) for s in sizes),
-            "crossover_size": size, "status": status,
+            "crossover_size": size, "status": status, "uncertain": uncertain,
+            "crossover_size_unprofiled": unprofiled, "status_unprofiled": status_unprofiled,
         })
     return out
+
+
+def _profiler_added(row: dict[str, Any]) -> float | None:
+    """What the profiler added to one step: the profiled step's duration less the un-profiled
+    one (never below zero); None without un-profiled timing."""
+    profiled = grid_points._number(row.get("step_host_us_median"))
+    timed = grid_points._number(row.get("timed_us_per_step"))
+    return max(0.0, profiled - timed) if profiled is not None and timed is not None else None
 
 
 def crossover(sizes: list[float], host: list[float], work: list[float]) -> tuple[float | None, str]:
@@ -273,14 +345,17 @@ def frames(tables: SweepTables) -> dict[str, Any]:
     import pandas as pd
 
     return {
-        "summary": pd.DataFrame(tables.jobs),
+        "summary": pd.DataFrame(tables.points),
+        "repeats": pd.DataFrame([{k: v for k, v in job.items() if k != grid_points.TIMED_SAMPLES}
+                                 for job in tables.jobs]),
         "steps": pd.DataFrame(tables.steps),
         "kernels": pd.DataFrame(tables.kernels),
         "ops": pd.DataFrame(
             [{"job": job, **op} for job, ops in tables.ops.items() for op in ops],
             columns=["job", "name", "calls", "self_host_us", "self_device_us", "compute_calls"]),
         "crossovers": pd.DataFrame(tables.crossovers, columns=[
-            *SERIES_KEYS, "host_metric", "work_metric", "sizes", "crossover_size", "status"]),
+            *SERIES_KEYS, "host_metric", "work_metric", "sizes", "crossover_size", "status", "uncertain",
+            "crossover_size_unprofiled", "status_unprofiled"]),
     }
 
 

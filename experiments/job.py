@@ -31,7 +31,7 @@ MEMORY_HEADROOM = 0.9  # a job may plan to use at most this share of the free me
 # seconds, for a stable median; for big steps, stop after TIMED_MAX_S once TIMED_FLOOR ran.
 TIMED_MIN_STEPS, TIMED_MIN_S = 20, 0.2
 TIMED_FLOOR, TIMED_MAX_S, TIMED_MAX_STEPS = 3, 1.0, 20_000
-TIMED_SAMPLES_KEPT = 200  # more steps are kept as the medians of this many runs of consecutive steps
+TIMED_SAMPLES_KEPT = 201  # more steps are kept as this many evenly spaced order statistics (the median among them)
 
 
 class JobError(RuntimeError):
@@ -212,8 +212,8 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
 def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
     """Steps without the profiler, each timed on its own with the device synchronised (as
     torch.utils.benchmark times them): `timed_us_per_step` (their median), `timed_samples_us`
-    (the steps, or the medians of TIMED_SAMPLES_KEPT runs of consecutive steps when there were
-    more) and `timed_slow_steps` (steps that waited for a busy core, profsweep.stats)."""
+    (the steps, or TIMED_SAMPLES_KEPT evenly spaced order statistics of them when there were
+    more: the same median) and `timed_slow_steps` (steps that waited for a busy core)."""
     from profsweep.stats import median, slow_steps
 
     samples: list[float] = []
@@ -231,8 +231,14 @@ def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
             break
     kept = samples
     if len(samples) > TIMED_SAMPLES_KEPT:
-        edges = [len(samples) * i // TIMED_SAMPLES_KEPT for i in range(TIMED_SAMPLES_KEPT + 1)]
-        kept = [median(samples[a:b]) for a, b in zip(edges, edges[1:])]
+        ordered = sorted(samples)
+        last = len(ordered) - 1
+        kept = []
+        for i in range(TIMED_SAMPLES_KEPT):  # linear interpolation between order statistics, as numpy's quantile
+            at = i * last / (TIMED_SAMPLES_KEPT - 1)
+            low = int(at)
+            high = min(low + 1, last)
+            kept.append(ordered[low] + (ordered[high] - ordered[low]) * (at - low))
     return {"timed_us_per_step": median(samples), "timed_steps": len(samples),
             "timed_samples_us": [round(v, 3) for v in kept], "timed_slow_steps": slow_steps(samples)}
 

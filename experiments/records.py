@@ -82,7 +82,8 @@ def settings_record(config: JobConfig) -> dict[str, Any]:
         for f in dataclasses.fields(group):
             record[f"{prefix}_{f.name}"] = getattr(group, f.name)
     for f in dataclasses.fields(config.run):
-        record[f.name] = getattr(config.run, f.name)
+        # run.repeats is how many the sweep planned; summary.csv's `repeats`, how many measured
+        record["repeats_planned" if f.name == "repeats" else f.name] = getattr(config.run, f.name)
     return record
 
 

@@ -1,6 +1,7 @@
-"""`python -m analysis compare BASE NEW`: pairing by grid point, verdicts from per-step samples,
-the op diff, the CI gate and the refusals. Verdicts are tested on hand-made job folders whose
-step durations are chosen here; nothing asserts a timing of this machine."""
+"""`python -m analysis compare BASE NEW`: pairing by grid point, verdicts from the repeats' samples,
+false discoveries controlled across the grid, the op diff, the CI gate and the refusals. Verdicts
+are tested on hand-made job folders whose step durations are chosen here; nothing asserts a
+timing of this machine."""
 
 from __future__ import annotations
 
@@ -12,16 +13,17 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main
-from analysis.compare import MIN_STEPS, count_diff, verdict
+from analysis.compare import control_discoveries, count_diff, verdict
 from tests.conftest import job_dirs, run_cli
 
 # --- hand-made job folders ---------------------------------------------------------------------------
 
 
 def hand_made_job(folder: Path, num: int, step_us: list[float], *, size: int = 8, ops: tuple[str, ...] = ("aten::mm",),
-                  **settings) -> Path:
-    """One finished CPU job whose trace has one ProfilerStep# of each duration, each running `ops`."""
-    job = folder / f"{num}_matmul_add_{size}_bf16_cold_eager"
+                  repeat: int = 1, **settings) -> Path:
+    """One finished CPU job whose trace has one ProfilerStep# of each duration, each running `ops`;
+    the `repeat`-th of its grid point (the jobs of one point share a config_hash)."""
+    job = folder / f"{num}_matmul_add_{size}_bf16_cold_eager{f'_r{repeat}' if repeat > 1 else ''}"
     job.mkdir(parents=True)
     events, ts = [], 0.0
     for i, dur in enumerate(step_us, 1):
@@ -35,10 +37,24 @@ def hand_made_job(folder: Path, num: int, step_us: list[float], *, size: int = 8
     metrics = {
         "job": job.name, "workload": "matmul_add", "size": size, "dtype": "bf16", "compile": False,
         "warmup": False, "device": "cpu", "status": "ok", "error": None, "steps": len(step_us),
-        "self_cpu_total_us": float(sum(step_us)), "trace_file": "t.json", "table_file": "t.txt", **settings,
+        "self_cpu_total_us": float(sum(step_us)), "trace_file": "t.json", "table_file": "t.txt", "repeat": repeat,
+        "config_hash": f"size={size} {json.dumps(settings, sort_keys=True)}", "schema_version": 1, **settings,
     }
     (job / "metrics.json").write_text(json.dumps(metrics))
     return job
+
+
+def hand_made_point(folder: Path, num: int, repeats: list[list[float]], **kwargs) -> list[Path]:
+    """One grid point measured in len(repeats) jobs, each with its steps' durations."""
+    return [hand_made_job(folder, num + k * 100, steps, repeat=k + 1, **kwargs) for k, steps in enumerate(repeats)]
+
+
+def processes(center: float, n: int = 3, steps: int = 20, between: float = 0.02,
+              within: float = 0.1) -> list[list[float]]:
+    """n repeats whose step medians lie at center × (1, 1 - between, 1 + between, ...), their steps
+    spread ± within."""
+    factors = [1 + between * ((k + 1) // 2) * (-1) ** k for k in range(n)]
+    return [jitter(center * f, steps, within) for f in factors]
 
 
 def jitter(center: float, n: int, spread: float = 0.1) -> list[float]:
@@ -55,15 +71,16 @@ def compare(*args: object, capsys) -> tuple[int, str, str]:
 # --- the verdict rule ----------------------------------------------------------------------------------
 
 
-def test_twice_as_slow_over_many_steps_is_slower_and_the_gate_names_the_pair(tmp_path, capsys):
-    hand_made_job(tmp_path / "base", 0, jitter(100, 20))
-    hand_made_job(tmp_path / "new", 0, jitter(200, 20))
+def test_twice_as_slow_over_repeats_is_slower_and_the_gate_names_the_pair(tmp_path, capsys):
+    hand_made_point(tmp_path / "base", 0, processes(100))
+    hand_made_point(tmp_path / "new", 0, processes(200))
     code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--fail-if-slower", "1.1", capsys=capsys)
     assert code == 1
     assert "slower: 0_matmul_add_8_bf16_cold_eager -> 0_matmul_add_8_bf16_cold_eager: 2.000x" in out
+    assert "Benjamini-Hochberg at 0.05 over 1 pairs" in out
     row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
     assert row["verdict"] == "slower" and row["step_ratio"] == pytest.approx(2.0)
-    assert row["interval_low"] > 1.05
+    assert row["interval_low"] > 1.05 and row["repeats_base"] == row["repeats_new"] == 3
     # the other way round it is faster, and the gate lets it through
     code, _, _ = compare(tmp_path / "new", tmp_path / "base", "--out", tmp_path / "back", "--fail-if-slower", "1.1",
                          capsys=capsys)
@@ -72,35 +89,63 @@ def test_twice_as_slow_over_many_steps_is_slower_and_the_gate_names_the_pair(tmp
 
 
 def test_a_gate_above_the_ratio_passes_a_slower_pair(tmp_path, capsys):
-    hand_made_job(tmp_path / "base", 0, jitter(100, 20))
-    hand_made_job(tmp_path / "new", 0, jitter(120, 20))
+    hand_made_point(tmp_path / "base", 0, processes(100))
+    hand_made_point(tmp_path / "new", 0, processes(120))
     code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--fail-if-slower", "1.5", capsys=capsys)
     assert code == 0 and "1 slower" in out
 
 
-def test_three_overlapping_steps_are_too_noisy_and_say_so(tmp_path, capsys):
-    hand_made_job(tmp_path / "base", 0, [100, 150, 120])
-    hand_made_job(tmp_path / "new", 0, [130, 110, 140])
-    code, _, _ = compare(tmp_path / "base", tmp_path / "new", "--fail-if-slower", "1.1", capsys=capsys)
+def test_one_repeat_per_side_is_inconclusive_and_says_what_to_do(tmp_path, capsys):
+    hand_made_job(tmp_path / "base", 0, jitter(100, 20))
+    hand_made_job(tmp_path / "new", 0, jitter(300, 20))  # 3x slower, but one process each
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--fail-if-slower", "1.1", capsys=capsys)
+    assert code == 0
+    assert "inconclusive matmul_add size=8 bf16 cold eager: 3.000x" in out and "run.repeats=3" in out
+    row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
+    assert row["verdict"] == "inconclusive" and "1 repeat per side" in row["verdict_why"]
+    html = (tmp_path / "new" / "compare" / "compare.html").read_text()
+    assert "one repeat on a side" in html and "run.repeats=3" in html
+
+
+def test_a_side_measured_on_a_loaded_machine_gets_no_verdict(tmp_path, capsys):
+    hand_made_point(tmp_path / "base", 0, processes(100))
+    # twice as slow, every repeat alike, while other processes kept 1.8 of 2 CPUs busy
+    hand_made_point(tmp_path / "new", 0, processes(200), other_cpus=1.8, cpu_count=2, torch_threads=2)
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--fail-if-slower", "1.1", capsys=capsys)
     assert code == 0
     row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
-    assert row["verdict"] == "too noisy" and "too few steps" in row["verdict_why"]
-    html = (tmp_path / "new" / "compare" / "compare.html").read_text()
-    assert "rest on too few steps" in html and "profiler.active=20" in html
+    assert row["verdict"] == "inconclusive"
+    assert "NEW noisy: other processes used 1.8 CPUs" in row["verdict_why"] and "quiet machine" in row["verdict_why"]
 
 
-def test_verdict_rule_on_samples():
-    assert verdict([100.0] * 3, [100.0] * 3).verdict == "same"  # identical: same, however few
-    assert verdict(jitter(100, 20), jitter(100, 20)[::-1]).verdict == "same"  # the same samples, reordered
-    assert verdict(jitter(100, 20, 0.02), jitter(101, 20, 0.02)).verdict == "same"  # 1% is within the band
-    assert verdict(jitter(100, 20), jitter(101, 20)).verdict == "too noisy"  # ±10%: 20 steps cannot tell
-    wide = [50, 400, 90, 300, 120, 60, 250, 80, 500, 70]
-    assert verdict(wide, [v * 1.1 for v in wide[::-1]]).verdict == "too noisy"
-    assert verdict(jitter(100, MIN_STEPS - 1), jitter(300, MIN_STEPS - 1)).verdict == "too noisy"
-    assert verdict(jitter(100, MIN_STEPS), jitter(300, MIN_STEPS)).verdict == "slower"
-    assert verdict([], [1.0]).verdict == "too noisy"
+def test_verdict_rule_on_repeats():
+    assert verdict([[100.0] * 3], [[100.0] * 3]).verdict == "same"  # identical: same, however few
+    assert verdict(processes(100), [g[::-1] for g in processes(100)[::-1]]).verdict == "same"  # reordered
+    tight = processes(100, n=5, between=0.005, within=0.01)
+    assert verdict(tight, [[v * 1.01 for v in g] for g in tight]).verdict == "same"  # 1% is within the band
+    spread = processes(100, between=0.3)  # processes 30% apart: three of them cannot tell 10%
+    assert verdict(spread, [[v * 1.1 for v in g] for g in spread[::-1]]).verdict == "inconclusive"
+    assert verdict(processes(100, n=1), processes(300, n=1)).verdict == "inconclusive"
+    assert "run.repeats=3" in verdict(processes(100, n=1), processes(300, n=1)).why
+    assert verdict(processes(100), processes(300)).verdict == "slower"
+    assert verdict([], [[1.0]]).verdict == "inconclusive"
     # seeded: the same samples give the same interval
-    assert verdict(wide, wide[::-1]) == verdict(wide, wide[::-1])
+    assert verdict(spread, spread[::-1]) == verdict(spread, spread[::-1])
+
+
+def test_false_discoveries_are_controlled_across_the_pairs():
+    def pair(verdict: str, p: float | None) -> dict:
+        return {"verdict": verdict, "p_value": p, "verdict_why": "95% interval"}
+
+    # Benjamini-Hochberg by hand: .04 > 1/3 * .05, .5 > 2/3 * .05, .6 > .05: no discovery
+    pairs = [pair("slower", 0.04), pair("same", 0.5), pair("same", 0.6)]
+    control_discoveries(pairs, 0.05)
+    assert [p["verdict"] for p in pairs] == ["inconclusive", "same", "same"]
+    assert "not a discovery at a false discovery rate of 0.05 over 3 pairs" in pairs[0]["verdict_why"]
+    # .01 <= 1/3 * .05: a discovery; .04 <= 2/3 * .05? no; untested pairs do not count
+    pairs = [pair("slower", 0.01), pair("faster", 0.04), pair("inconclusive", None), pair("same", 0.9)]
+    control_discoveries(pairs, 0.05)
+    assert [p["verdict"] for p in pairs] == ["slower", "inconclusive", "inconclusive", "same"]
 
 
 def test_count_diff_is_an_outer_join_of_calls_per_step():
@@ -199,7 +244,7 @@ def eager_and_compiled(tmp_path_factory) -> tuple[Path, Path]:
 def test_a_sweep_compared_with_itself_is_the_same_everywhere(eager_and_compiled, tmp_path, capsys):
     eager, _ = eager_and_compiled
     code, out, _ = compare(eager, eager, "--out", tmp_path, "--fail-if-slower", "1.0", capsys=capsys)
-    assert code == 0 and "2 pairs (0 slower, 0 faster, 2 same, 0 too noisy)" in out
+    assert code == 0 and "2 pairs (0 slower, 0 faster, 2 same, 0 inconclusive)" in out
     frame = pd.read_csv(tmp_path / "compare.csv")
     assert (frame["verdict"] == "same").all()
     assert (frame["host_us_per_step_ratio"] == 1.0).all() and (frame["step_ratio"] == 1.0).all()

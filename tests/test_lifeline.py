@@ -130,7 +130,7 @@ def test_a_full_disk_fails_the_job_that_met_it_and_stops_the_sweep(tmp_path):
         pytest.skip("cannot mount a tmpfs here (unshare -rm not permitted)")
     sweep_dir = disk / "sweep"
     script = (f"mount -t tmpfs -o size=160k none {disk} && {sys.executable} experiments/run.py -m "
-              f"size=8,16,32 device=cpu profiler.active=30 hydra.sweep.dir={sweep_dir}; "
+              f"size=8,16,32 device=cpu profiler.active=30 run.repeats=1 hydra.sweep.dir={sweep_dir}; "
               f"echo rc=$?; cat {sweep_dir}/0_*/metrics.json")
     done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)

@@ -1,0 +1,205 @@
+"""One row per grid point from the rows of its repeats (the jobs that measured it, one process
+each): the median over the repeats of each repeat's median, a 95% interval from the hierarchical
+bootstrap (profsweep.stats), and whether the point is noisy, and why.
+
+Repeats are the jobs whose metrics.json carry the same `config_hash` (the hash leaves out which
+repeat a job is and how many the sweep made); a job without one is a point of its own.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+
+from profsweep import stats
+
+# summary column -> (where each repeat's samples are, the key there): "steps" = the job's
+# per-step rows (steps.csv), "record" = a list in its metrics.json, "value" = one value a repeat.
+PER_STEP = {
+    "host_us_per_step": "self_cpu_us",  # self CPU time of the step (torch's "Self CPU", per step)
+    "compute_us_per_step": "compute_us",
+    "overhead_us_per_step": "overhead_us",
+    "step_host_us_median": "host_us",  # the step's duration on the host
+}
+DEVICE_PER_STEP = {"device_us_per_step": "device_us", "step_device_us_median": "device_us"}
+PHASE_KINDS = ("host_us", "compute_us", "device_us")
+ONE_PER_REPEAT = ("first_call_ms", "dead_window_us", "warmup_ms", "profiler_overhead_ratio")
+TIMED = "timed_us_per_step"
+TIMED_SAMPLES = "timed_samples_us"
+# Summed or worst over the repeats, not a median: how much was measured and how busy it was.
+SUMMED = ("timed_steps", "timed_slow_steps", "trace_bytes", "lock_wait_s")
+WORST = ("other_cpus", "cpu_pressure", "loadavg_1m")
+# Noise: repeats whose medians lie further apart than this (max / min), other processes using
+# more CPUs than the job left free plus this, runnable tasks waiting for a CPU this share of the
+# time, or steps that waited for a core.
+NOISE_SPREAD = 1.3
+OTHER_CPUS = 0.5
+PRESSURE = 0.2
+_REPEAT_SUFFIX = re.compile(r"_r\d+$")
+
+
+def usable(row: dict[str, Any]) -> bool:
+    return row.get("status") == "ok" and not row.get("trace_error")
+
+
+def timing_metrics(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The summary columns that get a median over repeats and an interval, for these rows."""
+    keys = {k for r in rows for k in r}
+    phases = sorted(k for k in keys if re.fullmatch(r"step_(forward|backward|optimizer)_(host|compute|device)_us_median", k))
+    return [*PER_STEP, *DEVICE_PER_STEP, TIMED, *phases, *ONE_PER_REPEAT]
+
+
+def group(jobs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The jobs of each grid point, in the order of each point's first job."""
+    points: dict[str, list[dict[str, Any]]] = {}
+    for row in jobs:
+        key = row.get("config_hash")
+        points.setdefault(str(key) if isinstance(key, str) and key else f"job:{row['job']}", []).append(row)
+    for rows in points.values():
+        rows.sort(key=lambda r: (_number(r.get("repeat")) or 1, str(r["job"])))
+    return list(points.values())
+
+
+def _number(value: Any) -> float | None:
+    found = stats.clean([value])
+    return found[0] if found else None
+
+
+def samples(row: dict[str, Any], metric: str, steps: list[dict[str, Any]]) -> list[float]:
+    """One repeat's samples of a summary metric: its steps' values, its timed steps, or its one value."""
+    if metric in PER_STEP:
+        return stats.clean(s.get(PER_STEP[metric]) for s in steps)
+    if metric in DEVICE_PER_STEP:
+        if row.get("self_device_total_us") is None or _number(row.get("self_device_total_us")) is None:
+            return []
+        return stats.clean(s.get(DEVICE_PER_STEP[metric]) for s in steps)
+    if metric == TIMED:
+        found = row.get(TIMED_SAMPLES)
+        return stats.clean(found if isinstance(found, list) else [row.get(TIMED)])
+    phase = re.fullmatch(r"step_(\w+?)_(host_us|compute_us|device_us)_median", metric)
+    if phase:
+        return stats.clean(s.get(f"{phase.group(1)}_{phase.group(2)}") for s in steps)
+    return stats.clean([row.get(metric)])
+
+
+def point_row(rows: list[dict[str, Any]], steps_of: dict[str, list[dict[str, Any]]],
+              metrics: list[str]) -> dict[str, Any]:
+    """The summary row of one grid point."""
+    ok = [r for r in rows if usable(r)]
+    first = dict(ok[0] if ok else rows[0])
+    first.pop(TIMED_SAMPLES, None)
+    first.pop("repeat", None)
+    point = first
+    point["jobs"] = ";".join(str(r["job"]) for r in rows)
+    point["repeats"] = len(ok)
+    point["repeats_failed"] = sum(1 for r in rows if not usable(r) and r.get("status") != "skipped")
+    if not ok:
+        point["noisy"] = point["noise_reason"] = point["noise_load"] = None
+        return point
+    for metric in metrics:
+        groups = [samples(r, metric, steps_of.get(str(r["job"]), [])) for r in ok]
+        e = stats.estimate(groups)
+        point[metric] = e.value
+        point[f"{metric}_low"] = e.low
+        point[f"{metric}_high"] = e.high
+        if metric == _main(point):
+            point["spread"] = e.spread
+            point["interval_width"] = e.width
+    for key in SUMMED:
+        found = stats.clean(r.get(key) for r in ok)
+        point[key] = sum(found) if found else None
+    for key in WORST:
+        found = stats.clean(r.get(key) for r in ok)
+        point[key] = max(found) if found else None
+    for key in [k for k in first if k.startswith("step_") and k.endswith(("_min", "_max"))]:
+        found = stats.clean(r.get(key) for r in ok)
+        if found:
+            point[key] = min(found) if key.endswith("_min") else max(found)
+    reasons = noise_reasons(point, ok, steps_of)
+    point["noise_reason"] = "; ".join(reasons.values())
+    point["noise_load"] = bool(set(reasons) & LOAD)
+    point["noisy"] = bool(reasons)
+    return point
+
+
+def _main(point: dict[str, Any]) -> str:
+    """The metric whose repeats say how noisy a point is: the un-profiled step where there is
+    one, else the profiled step's duration."""
+    return TIMED if _number(point.get(TIMED)) is not None else "step_host_us_median"
+
+
+# What the machine did to every repeat alike, which no interval over the repeats can show:
+# compare gives no verdict of change on such a point (`noise_load`).
+LOAD = {"other processes", "cpu pressure", "time slices"}
+
+
+def noise_reasons(point: dict[str, Any], ok: list[dict[str, Any]],
+                  steps_of: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
+    """Why a point's numbers are not to be trusted, by kind ({} when nothing says so)."""
+    reasons: dict[str, str] = {}
+    spread = _number(point.get("spread"))
+    if spread is not None and spread > NOISE_SPREAD:
+        reasons["spread"] = f"repeats disagree {spread:.1f}x"
+    other = _number(point.get("other_cpus"))
+    cores = _number(point.get("cpu_count"))
+    threads = _number(point.get("torch_threads"))
+    free = max(0.0, cores - threads) if cores is not None and threads is not None else 0.0
+    if other is not None and other > free + OTHER_CPUS:
+        reasons["other processes"] = f"other processes used {other:.1f} CPUs while it measured"
+    pressure = _number(point.get("cpu_pressure"))
+    if pressure is not None and pressure > PRESSURE:
+        reasons["cpu pressure"] = f"runnable tasks waited for a CPU {pressure:.0%} of the time"
+    slow = _number(point.get("timed_slow_steps")) or 0
+    timed = _number(point.get("timed_steps")) or 0
+    profiled = [[s.get("host_us") for s in steps_of.get(str(r["job"]), [])] for r in ok]
+    quantised = sum(1 for p in profiled if stats.quantised(p))
+    if (slow >= 2 and slow >= 0.05 * timed) or quantised:
+        said = f"{slow:.0f} of {timed:.0f} timed steps" if slow else f"{quantised} repeat(s)' profiled steps"
+        reasons["time slices"] = f"steps waited for a busy core in whole OS time slices ({said})"
+    return reasons
+
+
+def points(jobs: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """summary.csv's rows: one per grid point."""
+    steps_of: dict[str, list[dict[str, Any]]] = {}
+    for s in steps:
+        steps_of.setdefault(str(s["job"]), []).append(s)
+    metrics = timing_metrics(jobs)
+    return [point_row(rows, steps_of, metrics) for rows in group(jobs)]
+
+
+def describe(point: dict[str, Any]) -> str:
+    """`matmul_add size=64 bf16 cold eager`: a grid point in words, for the sweep's last lines."""
+    words = [str(point.get("variant") or point.get("workload") or _REPEAT_SUFFIX.sub("", str(point["job"])))]
+    if point.get("size") is not None:
+        words.append(f"size {point['size']}")
+    for key, yes, no in (("compile", "compile", "eager"), ("warmup", "warm", "cold")):
+        if point.get(key) is not None:
+            words.append(yes if point[key] in (True, "True", "true") else no)
+    if point.get("train") in (True, "True", "true"):
+        words.append("train")
+    return " ".join(words)
+
+
+def noise_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The sweep's last word on noise: how many points are noisy, why, what to do."""
+    noisy = [r for r in rows if r.get("noisy") is True]
+    measured = [r for r in rows if r.get("noisy") is not None]
+    lines = []
+    if noisy:
+        said = "; ".join(f"{r['noise_reason']} at {describe(r)}" for r in noisy[:4])
+        more = f"; and {len(noisy) - 4} more" if len(noisy) > 4 else ""
+        repeats = max(int(_number(r.get("repeats")) or 1) for r in measured)
+        lines.append(f"{len(noisy)} of {len(measured)} grid points noisy: {said}{more}; "
+                     f"rerun with run.repeats={max(5, repeats + 2)} on a quiet machine")
+    single = [r for r in measured if (_number(r.get("repeats")) or 0) < 2]
+    if single and len(single) == len(measured):
+        lines.append("one process per grid point: intervals cover its steps only, not the variation between "
+                     "processes (run.repeats=3 or more for that)")
+    auto = [r for r in measured if r.get("repeats_planned") == "auto"]
+    unmet = [r for r in auto if (_number(r.get("interval_width")) or 0) > (_number(r.get("precision")) or 1)]
+    if unmet:
+        lines.append(f"{len(unmet)} of {len(auto)} grid points did not reach run.precision="
+                     f"{_number(unmet[0].get('precision')):g} within run.max_repeats: "
+                     + ", ".join(describe(r) for r in unmet[:4]) + (", ..." if len(unmet) > 4 else ""))
+    return lines
