@@ -72,9 +72,9 @@ DERIVED_METRICS = (
     "achieved_flops_per_s", "achieved_bytes_per_s", "peak_flops_per_s", "peak_bytes_per_s",
     "fraction_of_peak_flops", "arithmetic_intensity", "regime", "top_kernel", "top_kernel_calls",
     "top_kernel_median_us", "top_kernel_min_us", "top_kernel_max_us", "top_kernel_spread",
-    "malformed_names", "trace_bytes", "profiler_overhead_ratio", "regime_uncertain",
+    "malformed_names", "trace_bytes", "profiler_overhead_ratio", "regime_uncertain", "work_host_ratio",
     # over the repeats of a grid point (summary.csv)
-    "repeats", "repeats_failed", "jobs", "noisy", "noise_reason", "spread", "interval_width",
+    "repeats", "repeats_failed", "jobs", "noisy", "noise_reason", "noise_load", "spread", "interval_width",
 )
 OP_COLUMNS = ("calls", "self_host_us", "self_device_us", "compute_calls")  # ops.csv
 KERNEL_COLUMNS = ("calls", "total_us", "median_us", "min_us", "max_us", "after_occupancy_query", "tensor_cores",
@@ -460,8 +460,8 @@ def check(expectations: Sequence[Expectation], jobs: Sequence[Mapping[str, Any]]
                 shown = _show(measured) if measured is not None else "no value"
                 interval = interval_of(job, e.terms or (e.subject,)) if measured is not None else None
                 if e.terms == ("regime",) and verdict is not None and job.get("regime_uncertain") in (True, "True"):
-                    verdict = INCONCLUSIVE  # host and work time overlap: it could be either side
-                    shown += " (uncertain: host and work intervals overlap)"
+                    verdict = INCONCLUSIVE  # work / host may be either side of 1
+                    shown += " (uncertain: the interval of work / host holds 1)"
                 if interval is not None:
                     # measured over repeats: it holds only when its whole interval does
                     verdict = compare_interval(*interval, e.cmp, e.value) if e.cmp not in ("==", "!=") else verdict

@@ -22,6 +22,10 @@ PER_STEP = {
     "step_host_us_median": "host_us",  # the step's duration on the host
 }
 DEVICE_PER_STEP = {"device_us_per_step": "device_us", "step_device_us_median": "device_us"}
+# Work over host time within each step (device / self CPU on a GPU, compute / overhead on the CPU):
+# paired step by step, it says the regime and the crossover with far less noise than two
+# separate medians whose steps all move together (a cold first step is slow in both).
+RATIO = "work_host_ratio"
 PHASE_KINDS = ("host_us", "compute_us", "device_us")
 ONE_PER_REPEAT = ("first_call_ms", "dead_window_us", "warmup_ms", "profiler_overhead_ratio")
 TIMED = "timed_us_per_step"
@@ -46,7 +50,7 @@ def timing_metrics(rows: Iterable[dict[str, Any]]) -> list[str]:
     """The summary columns that get a median over repeats and an interval, for these rows."""
     keys = {k for r in rows for k in r}
     phases = sorted(k for k in keys if re.fullmatch(r"step_(forward|backward|optimizer)_(host|compute|device)_us_median", k))
-    return [*PER_STEP, *DEVICE_PER_STEP, TIMED, *phases, *ONE_PER_REPEAT]
+    return [*PER_STEP, *DEVICE_PER_STEP, TIMED, RATIO, *phases, *ONE_PER_REPEAT]
 
 
 def group(jobs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -73,6 +77,12 @@ def samples(row: dict[str, Any], metric: str, steps: list[dict[str, Any]]) -> li
         if row.get("self_device_total_us") is None or _number(row.get("self_device_total_us")) is None:
             return []
         return stats.clean(s.get(DEVICE_PER_STEP[metric]) for s in steps)
+    if metric == RATIO:
+        device = _number(row.get("self_device_total_us")) is not None
+        work, host = ("device_us", "self_cpu_us") if device else ("compute_us", "overhead_us")
+        pairs = [(_number(s.get(work)), _number(s.get(host))) for s in steps]
+        found = [w / h for w, h in pairs if w is not None and h]
+        return found if found else stats.clean([row.get(RATIO)])
     if metric == TIMED:
         found = row.get(TIMED_SAMPLES)
         return stats.clean(found if isinstance(found, list) else [row.get(TIMED)])

@@ -314,7 +314,8 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
 
     parts.append("<h2>Crossovers</h2><p>Per series over size: where device time overtakes host time "
                  "(on the CPU: compute overtakes framework overhead), interpolated on log axes between the "
-                 "medians over repeats; uncertain where the intervals of the two overlap. Without the "
+                 "medians over repeats of work / host within each step; uncertain where that ratio's interval "
+                 "holds 1 at a size that brackets it. Without the "
                  "profiler: the same with the host (overhead) time less what the profiler added to a step "
                  "(the profiled step less the un-profiled one).</p>")
     parts.append(_table(

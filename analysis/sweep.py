@@ -159,6 +159,9 @@ def _add_trace(tables: SweepTables, row: dict[str, Any], m: dict[str, Any]) -> N
     profiled, timed = row.get("step_host_us_median"), grid_points._number(row.get("timed_us_per_step"))
     row["profiler_overhead_ratio"] = profiled / timed if profiled and timed else None
     row["platform"] = m["platform"]
+    row[grid_points.RATIO] = stats.median(grid_points.samples(row, grid_points.RATIO, [
+        {k: values[k][i] for k in ("device_us", "self_cpu_us", "compute_us", "overhead_us")}
+        for i in range(len(values["self_cpu_us"]))]))
     derive(row)
 
     job = row["job"]
@@ -192,8 +195,8 @@ def step_time(row: dict[str, Any]) -> tuple[float | None, float | None, float | 
 
 def derive(row: dict[str, Any]) -> None:
     """What follows from a job's (or grid point's) medians: achieved FLOP/s and bytes/s with
-    their intervals, the device's peak, and the regime (with whether the intervals of host and
-    work time overlap: `regime_uncertain`)."""
+    their intervals, the device's peak, and the regime: overhead-bound when work / host within a
+    step is below 1, with `regime_uncertain` when that ratio's interval holds 1."""
     flops, moved = row.get("flops_per_call"), row.get("bytes_per_call")
     step, low, high = step_time(row)
     for key, amount in (("achieved_flops_per_s", flops), ("achieved_bytes_per_s", moved)):
@@ -213,27 +216,25 @@ def derive(row: dict[str, Any]) -> None:
         if row["peak_flops_per_s"] and row["peak_bytes_per_s"] else DEFAULT_RIDGE_FLOPS_PER_BYTE
     )
     row["arithmetic_intensity"] = flops / moved if flops and moved else None
-    host_key, work_key = _curves(row)
-    host, work = row.get(host_key), row.get(work_key)
-    if host is None or work is None:
+    ratio = grid_points._number(row.get(grid_points.RATIO))
+    if ratio is None:
         row["regime"], row["regime_uncertain"] = None, None
         return
-    if host > work:
+    if ratio < 1:
         row["regime"] = "overhead-bound"
     elif flops and moved and ridge:
         row["regime"] = "compute-bound" if flops / moved >= ridge else "memory-bound"
     else:
         row["regime"] = None
-    row["regime_uncertain"] = overlap(row, host_key, work_key)
+    row["regime_uncertain"] = straddles_one(row)
 
 
-def overlap(row: dict[str, Any], a: str, b: str) -> bool:
-    """Whether the intervals of two metrics of a row overlap (False without intervals)."""
-    number = grid_points._number
-    lows, highs = [number(row.get(f"{k}_low")) for k in (a, b)], [number(row.get(f"{k}_high")) for k in (a, b)]
-    if None in lows or None in highs:
-        return False
-    return lows[0] <= highs[1] and lows[1] <= highs[0]
+def straddles_one(row: dict[str, Any]) -> bool:
+    """Whether the interval of a row's work / host ratio holds 1: host or work may be the larger
+    (False without an interval)."""
+    low = grid_points._number(row.get(f"{grid_points.RATIO}_low"))
+    high = grid_points._number(row.get(f"{grid_points.RATIO}_high"))
+    return low is not None and high is not None and low <= 1 <= high
 
 
 # --- expectations ----------------------------------------------------------------------------------
@@ -271,9 +272,10 @@ def _curves(row: dict[str, Any]) -> tuple[str, str]:
 
 def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per series over size: where work overtakes host, interpolated on log axes, from the grid
-    points' medians; `uncertain` when the intervals of host and work overlap at either size that
-    brackets it. Also from un-profiled timing (`crossover_size_unprofiled`): the host (or
-    overhead) curve less what the profiler added to a step (profiled minus un-profiled step)."""
+    points' medians of work / host within a step; `uncertain` when the interval of that ratio
+    holds 1 at either size that brackets it. Also from un-profiled timing
+    (`crossover_size_unprofiled`): the host (or overhead) time less what the profiler added to a
+    step (profiled minus un-profiled step)."""
     series: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         if grid_points.usable(row) and row.get("host_us_per_step") is not None and row.get("size") is not None:
@@ -285,17 +287,23 @@ def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         sizes = [r["size"] for r in found]
         host = [r.get(host_key) for r in found]
         work = [r.get(work_key) for r in found]
-        size, status = crossover(sizes, host, work)
+        ratios = [r.get(grid_points.RATIO) for r in found]
+        size, status = crossover(sizes, [1.0] * len(sizes), ratios)
         uncertain = None
         if size is not None:
             i = next(k for k in range(len(sizes) - 1) if sizes[k] <= size <= sizes[k + 1])
-            uncertain = overlap(found[i], host_key, work_key) or overlap(found[i + 1], host_key, work_key)
+            uncertain = straddles_one(found[i]) or straddles_one(found[i + 1])
             if uncertain:
-                status += " (uncertain: the intervals of host and work overlap there)"
+                status += " (uncertain: the interval of work / host holds 1 there)"
         added = [_profiler_added(r) for r in found]
         bare = [h - a if h is not None and a is not None else None for h, a in zip(host, added)]
-        unprofiled, status_unprofiled = crossover(sizes, bare, work) if all(a is not None for a in added) else (
-            None, "no un-profiled timing")
+        if not found[0].get("warmup"):
+            unprofiled, status_unprofiled = None, ("cold series: its un-profiled steps run after the profiled "
+                                                   "ones, warm by then; see the warm series")
+        elif all(a is not None for a in added):
+            unprofiled, status_unprofiled = crossover(sizes, bare, work)
+        else:
+            unprofiled, status_unprofiled = None, "no un-profiled timing"
         out.append({
             **dict(zip(SERIES_KEYS, key)),
             "host_metric": host_key, "work_metric": work_key,

@@ -23,8 +23,13 @@ def table_footer(text: str) -> dict[str, float]:
     return {kind: float(value) * _UNIT_US[unit] for kind, value, unit in _FOOTER.findall(text)}
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python experiments/run.py ARGS` from the project root, as a person runs it."""
+def run_cli(*args: str, env: dict | None = None, timeout: float = 600,
+            repeats: int | None = 1) -> subprocess.CompletedProcess:
+    """`python experiments/run.py ARGS` from the project root, as a person runs it. Every grid
+    point in `repeats` processes (one by default: a test about something else need not pay three;
+    tests of repeats pass run.repeats themselves or repeats=None for the default)."""
+    if repeats is not None and not any(a.startswith("run.repeats=") for a in args):
+        args = (*args, f"run.repeats={repeats}")
     return subprocess.run(
         [sys.executable, "experiments/run.py", *args],
         cwd=ROOT,

@@ -123,7 +123,7 @@ def test_a_factory_that_raises_fails_only_its_job_and_settings_name_series(user_
     sweep = tmp_path / "sweep"
     done = subprocess.run(
         [sys.executable, str(ROOT / "experiments" / "run.py"), "-m", "workload=custom",
-         "workload._target_=mybench.blocks:picky", "workload.limit=32,100", "size=16,64",
+         "workload._target_=mybench.blocks:picky", "workload.limit=32,100", "size=16,64", "run.repeats=1",
          f"hydra.sweep.dir={sweep}"],
         cwd=user_code, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},

@@ -73,7 +73,7 @@ def test_a_hung_job_is_killed_at_its_timeout(tmp_path, start, slow_workload):
 
 
 def test_sigterm_stops_the_sweep_and_a_rerun_finishes_it(sweep_dir):
-    args = [sys.executable, "experiments/run.py", "-m", "size=16,32,48", f"hydra.sweep.dir={sweep_dir}"]
+    args = [sys.executable, "experiments/run.py", "-m", "size=16,32,48", "run.repeats=1", f"hydra.sweep.dir={sweep_dir}"]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             stdin=subprocess.DEVNULL)
     lines = []
@@ -105,4 +105,4 @@ def test_environment_file(sweep_dir):
     for key in ("python_version", "torch_version", "cuda_build", "driver_version", "gpus", "cpu_model",
                 "hostname", "git_commit", "git_dirty", "command"):
         assert key in env, key
-    assert env["command"][-2:] == ["size=16", f"hydra.sweep.dir={sweep_dir}"]
+    assert env["command"][-3:] == ["size=16", f"hydra.sweep.dir={sweep_dir}", "run.repeats=1"]

@@ -220,7 +220,7 @@ def test_a_1000_job_grid_starts_its_first_job_at_once(tmp_path):
 
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "experiments/run.py", "-m", "size=range(1,1001)", "run.isolation=none",
+        [sys.executable, "experiments/run.py", "-m", "size=range(1,1001)", "run.isolation=none", "run.repeats=1",
          f"hydra.sweep.dir={out}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
         start_new_session=True,
@@ -239,7 +239,8 @@ def test_a_1000_job_grid_starts_its_first_job_at_once(tmp_path):
     assert f"sweep of 1000 jobs -> {out}" in lines, lines
     assert lines[-1] == "[1/1000] matmul_add size=1 bf16 cold eager ...", lines
     assert elapsed < 30  # composing every job first took a minute
-    assert json.loads((out / "sweep.json").read_text())["overrides"][999] == ["size=1000", "run.isolation=none"]
+    assert json.loads((out / "sweep.json").read_text())["overrides"][999] == ["size=1000", "run.isolation=none",
+                                                                                 "run.repeats=1"]
     assert (out / "multirun.yaml").is_file()
 
 
@@ -248,5 +249,5 @@ def test_a_bad_value_deep_in_a_large_grid_is_refused_before_any_job(tmp_path):
     done = run_cli("-m", "size=range(1,1001)", "dtype=bf16,fp99", f"hydra.sweep.dir={out}")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "dtype='fp99' is not allowed" in done.stderr
-    assert "(in the job size=1 dtype=fp99)" in done.stderr
+    assert "(in the job size=1 dtype=fp99 run.repeats=1)" in done.stderr
     assert not out.exists() and " ok " not in done.stdout

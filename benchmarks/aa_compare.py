@@ -1,0 +1,122 @@
+"""Benchmark: can compare's verdicts be trusted? A/A, a real change, and a loaded machine.
+
+    .venv/bin/python benchmarks/aa_compare.py [--trials 3] [--grid 'size=64,1024,4096 compile=true,false']
+                                              [--skip-load] [extra overrides for every sweep ...]
+
+1. A/A: two identical sweeps of the grid with the defaults, one after the other, compared:
+   every `slower` or `faster` is a false verdict of change (goal: 0 in every trial), and
+   `--fail-if-slower 1.10` must exit 0.
+2. A real change: `size=256` against `size=512` (8x the FLOPs of matmul_add), compared with
+   `--ignore size`: goal `slower` in every trial.
+3. Load: one more sweep of the grid while two busy loops keep both CPUs busy, compared with the
+   first quiet sweep: goal every grid point of the loaded sweep `noisy` (with a reason) and no
+   `slower` / `faster` verdict.
+
+Run it alone on the machine: anything else running is load. Prints each trial's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from common import ROOT
+
+PY = sys.executable
+
+
+def sweep(folder: Path, overrides: list[str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run([PY, "experiments/run.py", "-m", *overrides, f"hydra.sweep.dir={folder}"], cwd=ROOT,
+                          capture_output=True, text=True)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"sweep {' '.join(overrides)} exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    noise = [line for line in done.stdout.splitlines() if "noisy" in line or "one process" in line]
+    print(f"    sweep {' '.join(overrides)}: {time.perf_counter() - start:.1f} s" + (f" | {noise[0]}" if noise else ""),
+          flush=True)
+    return time.perf_counter() - start
+
+
+def compare(base: Path, new: Path, out: Path, *extra: str) -> tuple[int, pd.DataFrame]:
+    done = subprocess.run([PY, "-m", "analysis", "compare", str(base), str(new), "--out", str(out), *extra],
+                          cwd=ROOT, capture_output=True, text=True)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"compare exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return done.returncode, pd.read_csv(out / "compare.csv")
+
+
+def counts(frame: pd.DataFrame) -> str:
+    found = frame["verdict"].value_counts()
+    return ", ".join(f"{int(found.get(v, 0))} {v}" for v in ("slower", "faster", "same", "inconclusive"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--grid", default="size=64,1024,4096 compile=true,false")
+    parser.add_argument("--skip-load", action="store_true")
+    parser.add_argument("extra", nargs="*", help="overrides for every sweep, e.g. run.repeats=2")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-aa-"))
+    grid = args.grid.split() + args.extra
+    ok = True
+    false_verdicts, change_found, times = [], [], []
+    first: Path | None = None
+    try:
+        for trial in range(1, args.trials + 1):
+            print(f"trial {trial}/{args.trials}", flush=True)
+            a, b = root / f"a{trial}", root / f"b{trial}"
+            times += [sweep(a, grid), sweep(b, grid)]
+            first = first or a
+            code, frame = compare(a, b, root / f"aa{trial}", "--fail-if-slower", "1.10")
+            wrong = int(frame["verdict"].isin(["slower", "faster"]).sum())
+            false_verdicts.append(wrong)
+            print(f"  A/A: {len(frame)} pairs: {counts(frame)}; false verdicts of change {wrong} of {len(frame)}; "
+                  f"--fail-if-slower 1.10 exit {code}", flush=True)
+            ok &= wrong == 0 and code == 0
+            small, big = root / f"s256_{trial}", root / f"s512_{trial}"
+            sweep(small, ["size=256", *args.extra])
+            sweep(big, ["size=512", *args.extra])
+            code, frame = compare(small, big, root / f"change{trial}", "--ignore", "size")
+            verdicts = frame["verdict"].tolist()
+            change_found.append(verdicts == ["slower"])
+            print(f"  size 256 -> 512 (8x the work): {verdicts[0]} {frame['step_ratio'].iloc[0]:.2f}x "
+                  f"[{frame['interval_low'].iloc[0]:.2f}, {frame['interval_high'].iloc[0]:.2f}]", flush=True)
+            ok &= verdicts == ["slower"]
+        if not args.skip_load and first is not None:
+            print("load: two busy loops beside one sweep", flush=True)
+            loops = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(2)]
+            try:
+                loaded = root / "loaded"
+                sweep(loaded, grid)
+            finally:
+                for p in loops:
+                    p.kill()
+                    p.wait()
+            summary = pd.read_csv(loaded / "summary.csv")
+            flagged = summary["noisy"].fillna(False).astype(bool)
+            code, frame = compare(first, loaded, root / "load", "--fail-if-slower", "1.10")
+            wrong = int(frame["verdict"].isin(["slower", "faster"]).sum())
+            print(f"  loaded sweep: {int(flagged.sum())} of {len(summary)} grid points noisy; reasons: "
+                  + " | ".join(sorted(set(summary["noise_reason"].dropna().astype(str))))[:600], flush=True)
+            print(f"  quiet vs loaded: {counts(frame)}; confident verdicts of change {wrong}; "
+                  f"--fail-if-slower 1.10 exit {code}", flush=True)
+            ok &= bool(flagged.all()) and wrong == 0
+        print(f"\nA/A false verdicts of change per trial: {false_verdicts} (goal: 0 each)")
+        print(f"8x change found slower: {change_found} (goal: all)")
+        print(f"main grid sweep: median {sorted(times)[len(times) // 2]:.1f} s over {len(times)} sweeps")
+        print("goals " + ("met" if ok else "NOT MET"))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

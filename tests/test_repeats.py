@@ -1,0 +1,207 @@
+"""Repeats as processes: the settings, the interleaved rounds and their resume, one summary row per
+grid point with intervals, noise flags from recorded machine readings and steps, adaptive
+repeats, and claims and expectations that can say "inconclusive". No timing of this machine is
+asserted: the sweeps here check counts, names, orders and columns."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from analysis import points as grid_points
+from analysis.claims import _more
+from analysis.expect import check, parse
+from experiments import machine, records
+from experiments.config import ConfigError, JobConfig, RunConfig, config_from_dict, config_to_dict
+from hydra_plugins.profsweep_grid import grid
+from hydra_plugins.profsweep_grid.grid_sweeper import Repeats
+from tests.conftest import job_dirs, read_metrics, run_cli
+
+# --- settings ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("repeats", 0, "run.repeats=0 is not allowed"), ("repeats", "many", "or auto"), ("repeats", True, "run.repeats"),
+    ("threads", 0, "run.threads=0 is not allowed"), ("threads", "all", "or auto"),
+    ("precision", 0, "between 0 and 1"), ("precision", 1.5, "between 0 and 1"),
+    ("max_repeats", 1, "at least 2"), ("repeat", 0, "run.repeat"),
+])
+def test_bad_run_settings_are_refused_by_name(key, value, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        RunConfig(**{key: value})
+
+
+def test_repeats_and_threads_take_counts_or_auto():
+    assert RunConfig(repeats="auto", threads=4).repeats == "auto"
+    assert RunConfig(repeats=5, threads="auto").threads == "auto"
+
+
+def test_config_hash_ignores_the_repeat_and_how_many_but_not_the_threads():
+    base = JobConfig()
+    same = [JobConfig(run=RunConfig(repeat=2)), JobConfig(run=RunConfig(repeats=7)),
+            JobConfig(run=RunConfig(repeats="auto", precision=0.02, max_repeats=20))]
+    assert {records.config_hash(c) for c in same} == {records.config_hash(base)}
+    assert records.config_hash(JobConfig(run=RunConfig(threads=1))) != records.config_hash(base)
+    # and the round trip through job_config.json keeps them
+    assert config_from_dict(json.loads(json.dumps(config_to_dict(same[2])))).run.repeats == "auto"
+
+
+def test_rounds_interleave_the_grid_in_a_recorded_order():
+    assert grid.round_order(1, range(5)) == ([0, 1, 2, 3, 4], "grid order")
+    assert grid.round_order(2, range(5)) == ([4, 3, 2, 1, 0], "reversed")
+    third, how = grid.round_order(3, range(5))
+    assert sorted(third) == [0, 1, 2, 3, 4] and how == "shuffled (seed 3)"
+    assert grid.round_order(3, range(5))[0] == third  # the same order on a rerun
+    assert grid.first_rounds("auto") == 2 and grid.first_rounds(4) == 4
+
+
+def test_adaptive_repeats_go_on_only_where_the_interval_is_too_wide(tmp_path):
+    def record(samples):
+        return {"status": "ok", "timed_samples_us": samples}
+
+    precise = [record([100.0, 100.5, 99.5] * 10), record([100.2, 100.4, 99.8] * 10)]
+    loose = [record([100.0, 101.0] * 10), record([160.0, 161.0] * 10)]  # processes 60% apart
+    failed = [{"status": "failed"}, None]
+    plan = Repeats("auto", 0.05, 4, tmp_path)
+    found = {0: precise, 1: loose, 2: failed}
+    assert plan.points(1, found) == plan.points(2, found) == [0, 1, 2]
+    assert plan.points(3, found) == [1]  # never a point without an ok repeat
+    assert plan.points(5, found) == []  # run.max_repeats=4
+    fixed = Repeats(3, 0.05, 10, tmp_path)
+    assert fixed.points(3, found) == [0, 1, 2] and fixed.points(4, found) == []
+
+
+# --- machine readings and noise ---------------------------------------------------------------------
+
+
+def test_other_processes_cpu_time_from_recorded_proc_stat_readings():
+    tick = 1 / __import__("os").sysconf("SC_CLK_TCK")
+    before = "cpu  1000 0 500 9000 10 0 5 0 0 0\ncpu0 ...\n"
+    after = "cpu  1150 0 550 9100 10 0 5 0 0 0\n"  # 200 ticks busy
+    assert machine.cpu_busy_s(after) - machine.cpu_busy_s(before) == pytest.approx(200 * tick)
+    start = machine.Reading(wall_s=10.0, busy_s=machine.cpu_busy_s(before), own_s=1.0, stalled_us=1_000_000)
+    end = machine.Reading(wall_s=12.0, busy_s=machine.cpu_busy_s(after), own_s=1.0 + 200 * tick / 4,
+                          stalled_us=1_600_000)
+    seen = machine.between(start, end)
+    assert seen["other_cpus"] == pytest.approx(200 * tick * 3 / 4 / 2.0)
+    assert seen["cpu_pressure"] == pytest.approx(0.3) and seen["measured_s"] == 2.0
+    assert machine.stalled_us("some avg10=0.00 avg60=0.00 avg300=0.00 total=2392698\nfull total=0") == 2392698
+    assert machine.cpu_busy_s("garbage") is None and machine.stalled_us("") is None
+
+
+def _job(job, hash_, repeat, timed, **extra):
+    return {"job": job, "config_hash": hash_, "repeat": repeat, "status": "ok", "trace_error": None,
+            "workload": "matmul_add", "size": 64, "compile": False, "warmup": False, "cpu_count": 2,
+            "torch_threads": 2, "timed_samples_us": timed, "timed_us_per_step": sorted(timed)[len(timed) // 2],
+            "timed_steps": len(timed), "timed_slow_steps": 0, "first_call_ms": 3.0 * repeat, **extra}
+
+
+def test_one_row_per_grid_point_with_the_median_of_repeat_medians_and_an_interval():
+    jobs = [_job("0_a", "h1", 1, [10.0, 11.0, 12.0]), _job("1_b", "h2", 1, [50.0] * 3),
+            _job("2_b_r2", "h2", 2, [52.0] * 3), _job("3_a_r2", "h1", 2, [20.0, 21.0, 22.0]),
+            _job("4_a_r3", "h1", 3, [30.0, 31.0, 32.0])]
+    rows = grid_points.points(jobs, [])
+    assert [r["jobs"] for r in rows] == ["0_a;3_a_r2;4_a_r3", "1_b;2_b_r2"]
+    a, b = rows
+    assert a["repeats"] == 3 and a["timed_us_per_step"] == 21.0  # medians 11, 21, 31
+    assert a["timed_us_per_step_low"] <= 21.0 <= a["timed_us_per_step_high"]
+    assert a["first_call_ms"] == 6.0 and a["timed_steps"] == 9
+    assert a["spread"] == pytest.approx(31 / 11) and a["noisy"] is True and "repeats disagree 2.8x" in a["noise_reason"]
+    assert b["timed_us_per_step"] == 51.0 and b["noisy"] is False and not b["noise_load"]
+    assert "timed_samples_us" not in a
+
+
+def test_noise_from_other_processes_and_time_slices():
+    loaded = [_job("0", "h", 1, [100.0] * 20, other_cpus=1.3), _job("1", "h", 2, [100.0] * 20)]
+    row = grid_points.points(loaded, [])[0]
+    assert row["noisy"] and row["noise_load"] and "other processes used 1.3 CPUs" in row["noise_reason"]
+    # one thread on two CPUs leaves one free: 1.3 other CPUs is not contention yet
+    spare = [_job("0", "h", 1, [100.0] * 20, other_cpus=1.3, torch_threads=1)]
+    assert grid_points.points(spare, [])[0]["noisy"] is False
+    sliced = [_job("0", "h", 1, [100.0] * 20, timed_slow_steps=5)]
+    row = grid_points.points(sliced, [])[0]
+    assert "whole OS time slices (5 of 20 timed steps)" in row["noise_reason"] and row["noise_load"]
+    steps = [{"job": "0", "host_us": v} for v in (100.0, 4100.0, 8200.0, 100.0)]  # profiled steps waited too
+    row = grid_points.points([_job("0", "h", 1, [100.0] * 20)], steps)[0]
+    assert "profiled steps" in row["noise_reason"]
+    lines = grid_points.noise_lines([row, grid_points.points([_job("9", "g", 1, [5.0] * 3)], [])[0]])
+    assert lines[0].startswith("1 of 2 grid points noisy: steps waited") and "run.repeats=5" in lines[0]
+
+
+# --- claims and expectations over intervals ------------------------------------------------------------
+
+
+def test_a_comparison_holds_only_when_the_intervals_separate():
+    def row(value, low, high):
+        return pd.Series({"dead_window_us": value, "dead_window_us_low": low, "dead_window_us_high": high})
+
+    assert _more(row(30, 25, 35), row(10, 8, 12), "dead_window_us") == "true"
+    assert _more(row(10, 8, 12), row(30, 25, 35), "dead_window_us") == "false"
+    assert _more(row(15.8, 12, 20), row(15.3, 11, 19), "dead_window_us") == "inconclusive"
+    plain = pd.Series({"dead_window_us": 15.8})  # one process: no interval, the values decide
+    assert _more(plain, pd.Series({"dead_window_us": 15.3}), "dead_window_us") == "true"
+
+
+def test_an_expectation_on_a_measured_interval_can_be_inconclusive():
+    job = {"job": "0_a", "status": "ok", "trace_error": None, "host_us_per_step": 150.0,
+           "host_us_per_step_low": 120.0, "host_us_per_step_high": 260.0, "regime": "overhead-bound",
+           "regime_uncertain": True, "step_kernels_median": 5}
+    texts = {"host_us_per_step < 200": "inconclusive", "host_us_per_step < 300": "true",
+             "host_us_per_step > 100": "true", "host_us_per_step > 270": "false",
+             "regime == overhead-bound": "inconclusive", "step_kernels_median == 5": "true"}
+    rows = check([parse(t) for t in texts], [job], {}, {})
+    assert {r["expectation"]: r["holds"] for r in rows} == texts
+    assert next(r for r in rows if r["expectation"] == "host_us_per_step < 200")["measured"] == "150.0 [120, 260]"
+
+
+# --- sweeps -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_repeats_run_round_by_round_and_a_rerun_adds_only_the_missing_ones(sweep_dir):
+    done = run_cli("-m", "size=8,16", "device=cpu", "run.repeats=2", f"hydra.sweep.dir={sweep_dir}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sweep of 4 jobs (2 grid points × 2 repeats)" in done.stdout
+    started = re.findall(r"^\[(\d)/4\] matmul_add (size=\d+) bf16 cold eager( repeat 2)? \.\.\.", done.stdout, re.M)
+    assert started == [("1", "size=8", ""), ("2", "size=16", ""), ("3", "size=16", " repeat 2"),
+                       ("4", "size=8", " repeat 2")]
+    names = [d.name for d in job_dirs(sweep_dir)]
+    assert names == ["0_matmul_add_8_bf16_cold_eager", "1_matmul_add_16_bf16_cold_eager",
+                     "2_matmul_add_16_bf16_cold_eager_r2", "3_matmul_add_8_bf16_cold_eager_r2"]
+    assert [read_metrics(sweep_dir / n)["repeat"] for n in names] == [1, 1, 2, 2]
+    assert read_metrics(sweep_dir / names[0])["config_hash"] == read_metrics(sweep_dir / names[3])["config_hash"]
+    plan = json.loads((sweep_dir / "sweep.json").read_text())
+    assert [r["order"] for r in plan["rounds"]] == ["grid order", "reversed"] and plan["jobs"] == 4
+    summary = pd.read_csv(sweep_dir / "summary.csv")
+    assert list(summary["size"]) == [8, 16] and list(summary["repeats"]) == [2, 2]
+    for metric in ("host_us_per_step", "timed_us_per_step", "first_call_ms", "dead_window_us"):
+        assert (summary[f"{metric}_low"] <= summary[metric]).all() and (summary[metric] <= summary[f"{metric}_high"]).all()
+    assert summary["noisy"].notna().all()
+    repeats = pd.read_csv(sweep_dir / "repeats.csv")
+    assert sorted(repeats["repeat"]) == [1, 1, 2, 2] and len(repeats) == 4
+    # the median over repeats of each repeat's median, from repeats.csv
+    for _, point in summary.iterrows():
+        mine = repeats[repeats["size"] == point["size"]]["timed_us_per_step"]
+        assert point["timed_us_per_step"] == pytest.approx(mine.median(), rel=1e-6)
+
+    again = run_cli("-m", "size=8,16", "device=cpu", "run.repeats=3", f"hydra.sweep.dir={sweep_dir}")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count("skipped: already ok") == 4 and again.stdout.count(" ok ") == 2
+    assert len(job_dirs(sweep_dir)) == 6
+    assert list(pd.read_csv(sweep_dir / "summary.csv")["repeats"]) == [3, 3]
+
+
+@pytest.mark.slow
+def test_threads_reach_the_job_and_a_swept_repeats_is_refused(tmp_path):
+    done = run_cli("size=8", "device=cpu", "run.threads=1", f"hydra.run.dir={tmp_path / 'one'}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    m = read_metrics(tmp_path / "one")
+    assert m["torch_threads"] == 1 and m["threads"] == 1
+    assert m["timed_steps"] >= 3 and len(m["timed_samples_us"]) <= 201 and m["timed_us_per_step"] > 0
+    assert m["measured_s"] > 0 and m["lock_wait_s"] is not None
+    refused = run_cli("-m", "size=8", "run.repeats=2,3", f"hydra.sweep.dir={tmp_path / 'no'}", repeats=None)
+    assert refused.returncode == 2 and "run.repeats=2,3 is not allowed" in refused.stderr
+    assert not (tmp_path / "no").exists()
