@@ -216,7 +216,7 @@ def derive(row: dict[str, Any]) -> None:
         if row["peak_flops_per_s"] and row["peak_bytes_per_s"] else DEFAULT_RIDGE_FLOPS_PER_BYTE
     )
     row["arithmetic_intensity"] = flops / moved if flops and moved else None
-    ratio = grid_points._number(row.get(grid_points.RATIO))
+    ratio = _work_over_host(row, *_curves(row))
     if ratio is None:
         row["regime"], row["regime_uncertain"] = None, None
         return
@@ -287,7 +287,7 @@ def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         sizes = [r["size"] for r in found]
         host = [r.get(host_key) for r in found]
         work = [r.get(work_key) for r in found]
-        ratios = [r.get(grid_points.RATIO) for r in found]
+        ratios = [_work_over_host(r, host_key, work_key) for r in found]
         size, status = crossover(sizes, [1.0] * len(sizes), ratios)
         uncertain = None
         if size is not None:
@@ -312,6 +312,16 @@ def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "crossover_size_unprofiled": unprofiled, "status_unprofiled": status_unprofiled,
         })
     return out
+
+
+def _work_over_host(row: dict[str, Any], host_key: str, work_key: str) -> float | None:
+    """The row's work / host within a step, or of its two medians where it has no such ratio."""
+    number = grid_points._number
+    ratio = number(row.get(grid_points.RATIO))
+    if ratio is not None:
+        return ratio
+    host, work = number(row.get(host_key)), number(row.get(work_key))
+    return work / host if host and work is not None else None
 
 
 def _profiler_added(row: dict[str, Any]) -> float | None:

@@ -28,7 +28,7 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 600,
     """`python experiments/run.py ARGS` from the project root, as a person runs it. Every grid
     point in `repeats` processes (one by default: a test about something else need not pay three;
     tests of repeats pass run.repeats themselves or repeats=None for the default)."""
-    if repeats is not None and not any(a.startswith("run.repeats=") for a in args):
+    if repeats is not None and "-m" in args and not any(a.startswith("run.repeats=") for a in args):
         args = (*args, f"run.repeats={repeats}")
     return subprocess.run(
         [sys.executable, "experiments/run.py", *args],
