@@ -159,13 +159,13 @@ def noise_reasons(point: dict[str, Any], ok: list[dict[str, Any]],
     pressure = _number(point.get("cpu_pressure"))
     if pressure is not None and pressure > PRESSURE:
         reasons["cpu pressure"] = f"runnable tasks waited for a CPU {pressure:.0%} of the time"
+    # The un-profiled steps, not the profiled ones: a cold job's first profiled steps are slow by
+    # design, and three steps are too few to tell a wait from a warm-up.
     slow = _number(point.get("timed_slow_steps")) or 0
     timed = _number(point.get("timed_steps")) or 0
-    profiled = [[s.get("host_us") for s in steps_of.get(str(r["job"]), [])] for r in ok]
-    quantised = sum(1 for p in profiled if stats.quantised(p))
-    if (slow >= 2 and slow >= 0.05 * timed) or quantised:
-        said = f"{slow:.0f} of {timed:.0f} timed steps" if slow else f"{quantised} repeat(s)' profiled steps"
-        reasons["time slices"] = f"steps waited for a busy core in whole OS time slices ({said})"
+    if slow >= 2 and slow >= stats.SLOW_SHARE * timed:
+        reasons["time slices"] = (f"steps waited for a busy core in whole OS time slices ({slow:.0f} of "
+                                  f"{timed:.0f} timed steps)")
     return reasons
 
 
@@ -191,16 +191,31 @@ def describe(point: dict[str, Any]) -> str:
     return " ".join(words)
 
 
+KIND_WORDS = (  # how the sweep's last line names each kind of noise, by the start of its reason
+    ("repeats disagree", "repeats disagree"), ("other processes", "other processes used CPUs while they measured"),
+    ("runnable tasks", "runnable tasks waited for a CPU"),
+    ("steps waited", "steps waited for a busy core in whole OS time slices"),
+)
+
+
 def noise_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The sweep's last word on noise: how many points are noisy, why, what to do."""
+    """The sweep's last word on noise: how many points are noisy, for what reasons (each with how
+    many points and the worst or only one), what to do."""
     noisy = [r for r in rows if r.get("noisy") is True]
     measured = [r for r in rows if r.get("noisy") is not None]
     lines = []
     if noisy:
-        said = "; ".join(f"{r['noise_reason']} at {describe(r)}" for r in noisy[:4])
-        more = f"; and {len(noisy) - 4} more" if len(noisy) > 4 else ""
+        kinds: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for r in noisy:
+            for reason in str(r.get("noise_reason") or "").split("; "):
+                kind = next((words for start, words in KIND_WORDS if reason.startswith(start)), reason)
+                kinds.setdefault(kind, []).append((reason, r))
+        said = []
+        for kind, found in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+            reason, point = found[0]
+            said.append(f"{reason} at {describe(point)}" if len(found) == 1 else f"{kind} ({len(found)} points)")
         repeats = max(int(_number(r.get("repeats")) or 1) for r in measured)
-        lines.append(f"{len(noisy)} of {len(measured)} grid points noisy: {said}{more}; "
+        lines.append(f"{len(noisy)} of {len(measured)} grid points noisy: {'; '.join(said)}; "
                      f"rerun with run.repeats={max(5, repeats + 2)} on a quiet machine")
     single = [r for r in measured if (_number(r.get("repeats")) or 0) < 2]
     if single and len(single) == len(measured):

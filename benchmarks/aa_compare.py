@@ -78,8 +78,10 @@ def main() -> int:
             code, frame = compare(a, b, root / f"aa{trial}", "--fail-if-slower", "1.10")
             wrong = int(frame["verdict"].isin(["slower", "faster"]).sum())
             false_verdicts.append(wrong)
+            widths = (frame["interval_high"] / frame["interval_low"]).dropna()
             print(f"  A/A: {len(frame)} pairs: {counts(frame)}; false verdicts of change {wrong} of {len(frame)}; "
-                  f"--fail-if-slower 1.10 exit {code}", flush=True)
+                  f"--fail-if-slower 1.10 exit {code}; interval high/low: median {widths.median():.2f} "
+                  f"({widths.min():.2f}-{widths.max():.2f})", flush=True)
             ok &= wrong == 0 and code == 0
             small, big = root / f"s256_{trial}", root / f"s512_{trial}"
             sweep(small, ["size=256", *args.extra])

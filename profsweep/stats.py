@@ -33,6 +33,7 @@ SLICE_US = 4000.0  # an OS time slice on this kind of machine (CONFIG_HZ=250)
 # and at least half as long again as it.
 SLICE_SHARE = 0.75
 SLOW_FACTOR = 1.5
+SLOW_SHARE = 0.05  # quantised: at least two steps, and this share of them, waited
 _CHUNK_ELEMENTS = 4_000_000  # bootstrap draws held at once (32 MB of indices)
 # A repeat with more steps than this is bootstrapped over this many evenly spaced order
 # statistics of its steps: it only widens the (small) within-process part of an interval.
@@ -311,4 +312,4 @@ def quantised(samples_us: Sequence[float], slice_us: float = SLICE_US) -> bool:
     """Steps come in whole time slices: at least two steps (and 5% of them) waited for a core."""
     values = clean(samples_us)
     slow = slow_steps(values, slice_us)
-    return slow >= 2 and slow >= 0.05 * len(values)
+    return slow >= 2 and slow >= SLOW_SHARE * len(values)
