@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import importlib
 import json
 import os
 import shutil
@@ -68,6 +69,12 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
     from experiments import counting
     from experiments.steps import make_step, optimizer_slots
 
+    from experiments.forkserver import COMPILER_MODULES, settle_garbage_collector
+
+    if config.compile:  # what a forked job's template imported (with a CPU-only torch) before settling
+        for name in COMPILER_MODULES:
+            importlib.import_module(name)
+    settle_garbage_collector()  # the collector's state of a fresh interpreter, however the job started
     device = resolve_device(config.device)
     if config.run.threads != AUTO:
         torch.set_num_threads(int(config.run.threads))  # before the job's first op
@@ -440,6 +447,17 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--template"]:  # forkserver.TEMPLATE_FLAG: a template jobs fork from
+        from experiments.forkserver import run_child, template_main
+
+        ended = template_main(int(sys.argv[2]), int(sys.argv[3]))
+        if isinstance(ended, int):  # the template ends
+            sys.exit(ended)
+        # a forked child, back at the top of this module: run its job here, at the depth a fresh
+        # `python -m experiments.job CONFIG` runs it (template_main says why)
+        if ended[:2] != ["-m", "experiments.job"]:
+            run_child(ended)
+        sys.argv = [sys.argv[0], *ended[2:]]
     code = main(sys.argv[1:])
     # Everything is written and closed: skip the interpreter's last garbage collection over
     # torch's and Inductor's objects, which takes about 1.3 s after a compiled job on 2 cores.
