@@ -454,7 +454,7 @@ class SweepCallback(Callback):
             )
             each = ("" if repeats == 1 else f" ({len(jobs)} grid points × {repeats} repeats)" if repeats != "auto"
                     else f" ({len(jobs)} grid points × {grid.AUTO_ROUNDS} rounds, then more where the interval "
-                         f"is wider than ±{config.run.precision:.0%}, up to {config.run.max_repeats})")
+                         f"is wider than ±{config.run.precision * 100:g}%, up to {config.run.max_repeats})")
             print(f"sweep of {total} jobs{each} -> {sweep_dir}", flush=True)
         Progress.reset()
 
