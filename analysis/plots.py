@@ -177,8 +177,8 @@ def _crossover(ok: pd.DataFrame, crossovers: pd.DataFrame, path: Path) -> Path:
                 ax.axvline(c["crossover_size"], color="0.3", linestyle="--" if phase == "cold" else ":", linewidth=1)
                 ax.annotate(f" {phase}: {c['crossover_size']:.0f}", (c["crossover_size"], 0.95 if phase == "cold" else 0.87),
                             xycoords=("data", "axes fraction"), fontsize=8, ha="left")
-    grid.figure.suptitle("Where the work overtakes the host (bars: 95% interval over repeats; hollow: noisy)",
-                         y=0.995, va="top")
+    grid.figure.suptitle("Work vs host per step\n(bars: 95% interval; hollow: noisy)", y=0.995, va="top",
+                         fontsize="medium")
     return _save(grid, path)
 
 

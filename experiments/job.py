@@ -31,7 +31,7 @@ MEMORY_HEADROOM = 0.9  # a job may plan to use at most this share of the free me
 # Un-profiled timing after the profiled steps: at least TIMED_MIN_STEPS steps and TIMED_MIN_S
 # seconds, for a stable median; for big steps, stop after TIMED_MAX_S once TIMED_FLOOR ran.
 TIMED_MIN_STEPS, TIMED_MIN_S = 20, 0.2
-TIMED_FLOOR, TIMED_MAX_S, TIMED_MAX_STEPS = 3, 1.0, 20_000
+TIMED_FLOOR, TIMED_MAX_S, TIMED_MAX_STEPS = 3, 0.5, 20_000
 TIMED_SAMPLES_KEPT = 201  # more steps are kept as this many evenly spaced order statistics (the median among them)
 
 

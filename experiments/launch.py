@@ -113,6 +113,7 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
         records.write_json(job_dir / records.METRICS_FILE, record)
         print(f"{tag} skipped: {skip}", flush=True)
         return record
+    _quiet_sweep()
     start = time.perf_counter()
 
     def waiting(slots: list[str]) -> None:
@@ -156,6 +157,18 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
     else:
         print(f"{tag} failed: {record['error']} ({seconds:.1f} s)", flush=True)
     return record
+
+
+BACKGROUND_THREADS = ("analysis-preload",)  # the sweep's own work that must not run beside a job
+
+
+def _quiet_sweep(timeout_s: float = 60.0) -> None:
+    """Let this process's background work finish before a job measures: the analysis imports
+    pandas and seaborn while the template starts (about 1 s of a core), and a job measuring
+    beside it would count it as load, and be slowed by it."""
+    for thread in threading.enumerate():
+        if thread.name in BACKGROUND_THREADS and thread is not threading.current_thread():
+            thread.join(timeout_s)
 
 
 @contextlib.contextmanager
