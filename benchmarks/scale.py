@@ -36,6 +36,8 @@ def replicate(seeds: list[Path], folder: Path, jobs: int) -> Path:
         shutil.copytree(seed, target)
         record = json.loads((target / "metrics.json").read_text())
         record["size"] = record["size"] * (1 + i // len(seeds))  # distinct sizes: long series
+        # each copy of the seed sweep measures other grid points (repeats of a point share a hash)
+        record["config_hash"] = f"{record.get('config_hash')}-{i // len(seeds)}"
         record["job"] = target.name
         (target / "metrics.json").write_text(json.dumps(record))
     (folder / "sweep.json").write_text(json.dumps({"jobs": jobs, "command": ["benchmarks/scale.py"]}))
