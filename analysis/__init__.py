@@ -39,9 +39,12 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print) -> lis
     report = write_report(tables, plots, data, claims, expectations if checked is not None else None)
     point_latest(folder)
     if checked is not None:
-        wrong = int((expectations["holds"] == "false").sum())
-        progress(f"expectations: {len(checked) - wrong} of {len(checked)} checks hold"
-                 + (f", {wrong} do not (the report opens with them)" if wrong else ""))
+        said = expectations["holds"].value_counts()
+        wrong, unsure, na = (int(said.get(k, 0)) for k in ("false", "inconclusive", "n/a"))
+        progress(f"expectations: {int(said.get('true', 0))} of {len(checked)} checks hold"
+                 + (f", {wrong} do not (the report opens with them)" if wrong else "")
+                 + (f", {unsure} inconclusive (their intervals straddle the value)" if unsure else "")
+                 + (f", {na} n/a (no such value)" if na else ""))
     points = len(tables.points)
     progress(f"analysis: {len(tables.jobs)} jobs" + (f", {points} grid points" if points != len(tables.jobs) else "")
              + f" -> {report}")

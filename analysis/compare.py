@@ -70,13 +70,18 @@ def pairing_columns(rows: Iterable[dict[str, Any]], ignore: Sequence[str]) -> li
     return [c for c in columns if c not in set(ignore)]
 
 
-def _identity(row: dict[str, Any], columns: list[str]) -> tuple:
-    def norm(v: Any) -> Any:
-        if isinstance(v, float) and math.isnan(v):
-            return None
-        return v
+# A pairing key a sweep from before it existed does not record, and the value that sweep had.
+PAIR_DEFAULTS = {"threads": "auto"}
 
-    return tuple(norm(row.get(c)) for c in columns)
+
+def _identity(row: dict[str, Any], columns: list[str]) -> tuple:
+    def norm(c: str) -> Any:
+        v = row.get(c)
+        if isinstance(v, float) and math.isnan(v):
+            v = None
+        return PAIR_DEFAULTS.get(c) if v is None else v
+
+    return tuple(norm(c) for c in columns)
 
 
 # --- verdicts ------------------------------------------------------------------------------------
@@ -216,12 +221,12 @@ def _repeat_jobs(side: Side, point: dict[str, Any]) -> list[dict[str, Any]]:
 def _samples(side: Side, point: dict[str, Any], on: str) -> list[list[float]]:
     """Each repeat's samples: its steps' device time, its un-profiled steps, or its profiled
     steps' host duration."""
-    from analysis.points import TIMED_SAMPLES
+    from analysis.points import timed_samples
 
     out = []
     for job in _repeat_jobs(side, point):
         if on == "timed":
-            out.append(stats.clean(job.get(TIMED_SAMPLES) or [job.get("timed_us_per_step")]))
+            out.append(timed_samples(job))
         else:
             out.append(stats.clean(s.get(on) for s in side.steps.get(job["job"], [])))
     return [g for g in out if g]

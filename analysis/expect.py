@@ -74,7 +74,8 @@ DERIVED_METRICS = (
     "top_kernel_median_us", "top_kernel_min_us", "top_kernel_max_us", "top_kernel_spread",
     "malformed_names", "trace_bytes", "profiler_overhead_ratio", "regime_uncertain", "work_host_ratio",
     # over the repeats of a grid point (summary.csv)
-    "repeats", "repeats_failed", "jobs", "noisy", "noise_reason", "noise_load", "spread", "interval_width",
+    "repeats", "repeats_failed", "jobs", "noisy", "noise_reason", "noise_load", "spread", "dispersion",
+    "interval_width",
 )
 OP_COLUMNS = ("calls", "self_host_us", "self_device_us", "compute_calls")  # ops.csv
 KERNEL_COLUMNS = ("calls", "total_us", "median_us", "min_us", "max_us", "after_occupancy_query", "tensor_cores",

@@ -33,10 +33,11 @@ TIMED_SAMPLES = "timed_samples_us"
 # Summed or worst over the repeats, not a median: how much was measured and how busy it was.
 SUMMED = ("timed_steps", "timed_slow_steps", "trace_bytes", "lock_wait_s")
 WORST = ("other_cpus", "cpu_pressure", "loadavg_1m")
-# Noise: repeats whose medians lie further apart than this (max / min), other processes using
-# more CPUs than the job left free plus this, runnable tasks waiting for a CPU this share of the
+# Noise: repeats whose medians' logarithms have a standard deviation above this (processes more
+# than about 12% apart; TorchBench sees 5-9% run-to-run on one build), other processes using more
+# CPUs than the job left free plus OTHER_CPUS, runnable tasks waiting for a CPU this share of the
 # time, or steps that waited for a core.
-NOISE_SPREAD = 1.3
+NOISE_DISPERSION = 0.12
 OTHER_CPUS = 0.5
 PRESSURE = 0.2
 _REPEAT_SUFFIX = re.compile(r"_r\d+$")
@@ -84,12 +85,17 @@ def samples(row: dict[str, Any], metric: str, steps: list[dict[str, Any]]) -> li
         found = [w / h for w, h in pairs if w is not None and h]
         return found if found else stats.clean([row.get(RATIO)])
     if metric == TIMED:
-        found = row.get(TIMED_SAMPLES)
-        return stats.clean(found if isinstance(found, list) else [row.get(TIMED)])
+        return timed_samples(row)
     phase = re.fullmatch(r"step_(\w+?)_(host_us|compute_us|device_us)_median", metric)
     if phase:
         return stats.clean(s.get(f"{phase.group(1)}_{phase.group(2)}") for s in steps)
     return stats.clean([row.get(metric)])
+
+
+def timed_samples(row: dict[str, Any]) -> list[float]:
+    """A job's un-profiled steps (its median alone where its record keeps no list of them)."""
+    found = row.get(TIMED_SAMPLES)
+    return stats.clean(found if isinstance(found, list) else [row.get(TIMED)])
 
 
 def point_row(rows: list[dict[str, Any]], steps_of: dict[str, list[dict[str, Any]]],
@@ -114,6 +120,7 @@ def point_row(rows: list[dict[str, Any]], steps_of: dict[str, list[dict[str, Any
         point[f"{metric}_high"] = e.high
         if metric == _main(point):
             point["spread"] = e.spread
+            point["dispersion"] = stats.dispersion(groups)
             point["interval_width"] = e.width
     for key in SUMMED:
         found = stats.clean(r.get(key) for r in ok)
@@ -121,10 +128,17 @@ def point_row(rows: list[dict[str, Any]], steps_of: dict[str, list[dict[str, Any
     for key in WORST:
         found = stats.clean(r.get(key) for r in ok)
         point[key] = max(found) if found else None
-    for key in [k for k in first if k.startswith("step_") and k.endswith(("_min", "_max"))]:
-        found = stats.clean(r.get(key) for r in ok)
-        if found:
+    done = {*metrics, *(f"{m}_{end}" for m in metrics for end in ("low", "high")), *SUMMED, *WORST,
+            "repeats", "repeats_failed", "spread", "dispersion", "interval_width"}
+    for key in [k for k in first if k not in done]:
+        values = [r.get(key) for r in ok]
+        found = stats.clean(values)
+        if len(found) != len(values) or not found:
+            continue  # not a number in every repeat: the first repeat's (text, flags, settings)
+        if key.startswith("step_") and key.endswith(("_min", "_max")):
             point[key] = min(found) if key.endswith("_min") else max(found)
+        else:  # every other number of a repeat (totals, counts, the top kernel): over the repeats
+            point[key] = float(stats.median(found)) if len(set(found)) > 1 else first[key]
     reasons = noise_reasons(point, ok, steps_of)
     point["noise_reason"] = "; ".join(reasons.values())
     point["noise_load"] = bool(set(reasons) & LOAD)
@@ -147,9 +161,9 @@ def noise_reasons(point: dict[str, Any], ok: list[dict[str, Any]],
                   steps_of: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
     """Why a point's numbers are not to be trusted, by kind ({} when nothing says so)."""
     reasons: dict[str, str] = {}
-    spread = _number(point.get("spread"))
-    if spread is not None and spread > NOISE_SPREAD:
-        reasons["spread"] = f"repeats disagree {spread:.1f}x"
+    spread, apart = _number(point.get("spread")), _number(point.get("dispersion"))
+    if apart is not None and apart > NOISE_DISPERSION:
+        reasons["spread"] = f"repeats disagree {spread or 0:.1f}x (processes {apart:.0%} apart)"
     other = _number(point.get("other_cpus"))
     cores = _number(point.get("cpu_count"))
     threads = _number(point.get("torch_threads"))

@@ -290,8 +290,8 @@ def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ratios = [_work_over_host(r, host_key, work_key) for r in found]
         size, status = crossover(sizes, [1.0] * len(sizes), ratios)
         uncertain = None
-        if size is not None:
-            i = next(k for k in range(len(sizes) - 1) if sizes[k] <= size <= sizes[k + 1])
+        i = crossing(sizes, [1.0] * len(sizes), ratios)
+        if size is not None and i is not None:
             uncertain = straddles_one(found[i]) or straddles_one(found[i + 1])
             if uncertain:
                 status += " (uncertain: the interval of work / host holds 1 there)"
@@ -330,6 +330,25 @@ def _profiler_added(row: dict[str, Any]) -> float | None:
     profiled = grid_points._number(row.get("step_host_us_median"))
     timed = grid_points._number(row.get("timed_us_per_step"))
     return max(0.0, profiled - timed) if profiled is not None and timed is not None else None
+
+
+def crossing(sizes: list[float], host: list[float], work: list[float]) -> int | None:
+    """The index i of the pair (sizes[i], sizes[i + 1]) where `work` first overtakes `host`."""
+    logs = _log_gaps(sizes, host, work)
+    for i, (a, b) in enumerate(zip(logs, logs[1:])):
+        if a is not None and b is not None and a[1] < 0 <= b[1]:
+            return i
+    return None
+
+
+def _log_gaps(sizes: list[float], host: list[float], work: list[float]) -> list[tuple[float, float] | None]:
+    logs: list[tuple[float, float] | None] = []
+    for s, h, w in zip(sizes, host, work):
+        if s <= 0 or h is None or w is None or h <= 0 or w <= 0:
+            logs.append(None)
+        else:
+            logs.append((math.log(s), math.log(w) - math.log(h)))
+    return logs
 
 
 def crossover(sizes: list[float], host: list[float], work: list[float]) -> tuple[float | None, str]:

@@ -1,7 +1,9 @@
-"""What else the machine did while a job measured: CPU time used by other processes (from
-/proc/stat, less this process's own), the share of time runnable tasks waited for a CPU (Linux's
-pressure stall information), the load average. Light (no torch): Linux files, read where they
-exist; None where the machine does not say.
+"""What else the machine did while a job measured: CPU time used by other processes on the CPUs
+this job may run on (from /proc/stat's per-CPU lines, less this process's own), the share of time
+runnable tasks of this job's cgroup waited for a CPU (Linux's pressure stall information:
+cgroup v2 cpu.pressure, else /proc/pressure/cpu for the whole machine), the load average. Light
+(no torch): Linux files, read where they exist; None where the machine does not say (so off
+Linux no load is ever flagged).
 """
 
 from __future__ import annotations
@@ -24,24 +26,34 @@ class Reading:
     stalled_us: int | None  # PSI cpu "some" total: time in which a runnable task waited for a CPU
 
 
-def cpu_busy_s(text: str | None = None) -> float | None:
-    """Busy CPU seconds of the whole machine from /proc/stat's first line (user, nice, system,
-    irq, softirq, steal; guest time is already counted in user)."""
+def cpu_busy_s(text: str | None = None, cpus: set[int] | None = None) -> float | None:
+    """Busy CPU seconds since boot (user, nice, system, irq, softirq, steal; guest time is
+    already counted in user) of the CPUs in `cpus` (their `cpuN` lines), or of all of them (the
+    first line) when `cpus` is None."""
     try:
         text = PROC_STAT.read_text(encoding="ascii") if text is None else text
-        fields = text.split("\n", 1)[0].split()
-        if fields[0] != "cpu":
-            return None
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+        total = 0
+        found = False
+        for line in text.splitlines():
+            fields = line.split()
+            if not fields or not fields[0].startswith("cpu"):
+                continue
+            name = fields[0]
+            if (cpus is None and name != "cpu") or (cpus is not None and (name == "cpu" or int(name[3:]) not in cpus)):
+                continue
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+            total += user + nice + system + irq + softirq + steal
+            found = True
     except (OSError, ValueError, IndexError):
         return None
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    return total / os.sysconf("SC_CLK_TCK") if found else None
 
 
 def stalled_us(text: str | None = None) -> int | None:
-    """The `some` total of /proc/pressure/cpu, in µs."""
+    """The `some` total of a cpu.pressure file, in µs: this process's cgroup's where cgroup v2
+    has one, else the machine's /proc/pressure/cpu."""
     try:
-        text = PRESSURE.read_text(encoding="ascii") if text is None else text
+        text = _pressure_file().read_text(encoding="ascii") if text is None else text
         for line in text.splitlines():
             if line.startswith("some "):
                 return int(line.rsplit("total=", 1)[1])
@@ -50,14 +62,36 @@ def stalled_us(text: str | None = None) -> int | None:
     return None
 
 
+def _pressure_file(root: Path = Path("/sys/fs/cgroup"), cgroups: Path = Path("/proc/self/cgroup")) -> Path:
+    try:
+        for line in cgroups.read_text(encoding="ascii").splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":  # cgroup v2; in a container the mount shows only a tail of the path
+                parts = [p for p in path.split("/") if p]
+                for i in range(len(parts) + 1):
+                    found = root.joinpath(*parts[i:], "cpu.pressure")
+                    if found.is_file():
+                        return found
+    except (OSError, ValueError):
+        pass
+    return PRESSURE
+
+
 def read() -> Reading:
-    return Reading(time.monotonic(), cpu_busy_s(), time.process_time(), stalled_us())
+    return Reading(time.monotonic(), cpu_busy_s(cpus=_allowed()), time.process_time(), stalled_us())
+
+
+def _allowed() -> set[int] | None:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
 
 
 def between(start: Reading, end: Reading) -> dict[str, float | None]:
-    """What the machine did between two readings: `other_cpus`, the CPUs (on average) that other
-    processes kept busy; `cpu_pressure`, the share of the time some runnable task waited for a
-    CPU; `measured_s`, the window's length."""
+    """What the machine did between two readings: `other_cpus`, the CPUs (on average, of those
+    this process may use) that other processes kept busy; `cpu_pressure`, the share of the time
+    some runnable task waited for a CPU; `measured_s`, the window's length."""
     wall = end.wall_s - start.wall_s
     other = pressure = None
     if wall > 0 and start.busy_s is not None and end.busy_s is not None:

@@ -47,6 +47,19 @@ def test_crossover_not_reached(host, work, status):
     assert crossover([16, 512], host, work) == (None, status)
 
 
+def test_a_crossover_exactly_at_a_swept_size_is_found_and_placed():
+    from analysis.sweep import crossing, crossovers
+
+    # work / host is exactly 1 at 100, where exp(log(100)) is a hair above 100
+    assert crossing([64, 100], [1.0, 1.0], [0.5, 1.0]) == 0
+    rows = [{"job": str(i), "workload": "w", "variant": "w", "size": size, "dtype": "bf16", "compile": False,
+             "warmup": False, "train": False, "device": "cpu", "status": "ok", "trace_error": None,
+             "host_us_per_step": 10.0, "overhead_us_per_step": 10.0, "compute_us_per_step": 10.0 * ratio,
+             "work_host_ratio": ratio} for i, (size, ratio) in enumerate(((64, 0.5), (100, 1.0)))]
+    (found,) = crossovers(rows)
+    assert found["crossover_size"] == pytest.approx(100) and found["uncertain"] is False
+
+
 def test_one_size_has_no_crossover():
     assert crossover([64], [1], [2]) == (None, "not reached: one size only")
 

@@ -180,6 +180,21 @@ def test_pairs_by_grid_point_not_by_folder_name_and_lists_the_unmatched(tmp_path
     assert "Jobs of BASE without a partner" in html and "1_matmul_add_16_bf16_cold_eager" in html
 
 
+def test_a_sweep_from_before_threads_were_recorded_pairs_with_one_at_the_default(tmp_path, capsys):
+    hand_made_point(tmp_path / "base", 0, processes(100))  # no `threads` in its records
+    hand_made_point(tmp_path / "new", 0, processes(100), threads="auto")
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", capsys=capsys)
+    assert code == 0 and "1 pairs" in out
+
+
+@pytest.mark.parametrize("hostile", [5, "123", [None, "x", float("inf")], {"a": 1}])
+def test_hostile_timed_samples_never_crash_the_comparison(tmp_path, capsys, hostile):
+    hand_made_point(tmp_path / "base", 0, processes(100), timed_us_per_step=20.0, timed_samples_us=hostile)
+    hand_made_point(tmp_path / "new", 0, processes(100), timed_us_per_step=20.0, timed_samples_us=hostile)
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", capsys=capsys)
+    assert code == 0 and "1 pairs" in out
+
+
 def test_more_profiled_steps_still_pair(tmp_path, capsys):
     hand_made_job(tmp_path / "base", 0, jitter(100, 3), profiler_active=3)
     hand_made_job(tmp_path / "new", 0, jitter(100, 20), profiler_active=20)

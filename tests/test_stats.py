@@ -54,6 +54,27 @@ def test_hierarchical_interval_covers_the_true_value_and_is_wider_than_the_step_
     assert wider == trials
 
 
+@pytest.mark.parametrize("repeats", [2, 3])
+def test_the_interval_keeps_its_coverage_with_few_repeats(repeats):
+    """A percentile bootstrap over 2 or 3 processes covers the true value far less than 95% of
+    the time; the widened interval does."""
+    rng = np.random.default_rng(repeats)
+    trials = 150
+    covered = sum(
+        (e := stats.estimate(_two_level(rng, repeats, 20, between=0.2), seed=t)).low <= 100.0 <= e.high
+        for t in range(trials))
+    assert covered >= 0.9 * trials
+
+
+def test_dispersion_is_the_spread_of_log_medians_and_does_not_grow_with_repeats():
+    assert stats.dispersion([[100.0], [200.0]]) == pytest.approx(math.log(2) / math.sqrt(2))
+    assert stats.dispersion([[100.0]]) is None and stats.dispersion([[0.0], [1.0]]) is None
+    rng = np.random.default_rng(5)
+    few = [stats.dispersion(_two_level(rng, 3, 5, between=0.1)) for _ in range(200)]
+    many = [stats.dispersion(_two_level(rng, 12, 5, between=0.1)) for _ in range(200)]
+    assert abs(np.median(few) - np.median(many)) < 0.02  # both about the true 0.1
+
+
 def test_estimate_is_the_median_of_the_repeats_medians():
     e = stats.estimate([[1, 2, 30], [4, 5, 6], [7, 8, 9]])
     assert e.value == 5 and e.repeats == 3 and e.spread == pytest.approx(8 / 2)

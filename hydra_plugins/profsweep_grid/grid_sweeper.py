@@ -126,9 +126,13 @@ class Repeats:
 
         wanting = []
         for g, found in sorted(records.items()):
-            samples = [r.get("timed_samples_us") for r in found if isinstance(r, dict) and r.get("status") == "ok"]
-            width = estimate(samples).width if samples else None
-            if width is not None and width > self.precision:
+            ok = [r for r in found if isinstance(r, dict) and r.get("status") == "ok"]
+            if not ok:
+                continue  # a point that fails fails again: no more rounds for it
+            samples = [r.get("timed_samples_us") if isinstance(r.get("timed_samples_us"), list)
+                       else [r.get("timed_us_per_step")] for r in ok]
+            width = estimate(samples).width
+            if len(ok) < grid.AUTO_ROUNDS or width is None or width > self.precision:
                 wanting.append(g)
         return wanting
 
