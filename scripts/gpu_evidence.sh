@@ -13,6 +13,8 @@
 # with every SDPA backend, eager, warm: 4 jobs per size, e.g. PART3_SIZES=1024,8192.
 # USER_SIZES (default 1024; empty: skipped) sweeps the user workload examples/transformer.py
 # (a transformer block by import path) eager and compiled, inference and training: 4 jobs per size.
+# REPEATS (default 3, the sweep's default) is run.repeats for every sweep: each job count above
+# times REPEATS processes; not yet timed on an H200 with repeats (check the 8 minutes).
 set -euo pipefail
 out=${1:?usage: scripts/gpu_evidence.sh OUT_DIR}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +24,7 @@ PART1_SIZES=${PART1_SIZES:-64,512,4096}
 PART2_SIZES=${PART2_SIZES:-1024,8192}
 PART3_SIZES=${PART3_SIZES:-}
 USER_SIZES=${USER_SIZES-1024}
+REPEATS=${REPEATS:-3}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
@@ -38,20 +41,20 @@ PY
 
 start=$(date +%s)
 status=0
-"$PYTHON" experiments/run.py -m +experiment=part1 "size=$PART1_SIZES" "hydra.sweep.dir=$out/part1" || status=$?
-"$PYTHON" experiments/run.py -m +experiment=part2 "size=$PART2_SIZES" "hydra.sweep.dir=$out/part2" || status=$?
+"$PYTHON" experiments/run.py -m +experiment=part1 "size=$PART1_SIZES" "run.repeats=$REPEATS" "hydra.sweep.dir=$out/part1" || status=$?
+"$PYTHON" experiments/run.py -m +experiment=part2 "size=$PART2_SIZES" "run.repeats=$REPEATS" "hydra.sweep.dir=$out/part2" || status=$?
 parts="part1 part2"
 if [ -n "$PART3_SIZES" ]; then
   parts="$parts part3"
   "$PYTHON" experiments/run.py -m +experiment=part3 "size=$PART3_SIZES" compile=false warmup=true \
-    workload.backend=math,flash,efficient,cudnn "hydra.sweep.dir=$out/part3" || status=$?
+    workload.backend=math,flash,efficient,cudnn "run.repeats=$REPEATS" "hydra.sweep.dir=$out/part3" || status=$?
 fi
 
 if [ -n "$USER_SIZES" ]; then
   parts="$parts user"
   "$PYTHON" experiments/run.py -m workload=custom workload._target_=examples.transformer:make_block \
     workload.dim=1024 workload.heads=16 "size=$USER_SIZES" compile=false,true train=false,true warmup=true \
-    "hydra.sweep.dir=$out/user" || status=$?
+    "run.repeats=$REPEATS" "hydra.sweep.dir=$out/user" || status=$?
 fi
 
 # Keep the folders small: gzip every trace, point metrics.json at the .gz, redo the analysis.
