@@ -376,6 +376,7 @@ def test_tensor_core_rule_reads_the_kernel_name(name, expected):
     assert tensor_cores(name) is expected
 
 
+@needs_fixtures
 def test_kernel_fingerprints_on_the_recorded_traces():
     m = analyse_trace(FIXTURES / "cuda-traces" / "a100_alexnet.json.gz")
     rows = {k["name"]: k for k in m["kernels"]}
