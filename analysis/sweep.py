@@ -107,6 +107,74 @@ def name_variants(tables: SweepTables) -> None:
         step["variant"] = variant_of.get(step["job"])
 
 
+# What a metrics.json's fields must be: the analysis reads every record as untrusted input.
+TEXT_FIELDS = ("workload", "dtype", "device", "device_requested", "status", "optimizer", "workload_target",
+               "device_name", "torch_version", "cuda_version", "hostname", "config_hash", "flops_source",
+               "trace_file", "table_file", "start", "isolation", "compile_cache", "unavailable")
+FLAG_FIELDS = ("compile", "warmup", "train")
+COUNT_FIELDS = ("size", "steps", "repeat", "schema_version", "timed_steps", "timed_slow_steps", "torch_threads",
+                "cpu_count", "warmup_iters")
+LIST_FIELDS = ("timed_samples_us",)
+NUMBER_SUFFIXES = ("_us", "_ms", "_s", "_bytes", "_per_s", "_ratio", "_per_call")
+NUMBER_FIELDS = ("other_cpus", "cpu_pressure", "loadavg_1m", "exit_code")
+BIGGEST = 2 ** 62  # a count or a measurement beyond this is not one (and would overflow a float's use)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def untrusted(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A metrics.json record made safe to analyse: each field of the wrong kind is left out (set
+    to None) and named; lists and objects where one value belongs become their JSON text (a
+    workload setting may be a list); numbers must be finite and below 2**62; a trace or table
+    file must be a name in the job's folder. Returns (row, what was wrong)."""
+    row: dict[str, Any] = {}
+    bad: list[str] = []
+
+    def drop(key: str, why: str) -> None:
+        row[key] = None
+        bad.append(f"{key}={_shown(record[key])} {why}")
+
+    for key, value in record.items():
+        key = str(key)
+        row[key] = value
+        if value is None:
+            continue
+        if key in LIST_FIELDS:
+            if not isinstance(value, list):
+                drop(key, "is not a list")
+            continue
+        if isinstance(value, (list, dict)):
+            row[key] = json.dumps(value, sort_keys=True, default=str)[:1000]
+            if key in TEXT_FIELDS + FLAG_FIELDS + COUNT_FIELDS:
+                drop(key, "is not a single value")
+            continue
+        if key in FLAG_FIELDS and not isinstance(value, bool):
+            drop(key, "is not true or false")
+        elif key in COUNT_FIELDS and (isinstance(value, bool) or not isinstance(value, int) or abs(value) > BIGGEST):
+            drop(key, "is not an integer of a sensible size")
+        elif key in TEXT_FIELDS and not isinstance(value, str):
+            drop(key, "is not text")
+        elif ((key.endswith(NUMBER_SUFFIXES) or key in NUMBER_FIELDS) and not key.startswith(("workload_", "compile_"))
+              and (isinstance(value, bool) or not isinstance(value, (int, float)))):
+            drop(key, "is not a number")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                abs(value) > BIGGEST or (isinstance(value, float) and not math.isfinite(value))):
+            drop(key, "is not a finite number of a sensible size")
+        elif isinstance(value, str) and len(value) > 100_000:
+            row[key] = value[:100_000]
+    for key in ("trace_file", "table_file"):
+        names = [n for n in str(row.get(key) or "").split(";") if n]
+        if any("/" in n or "\\" in n or n in (".", "..") for n in names):
+            row[key] = None
+            bad.append(f"{key}={_shown(record[key])} is not a file name in the job's folder")
+    if row.get("status") not in (None, "ok", "failed", "skipped", "missing"):
+        drop("status", "is not ok, failed or skipped")
+    return row, bad
+
+
 def _add_job(tables: SweepTables, job_dir: Path) -> None:
     if not (job_dir / METRICS_FILE).exists():
         tables.jobs.append({"job": job_dir.name, "status": "missing", "trace_error": None, "record_error": None,
@@ -121,15 +189,18 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
                             "record_error": f"{job_dir / METRICS_FILE}: unreadable ({exc})",
                             "error": f"unreadable {METRICS_FILE}"})
         return
-    row = dict(record)
+    row, bad = untrusted(record)
     row["job"] = job_dir.name
-    row.setdefault("status", "failed")
+    if row.get("status") is None:
+        row["status"] = "failed"
     row["trace_error"] = None
-    row["record_error"] = None
+    row["record_error"] = (f"{job_dir / METRICS_FILE}: {'; '.join(bad[:5])}{'; ...' if len(bad) > 5 else ''}; "
+                           "those fields were left out" if bad else None)
     version = record.get("schema_version")
     if version != SCHEMA_VERSION:
-        row["record_error"] = (f"{job_dir / METRICS_FILE}: schema {version} (this analysis reads "
-                               f"schema {SCHEMA_VERSION}); analysed as far as its fields allow")
+        said = (f"{job_dir / METRICS_FILE}: schema {_shown(version)} (this analysis reads "
+                f"schema {SCHEMA_VERSION}); analysed as far as its fields allow")
+        row["record_error"] = f"{row['record_error']}; {said}" if row["record_error"] else said
     if row["status"] == "ok":
         names = [n for n in str(row.get("trace_file") or "").split(";") if n]
         row["trace_bytes"] = sum((job_dir / n).stat().st_size for n in names if (job_dir / n).is_file())

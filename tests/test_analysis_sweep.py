@@ -284,3 +284,36 @@ def test_bad_jobs_are_marked_and_the_rest_analysed(tmp_path):
     for name in ("1_old_schema", "2_lost_trace", "3_unfinished"):
         assert name in done.stdout
         assert name in (folder / "report.html").read_text()
+
+
+# --- untrusted records ---------------------------------------------------------------------------------
+
+
+def test_no_bad_record_sinks_the_analysis(tmp_path):
+    """Every field of a metrics.json is untrusted input: wrong kinds, huge numbers, odd paths mark
+    that job (record_error) and everything else is analysed, report included."""
+    from tests.test_compare import hand_made_job, jitter
+
+    hostile = [{"workload": ["x"]}, {"size": int("9" * 400)}, {"compile": "yes"}, {"dtype": 5}, {"steps": "three"},
+               {"self_cpu_total_us": "fast"}, {"first_call_ms": [1, 2]}, {"workload_hidden": {"a": 1}},
+               {"trace_file": "/etc/passwd"}, {"status": 7}, {"config_hash": ["h"]}, {"timed_samples_us": "123"},
+               {"size": True}, {"error": {"x": 1}}, {"other_cpus": float("inf")}]
+    for i, extra in enumerate(hostile):
+        job = hand_made_job(tmp_path, i, jitter(100, 5), size=8 + i)
+        record = json.loads((job / "metrics.json").read_text())
+        record.update(extra)
+        (job / "metrics.json").write_text(json.dumps(record))
+    hand_made_job(tmp_path, 99, jitter(100, 5), size=4)  # one good job
+    problems = dict(analyse_folder(tmp_path, progress=lambda line: None))
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert len(pd.read_csv(tmp_path / "repeats.csv")) == len(hostile) + 1
+    named = {"workload=['x'] is not a single value", "size=999", "compile='yes' is not true or false",
+             "dtype=5 is not text", "steps='three'", "self_cpu_total_us='fast' is not a number",
+             "trace_file='/etc/passwd' is not a file name", "status=7", "config_hash=['h']",
+             "timed_samples_us='123' is not a list", "size=True", "other_cpus=inf"}
+    said = " | ".join(v for _, v in analyse_folder(tmp_path, progress=lambda line: None))
+    assert all(n in said for n in named), [n for n in named if n not in said]
+    good = summary[summary["job"].str.startswith("99_")].iloc[0]
+    assert good["status"] == "ok" and good["host_us_per_step"] > 0 and pd.isna(good.get("record_error"))
+    assert "workload_hidden" in summary and (tmp_path / "report.html").read_text().count("is not") >= len(named)
+    assert problems  # and the command exits 1 for them
