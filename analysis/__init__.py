@@ -12,10 +12,12 @@ from typing import Callable
 PLOTS_DIR = "plots"
 
 
-def analyse_folder(folder: Path, progress: Callable[[str], None] = print) -> list[tuple[str, str]]:
+def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
+                   out: Path | None = None) -> list[tuple[str, str]]:
     """Write summary.csv/.parquet, repeats.csv, steps.csv, kernels.csv, ops.csv, crossovers.csv, claims.csv
     (when the sweep can test the article's claims), plots/ and report.html into a sweep (or
-    single-run) folder; return the problems found (job, what)."""
+    single-run) folder, or into `out`; return the problems found (job, what). An output that
+    cannot be written raises analysis.files.WriteError naming it."""
     import pandas as pd
 
     from analysis.claims import evaluate
@@ -26,6 +28,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print) -> lis
     from analysis.sweep import analyse_sweep, check_expectations, frames, write_tables
 
     folder = Path(folder)
+    target = Path(out) if out is not None else folder
     tables = analyse_sweep(folder, progress)
     data = frames(tables)
     claims = evaluate(data["summary"], data["ops"], data["steps"], data["kernels"], data["crossovers"], folder=folder)
@@ -34,10 +37,11 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print) -> lis
     extra = {"claims": claims} if len(claims) else {}
     if checked is not None:
         extra[EXPECTATIONS_FILE.removesuffix(".csv")] = expectations
-    write_tables(folder, {**data, **extra})
-    plots = write_plots(data["summary"], data["steps"], data["crossovers"], folder / PLOTS_DIR)
-    report = write_report(tables, plots, data, claims, expectations if checked is not None else None)
-    point_latest(folder)
+    write_tables(target, {**data, **extra})
+    plots = write_plots(data["summary"], data["steps"], data["crossovers"], target / PLOTS_DIR)
+    report = write_report(tables, plots, data, claims, expectations if checked is not None else None, out=target)
+    if out is None:
+        point_latest(folder)
     if checked is not None:
         said = expectations["holds"].value_counts()
         wrong, unsure, na = (int(said.get(k, 0)) for k in ("false", "inconclusive", "n/a"))
@@ -61,6 +65,9 @@ def point_latest(folder: Path) -> None:
         return
     link = outputs / "latest"
     tmp = outputs / f".latest.{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    os.symlink(os.path.relpath(folder, outputs), tmp)
-    os.replace(tmp, link)
+    try:
+        tmp.unlink(missing_ok=True)
+        os.symlink(os.path.relpath(folder, outputs), tmp)
+        os.replace(tmp, link)
+    except OSError:  # a convenience link: a read-only outputs/ does not fail the analysis
+        pass

@@ -189,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         "serve a report: python -m analysis serve FOLDER.",
     )
     parser.add_argument("folder", type=Path, help="a sweep folder (outputs/multirun/...) or a single run's folder")
+    parser.add_argument("--out", type=Path, help="write the tables, plots and report here instead of into FOLDER "
+                        "(a folder you cannot write to, or a second analysis beside the first)")
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
         print(f"error: {args.folder}: no such folder", file=sys.stderr)
@@ -200,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.folder}: not a sweep or a run: no job folder with a {METRICS_FILE} in it "
               "(give outputs/multirun/<date>/<time> or one job's folder)", file=sys.stderr)
         return 2
-    problems = analyse_folder(args.folder)
+    try:
+        problems = analyse_folder(args.folder, out=args.out)
+    except OSError as exc:  # an output it could not write: named, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     for job, what in problems:
         print(f"  problem: {job}: {what}")
     return 1 if problems else 0

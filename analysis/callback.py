@@ -58,10 +58,13 @@ def _preload(config: DictConfig) -> None:
 
 def _analyse(folder: Path) -> None:
     from analysis import analyse_folder
+    from profsweep import outcome
 
     try:
         analyse_folder(folder)
-    except Exception as exc:  # the jobs' artifacts stay; say how to redo the analysis
+    except Exception as exc:  # the jobs' artifacts stay; say how to redo the analysis, and fail the run
         full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-        print(f"analysis {'not written: disk full' if full else 'failed'}: {type(exc).__name__}: {exc}\n"
-              f"  redo it with: python -m analysis {folder}", file=sys.stderr, flush=True)
+        what = str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+        why = f"analysis {'not written: disk full' if full else 'failed'}: {what}"
+        outcome.analysis_failed.append(why)
+        print(f"{why}\n  redo it with: python -m analysis {folder}", file=sys.stderr, flush=True)

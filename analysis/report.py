@@ -124,8 +124,10 @@ def _image(path: Path) -> str:
     return f'<h3>{escape(path.name)}</h3><img alt="{escape(path.stem)}" src="data:image/png;base64,{data}">'
 
 
-def _link(folder: Path, job: str, name: str) -> str:
-    return f'<a href="{escape(f"{job}/{name}" if job != folder.name else name, quote=True)}">{escape(name)}</a>'
+def _link(folder: Path, job: str, name: str, base: str = "") -> str:
+    """A link to a job's file; `base`: the sweep folder as seen from the report's folder."""
+    target = f"{job}/{name}" if job != folder.name else name
+    return f'<a href="{escape(base + target, quote=True)}">{escape(name)}</a>'
 
 
 def _pre_pair(left: tuple[str, str], right: tuple[str, str]) -> str:
@@ -264,8 +266,13 @@ def _expectations(expectations: Any) -> list[str]:
 
 
 def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], claims: Any,
-                 expectations: Any = None) -> Path:
+                 expectations: Any = None, out: Path | None = None) -> Path:
+    """report.html in `out` (default: the sweep folder), its links to the jobs' files relative to it."""
+    import os
+
     folder = tables.folder
+    out = Path(out) if out is not None else folder
+    base = "" if out.resolve() == folder.resolve() else os.path.relpath(folder.resolve(), out.resolve()) + "/"
     jobs = tables.jobs
     points = tables.points
     plan: dict[str, Any] = {}
@@ -354,7 +361,7 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
     for j in jobs:
         name = str(j["job"])
         files = [n for key in ("trace_file", "table_file") for n in str(j.get(key) or "").split(";") if n]
-        links = " · ".join(_link(folder, name, n) for n in files + ["metrics.json"])
+        links = " · ".join(_link(folder, name, n, base) for n in files + ["metrics.json"])
         traces = [n for n in str(j.get("trace_file") or "").split(";") if n]
         links += "".join(perfetto.button(f"{name}/{n}" if name != folder.name else n, f"{name} {n}") for n in traces)
         status = escape(str(j.get("status")))
@@ -386,6 +393,6 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
         parts.append(f"<details><summary><b>{escape(name)}</b> ({status}) {links}</summary>{extra}</details>")
     parts.append(perfetto.script(str(folder)))
     parts.append("</body></html>")
-    path = folder / "report.html"
+    path = out / "report.html"
     atomic_write_text(path, "\n".join(parts))
     return path

@@ -54,7 +54,10 @@ def atomic_write_text(path: Path, text: str) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # a read-only folder refuses even to unlink what is not there
+            pass
         raise
 
 

@@ -490,6 +490,10 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     print(f"done: {len(job_dirs)} job{'s' if len(job_dirs) != 1 else ''} ({counts}) in {folder}", flush=True)
     for name, error in failed:
         print(f"  failed: {name}: {error}", flush=True)
+    from profsweep import outcome
+
+    for why in outcome.analysis_failed:
+        print(f"not analysed: {why}", flush=True)
     if Interrupted.disk_error:
         print(f"stopped: {Interrupted.disk_error}\n  free some space in {folder}'s disk, then rerun the "
               f"same command into the same folder to finish (hydra.sweep.dir={folder}); jobs already ok "
@@ -499,5 +503,5 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
         print("interrupted: rerun the same command into the same folder to finish "
               f"(hydra.sweep.dir={folder}); jobs already ok are skipped", flush=True)
         raise SystemExit(EXIT_INTERRUPTED)
-    if failed or missing:
+    if failed or missing or outcome.analysis_failed:
         raise SystemExit(EXIT_FAILED_JOBS)

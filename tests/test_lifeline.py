@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -189,3 +190,40 @@ def test_a_job_killed_by_the_oom_killer_is_recorded_so(tmp_path, start):
     assert done.returncode == 1, done.stdout + done.stderr
     error = json.loads((out / "metrics.json").read_text())["error"]
     assert error.startswith("out of memory: the kernel's OOM killer killed the job"), error
+
+
+def test_a_disk_that_fills_during_the_analysis_fails_the_sweep_and_names_the_file(tmp_path):
+    """All jobs fit in a 300 kB tmpfs, the plots do not: the sweep exits 1 and says which file."""
+    disk = tmp_path / "disk"
+    if not _can_mount_tmpfs(disk):
+        pytest.skip("cannot mount a tmpfs here (unshare -rm not permitted)")
+    script = (f"mount -t tmpfs -o size=300k none {disk} && {sys.executable} experiments/run.py -m "
+              f"size=8,16 device=cpu run.repeats=1 hydra.sweep.dir={disk / 'sweep'}; echo rc=$?")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert "done: 2 jobs (2 ok, 0 failed)" in done.stdout, done.stdout + done.stderr
+    assert "rc=1" in done.stdout
+    assert re.search(r"analysis not written: disk full: cannot write \S+: No space left on device", done.stderr)
+    assert "redo it with: python -m analysis" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_read_only_sweep_folder_is_named_and_analysed_elsewhere_with_out(tmp_path):
+    from tests.test_compare import hand_made_job, jitter
+
+    disk = tmp_path / "disk"
+    if not _can_mount_tmpfs(disk):
+        pytest.skip("cannot mount a tmpfs here (unshare -rm not permitted)")
+    seed = tmp_path / "seed"
+    hand_made_job(seed, 0, jitter(100, 5))
+    out = tmp_path / "elsewhere"
+    script = (f"mount -t tmpfs -o size=4m none {disk} && cp -r {seed} {disk}/sweep && mount -o remount,ro {disk} && "
+              f"{sys.executable} -m analysis {disk}/sweep; echo rc=$?; "
+              f"{sys.executable} -m analysis {disk}/sweep --out {out}; echo rc=$?")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.stdout.count("rc=") == 2, done.stdout + done.stderr
+    first, second = re.findall(r"rc=(\d+)", done.stdout)
+    assert first == "1" and f"error: cannot write {disk}/sweep/" in done.stderr and "Read-only file system" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert second == "0" and (out / "summary.csv").is_file() and (out / "report.html").is_file()
+    assert "../disk/sweep/0_matmul_add_8_bf16_cold_eager/t.json" in (out / "report.html").read_text()
