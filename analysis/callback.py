@@ -62,6 +62,10 @@ def _analyse(folder: Path) -> None:
 
     try:
         analyse_folder(folder)
+    except KeyboardInterrupt:  # stopped while analysing: the tally says so and exits 130
+        outcome.interrupted = True
+        outcome.analysis_failed.append("analysis interrupted")
+        print(f"analysis interrupted\n  redo it with: python -m analysis {folder}", file=sys.stderr, flush=True)
     except Exception as exc:  # the jobs' artifacts stay; say how to redo the analysis, and fail the run
         full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
         what = str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"

@@ -377,6 +377,7 @@ def _start(folder: Path, key: str, expect: list[str]) -> None:
                f"choose a {key} you can write to")
     _claim(folder, key)
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    signal.signal(signal.SIGHUP, _terminate_as_interrupt)  # the terminal closed
     try:
         records.write_json(folder / ENVIRONMENT_FILE, records.environment_file(sys.argv))
     except OSError as exc:
@@ -499,7 +500,7 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
               f"same command into the same folder to finish (hydra.sweep.dir={folder}); jobs already ok "
               "are skipped", flush=True)
         raise SystemExit(EXIT_FAILED_JOBS)
-    if Interrupted.seen:
+    if Interrupted.seen or outcome.interrupted:
         print("interrupted: rerun the same command into the same folder to finish "
               f"(hydra.sweep.dir={folder}); jobs already ok are skipped", flush=True)
         raise SystemExit(EXIT_INTERRUPTED)

@@ -5,3 +5,4 @@ sides import this, neither imports the other)."""
 from __future__ import annotations
 
 analysis_failed: list[str] = []  # why the analysis at the end of the run was not written
+interrupted = False  # the analysis itself was stopped (Ctrl-C, SIGTERM)

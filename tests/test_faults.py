@@ -99,6 +99,28 @@ def test_sigterm_stops_the_sweep_and_a_rerun_finishes_it(sweep_dir):
     assert [read_metrics(d)["status"] for d in job_dirs(sweep_dir)] == ["ok", "ok", "ok"]
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_between_two_jobs_ends_like_any_stop(sweep_dir, sig):
+    """The signal lands right after a job's `ok` line: while Hydra composes the next job."""
+    args = [sys.executable, "experiments/run.py", "-m", "size=range(16,24)", "run.repeats=1", "device=cpu",
+            f"hydra.sweep.dir={sweep_dir}"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if line.startswith("[2/8]") and " ok " in line:
+            proc.send_signal(sig)
+            break
+    lines += proc.stdout.read().splitlines()
+    said = "\n".join(lines)
+    assert proc.wait(120) == 130, said
+    assert "Traceback" not in said and "KeyboardInterrupt" not in said
+    assert any(line.startswith("not started: ") for line in lines), said
+    assert any(line.startswith("interrupted: rerun the same command") for line in lines), said
+    assert (sweep_dir / "report.html").is_file() and len(pd.read_csv(sweep_dir / "summary.csv")) >= 2
+
+
 def test_environment_file(sweep_dir):
     assert run_cli("-m", "size=16", f"hydra.sweep.dir={sweep_dir}").returncode == 0
     env = json.loads((sweep_dir / "environment.json").read_text())

@@ -92,6 +92,10 @@ class GridSweeper(Sweeper):
                     self.validate_batch_is_legal(batch)
                 try:
                     results = self.launcher.launch(batch, initial_job_idx=launched)
+                except KeyboardInterrupt:  # Ctrl-C or SIGTERM between two jobs (Hydra composing the next)
+                    interrupted()
+                    not_started(len(tagged) - done + repeats.later(round_number, len(jobs)))
+                    return
                 except OSError as exc:
                     if exc.errno not in DISK_FULL:
                         raise
@@ -167,6 +171,12 @@ def stopped() -> bool:
     from experiments.launch import Interrupted
 
     return bool(Interrupted.seen)
+
+
+def interrupted() -> None:
+    from experiments.launch import Interrupted
+
+    Interrupted.seen = True
 
 
 def not_started(left: int) -> None:
