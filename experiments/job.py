@@ -12,6 +12,7 @@ metrics.json. Every file is written atomically.
 from __future__ import annotations
 
 import errno
+import faulthandler
 import gc
 import importlib
 import json
@@ -49,8 +50,12 @@ def run_job(config: JobConfig, job_dir: Path) -> dict[str, Any]:
     try:
         _profile(config, job_dir, record)
         record["status"] = "ok"
-    except Exception as exc:  # the record carries it; the sweep goes on
-        traceback.print_exc()
+    except (Exception, SystemExit) as exc:  # the record carries it; the sweep goes on
+        if isinstance(exc, SystemExit):  # the workload called sys.exit(): say so, in the log too
+            exc = JobError(f"the workload called sys.exit({exc.code!r})")
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+        else:
+            traceback.print_exc()
         record["error"] = (f"{records.DISK_FULL}: {exc}" if records.disk_full(exc)
                            else f"{type(exc).__name__}: {exc}")
     record["finished_at"] = records.now_iso()
@@ -429,6 +434,7 @@ def _gib(n: int) -> str:
 
 def main(argv: list[str]) -> int:
     die_with_parent()  # started by a sweep: never outlive it
+    faulthandler.enable()  # a crash in native code leaves the Python stacks in the job's log
     if len(argv) != 1:
         print("usage: python -m experiments.job <job_dir>/job_config.json", file=sys.stderr)
         return 2
@@ -459,7 +465,13 @@ if __name__ == "__main__":
             run_child(ended)
         sys.argv = [sys.argv[0], *ended[2:]]
     code = main(sys.argv[1:])
-    # Everything is written and closed: skip the interpreter's last garbage collection over
-    # torch's and Inductor's objects, which takes about 1.3 s after a compiled job on 2 cores.
-    gc.freeze()
-    sys.exit(code)
+    # Everything is written and closed: the job is done. End the process now, whatever the
+    # workload left running (a non-daemon thread would keep it alive until the sweep's timeout,
+    # which would then overwrite an ok record), and without the interpreter's last garbage
+    # collection over torch's and Inductor's objects (about 1.3 s after a compiled job).
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

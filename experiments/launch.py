@@ -139,9 +139,11 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
                 record = _run_here(config, job_dir, env)
     except KeyboardInterrupt:
         Interrupted.seen = True
-        record = records.base_record(config, job_dir)
-        record["error"] = "interrupted: the sweep was stopped while this job ran"
-        _save(job_dir, record)
+        record = _finished(config, job_dir)  # an ok record written before the stop is final
+        if record is None:
+            record = records.base_record(config, job_dir)
+            record["error"] = "interrupted: the sweep was stopped while this job ran"
+            _save(job_dir, record)
     except OSError as exc:  # this process's own writes (job_config.json, a failure's record)
         if not disk_full(exc):
             raise
@@ -228,6 +230,8 @@ def _run_in_child(config: JobConfig, job_dir: Path, env: dict[str, str], slot_fd
     except subprocess.TimeoutExpired:  # the job has been killed
         returncode, timed_out = -signal.SIGKILL, True
     record = _read_record(job_dir)
+    if timed_out and _finished(config, job_dir) is not None:
+        return record  # it had written its ok record: the kill ended only what it left running
     if timed_out:
         record = records.base_record(config, job_dir)
         record["error"] = f"timeout: still running after run.job_timeout_s={timeout} s, killed"
@@ -308,6 +312,15 @@ def oom_kills(root: Path = Path("/sys/fs/cgroup"), cgroups: Path = Path("/proc/s
             name, _, value = line.partition(" ")
             if name == "oom_kill" and value.strip().isdigit():
                 return int(value)
+    return None
+
+
+def _finished(config: JobConfig, job_dir: Path) -> dict[str, Any] | None:
+    """The job's own ok record of this configuration, once it has written it (final)."""
+    record = _read_record(job_dir)
+    if (record and record.get("status") == "ok" and record.get("config_hash") == records.config_hash(config)
+            and record.get("finished_at")):
+        return record
     return None
 
 

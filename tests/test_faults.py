@@ -128,3 +128,69 @@ def test_environment_file(sweep_dir):
                 "hostname", "git_commit", "git_dirty", "command"):
         assert key in env, key
     assert env["command"][-3:] == ["size=16", f"hydra.sweep.dir={sweep_dir}", "run.repeats=1"]
+
+
+MISBEHAVING = """
+import ctypes
+import sys
+import threading
+import time
+
+import torch
+
+
+def _workload(size, dtype, device):
+    x = torch.ones(size, size, dtype=dtype, device=device)
+    return torch.mm, (x, x)
+
+
+def lingers(size, dtype, device):
+    threading.Thread(target=time.sleep, args=(600,), daemon=False).start()  # never joined
+    return _workload(size, dtype, device)
+
+
+def exits(size, dtype, device):
+    print("about to leave", flush=True)
+    sys.exit(3)
+
+
+def crashes(size, dtype, device):
+    ctypes.string_at(0)  # a segfault in native code
+"""
+
+
+@pytest.fixture
+def misbehaving(tmp_path: Path) -> dict[str, str]:
+    folder = tmp_path / "misbehaving_module"
+    folder.mkdir()
+    (folder / "misbehaving.py").write_text(MISBEHAVING)
+    return {"PYTHONPATH": str(folder)}
+
+
+@pytest.mark.parametrize("start", ["fork", "fresh"])
+def test_a_finished_job_is_final_whatever_its_workload_leaves_running(sweep_dir, misbehaving, start):
+    done = run_cli("-m", "workload=custom", "workload._target_=misbehaving:lingers", "size=8", "device=cpu",
+                   f"run.start={start}", "run.job_timeout_s=30", f"hydra.sweep.dir={sweep_dir}", env=misbehaving,
+                   timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (job,) = job_dirs(sweep_dir)
+    assert read_metrics(job)["status"] == "ok" and "timeout" not in done.stdout
+
+
+@pytest.mark.parametrize("factory, said", [
+    ("exits", "the workload called sys.exit(3)"),
+    ("crashes", "Fatal Python error: Segmentation fault"),
+])
+def test_a_workload_that_exits_or_crashes_leaves_its_reason_and_its_last_words(sweep_dir, misbehaving, factory,
+                                                                                 said):
+    done = run_cli("-m", "workload=custom", f"workload._target_=misbehaving:{factory}", "size=8", "device=cpu",
+                   f"hydra.sweep.dir={sweep_dir}", env=misbehaving, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (job,) = job_dirs(sweep_dir)
+    m = read_metrics(job)
+    assert m["status"] == "failed"
+    assert said in m["error"] + (m.get("stderr_tail") or "")
+    if factory == "crashes":  # faulthandler: the Python stack of the crash is in the log
+        assert "misbehaving.py" in m["stderr_tail"] and "crashes" in m["stderr_tail"]
+    else:
+        assert m["exit_code"] == 1 and "about to leave" in (job / "job.log").read_text()
