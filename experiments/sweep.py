@@ -144,6 +144,7 @@ def check_configs(configs: list[JobConfig], jobs: list[int] | None = None) -> No
             refuse(needs.refusal("with device=cpu"))
         if needs:
             cuda_only.append(needs)
+    check_backends(configs)
     cuda_devices = any(c.device == "cuda" for c in configs)
     if not (cuda_devices or cuda_only):
         return
@@ -159,10 +160,24 @@ def check_configs(configs: list[JobConfig], jobs: list[int] | None = None) -> No
 
 
 SWEEP_SETTINGS = tuple(f"run.{key}" for key in SWEEP_ONLY)  # one value for the whole sweep
+def check_backends(configs: list[JobConfig]) -> None:
+    """A compile backend other than Inductor is checked against torch.compiler.list_backends()
+    before any job (that imports Dynamo: a second or two, paid only when another is named)."""
+    named = sorted({c.compiler.backend for c in configs if c.compile and c.compiler.backend != "inductor"})
+    if not named:
+        return
+    import torch
+
+    known = torch.compiler.list_backends(exclude_tags=())
+    for backend in named:
+        if backend not in known:
+            refuse(f"compiler.backend={backend!r} is not allowed: choose one of {', '.join(sorted(known))}")
+
+
 GRID_SWEEPER = "hydra_plugins.profsweep_grid.grid_sweeper.GridSweeper"
 # Swept keys whose values decide what check_configs checks (the factory and its settings, the
 # device, what is left out) or what a job writes: checked in every combination, without composing.
-CHECKED_TOGETHER = ("device", "run.unavailable", "workload.", "profiler.")
+CHECKED_TOGETHER = ("device", "run.unavailable", "workload.", "profiler.", "compiler.backend", "compile")
 
 
 class Planned:

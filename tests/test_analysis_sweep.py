@@ -317,3 +317,13 @@ def test_no_bad_record_sinks_the_analysis(tmp_path):
     assert good["status"] == "ok" and good["host_us_per_step"] > 0 and pd.isna(good.get("record_error"))
     assert "workload_hidden" in summary and (tmp_path / "report.html").read_text().count("is not") >= len(named)
     assert problems  # and the command exits 1 for them
+
+
+def test_a_reader_that_goes_away_is_not_an_error(tmp_path):
+    """`python -m analysis trace F --json | head -c 100`: no BrokenPipeError traceback."""
+    from tests.test_compare import hand_made_job
+
+    job = hand_made_job(tmp_path, 0, [100.0] * 3, ops=tuple(f"aten::op{i}" for i in range(20000)))
+    done = subprocess.run(f"{sys.executable} -m analysis trace {job / 't.json'} --json | head -c 100",
+                          shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert len(done.stdout) == 100 and done.stderr == ""

@@ -76,23 +76,21 @@ def test_identical_cold_compiles_both_pay_compilation(sweep_dir, tmp_path):
 
 def test_failed_jobs_are_recorded_and_the_sweep_goes_on(sweep_dir):
     done = run_cli(
-        "-m", "size=16,200000", "dtype=fp32", "compile=false,true",
-        "compiler.backend=no_such_backend", f"hydra.sweep.dir={sweep_dir}",
+        "-m", "size=16,200000", "dtype=fp32", "compile=false,true", f"hydra.sweep.dir={sweep_dir}",
     )
     assert done.returncode == 1
     by_name = {d.name: read_metrics(d) for d in job_dirs(sweep_dir)}
     assert by_name["0_matmul_add_16_fp32_cold_eager"]["status"] == "ok"
-    bad_backend = by_name["1_matmul_add_16_fp32_cold_compile"]
-    assert bad_backend["status"] == "failed" and "no_such_backend" in bad_backend["error"]
-    assert "no_such_backend" in bad_backend["stderr_tail"]
+    assert by_name["1_matmul_add_16_fp32_cold_compile"]["status"] == "ok"
+    assert "memory" in by_name["2_matmul_add_200000_fp32_cold_eager"]["stderr_tail"]  # its last words
     for name in ("2_matmul_add_200000_fp32_cold_eager", "3_matmul_add_200000_fp32_cold_compile"):
         m = by_name[name]
         assert m["status"] == "failed" and m["error"].startswith("JobError: memory: ")
         assert "GiB" in m["error"] and "available on cpu" in m["error"]
         assert not (sweep_dir / name / "200000_fp32_cold_eager.json").exists()
-    assert "done: 4 jobs (1 ok, 3 failed)" in done.stdout
+    assert "done: 4 jobs (2 ok, 2 failed)" in done.stdout
     summary = pd.read_csv(sweep_dir / "summary.csv")
-    assert list(summary["status"]) == ["ok", "failed", "failed", "failed"]
+    assert list(summary["status"]) == ["ok", "ok", "failed", "failed"]
     assert "  failed: 2_matmul_add_200000_fp32_cold_eager: JobError: memory: " in done.stdout
 
 
@@ -104,6 +102,8 @@ BAD_INPUTS = {
     "compile": ("compile=maybe", "compile=false,maybe", ["compile=maybe", "not a valid bool"]),
     "workload": ("workload=nope", "workload=matmul_add,nope",
                  ["workload/nope", "bmm", "linear", "matmul_add", "mlp"]),
+    "backend": ("compile=true compiler.backend=nope", "compile=true compiler.backend=inductor,nope",
+                ["compiler.backend='nope' is not allowed", "aot_eager", "inductor"]),
 }
 
 
@@ -113,9 +113,9 @@ def test_bad_input_is_refused_before_any_job(tmp_path, case, multirun):
     single, sweep, needles = BAD_INPUTS[case]
     out = tmp_path / "out"
     if multirun:
-        done = run_cli("-m", sweep, f"hydra.sweep.dir={out}")
+        done = run_cli("-m", *sweep.split(), f"hydra.sweep.dir={out}")
     else:
-        done = run_cli(single, f"hydra.run.dir={out}")
+        done = run_cli(*single.split(), f"hydra.run.dir={out}")
     assert done.returncode != 0
     for needle in needles:
         assert needle in done.stderr, (needle, done.stderr)
