@@ -6,9 +6,14 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 SWEEP ?= size=64,1024,4096 compile=true,false
 
-.PHONY: sweep test clean-venv gpu-evidence
+.PHONY: sweep test clean-venv gpu-evidence FORCE
 
-$(VENV)/.installed: pyproject.toml
+# The torch asked for is part of what the set-up remembers: another TORCH_SPEC reinstalls.
+$(VENV)/.torch-spec: FORCE
+	@mkdir -p $(VENV)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(TORCH_SPEC)" ] || echo "$(TORCH_SPEC)" > $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.torch-spec
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e '.[test]'

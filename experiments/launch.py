@@ -45,10 +45,11 @@ class Progress:
 
     started: float | None = None
     durations: list[float] = []
+    resumed = 0  # jobs skipped because they were already ok (resume)
 
     @classmethod
     def reset(cls) -> None:
-        cls.started, cls.durations = time.monotonic(), []
+        cls.started, cls.durations, cls.resumed = time.monotonic(), [], 0
 
     @classmethod
     def line(cls, index: int, total: int | None) -> str:
@@ -103,6 +104,7 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
     previous = _read_record(job_dir)
     if previous and previous.get("status") == "ok" and previous.get("config_hash") == records.config_hash(config):
         print(f"{tag} skipped: already ok in {job_dir.name} (resume)", flush=True)
+        Progress.resumed += 1
         return previous
     job_dir.mkdir(parents=True, exist_ok=True)
     # A metrics.json left by an earlier run must not pass for this run's.

@@ -502,7 +502,8 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
             failed.append((job_dir.name, str(record.get("error"))))
     missing = max(0, (expected or 0) - len(job_dirs))
     counts = (f"{ok} ok, {len(failed)} failed" + (f", {skipped} skipped" if skipped else "")
-              + (f", {missing} missing" if missing else ""))
+              + (f", {missing} missing" if missing else "")
+              + (f"; {Progress.resumed} of them already ok, not run again (resume)" if Progress.resumed else ""))
     print(f"done: {len(job_dirs)} job{'s' if len(job_dirs) != 1 else ''} ({counts}) in {folder}", flush=True)
     for name, error in failed:
         print(f"  failed: {name}: {error}", flush=True)

@@ -202,6 +202,7 @@ def test_repeats_run_round_by_round_and_a_rerun_adds_only_the_missing_ones(sweep
     again = run_cli("-m", "size=8,16", "device=cpu", "run.repeats=3", f"hydra.sweep.dir={sweep_dir}")
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.count("skipped: already ok") == 4
+    assert "done: 6 jobs (6 ok, 0 failed; 4 of them already ok, not run again (resume))" in again.stdout
     assert re.findall(r"^\[(\d)/6\] .* repeat 3 ok [\d.]+ s$", again.stdout, re.M) == ["5", "6"]
     assert len(job_dirs(sweep_dir)) == 6
     assert list(pd.read_csv(sweep_dir / "summary.csv")["repeats"]) == [3, 3]

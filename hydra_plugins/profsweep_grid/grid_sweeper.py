@@ -59,8 +59,12 @@ class GridSweeper(Sweeper):
         run = self.config.get("run") or {}
         repeats = Repeats(run.get("repeats", 1), run.get("precision", 0.05), run.get("max_repeats", 10), sweep_dir)
         returns: List[List[JobReturn]] = []
+        self.left = len(jobs) * repeats.count
         try:
             self._launch(jobs, one_by_one, returns, repeats)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM anywhere between two jobs
+            interrupted()
+            not_started(self.left)
         finally:
             from experiments.forkserver import shutdown
 
@@ -85,17 +89,14 @@ class GridSweeper(Sweeper):
             tagged = [jobs[g] + ([f"run.repeat={round_number}"] if repeats.many else []) for g in order]
             done = 0
             for batch in grid.batches(tagged, 1 if one_by_one else self.max_batch_size):
+                self.left = len(tagged) - done + repeats.later(round_number, len(jobs))
                 if stopped():
-                    not_started(len(tagged) - done + repeats.later(round_number, len(jobs)))
+                    not_started(self.left)
                     return
                 if not one_by_one:  # composed again elsewhere: catch a composition error here first
                     self.validate_batch_is_legal(batch)
                 try:
                     results = self.launcher.launch(batch, initial_job_idx=launched)
-                except KeyboardInterrupt:  # Ctrl-C or SIGTERM between two jobs (Hydra composing the next)
-                    interrupted()
-                    not_started(len(tagged) - done + repeats.later(round_number, len(jobs)))
-                    return
                 except OSError as exc:
                     if exc.errno not in DISK_FULL:
                         raise
@@ -106,6 +107,7 @@ class GridSweeper(Sweeper):
                     records[g].append(result.return_value)  # re-raises a job's exception, as the basic sweeper does
                 done += len(batch)
                 launched += len(batch)
+                self.left = len(tagged) - done + repeats.later(round_number, len(jobs))
                 returns.append(list(results))
 
 
