@@ -118,12 +118,15 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
     _quiet_sweep()
     start = time.perf_counter()
 
-    def waiting(slots: list[str]) -> None:
-        print(f"{tag} waiting: another profiling job on this machine holds the "
-              f"{'CPU' if slots == [CPU_SLOT] else 'GPU ' + ', '.join(slots)} (one job per device)", flush=True)
+    def waiting(slots: list[str], holders: list[str], waited: float) -> None:
+        device = "the CPU" if slots == [CPU_SLOT] else "GPU " + ", ".join(slots)
+        who = "; ".join(h for h in holders if h) or "another profiling job on this machine"
+        print(f"{tag} waiting for {device} (one job per device), held by {who}"
+              + (f": {duration(waited)} so far" if waited >= 1 else ""), flush=True)
 
+    holder = f"pid {os.getpid()}, sweep {job_dir.parent if job_dir.parent != job_dir else job_dir}"
     try:
-        with held_slot(slots_for(config.device, visible_gpus()), on_wait=waiting) as (slot, slot_fd), \
+        with held_slot(slots_for(config.device, visible_gpus()), on_wait=waiting, holder=holder) as (slot, slot_fd), \
                 _inductor_cache(config) as env:
             env[records.LOCK_WAIT_ENV] = f"{time.perf_counter() - start:.3f}"
             if config.run.threads != AUTO and config.run.start == "fresh":

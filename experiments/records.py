@@ -127,7 +127,7 @@ def git_state(folder: Path) -> tuple[str | None, bool | None]:
 
 
 def now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def config_hash(config: JobConfig) -> str:

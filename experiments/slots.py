@@ -3,8 +3,12 @@
 Each job holds an exclusive lock on a device slot while it runs: one slot per visible GPU, or a
 single CPU slot. With the sequential launcher a slot is always free; with parallel launchers
 (joblib, submitit_local) jobs spread over the GPUs and wait when all are taken, so profiling
-jobs never share a device. Locks are flock()s on files in the machine's temp folder: the OS
-drops them when a process dies.
+jobs never share a device. Locks are flock()s on files in one machine-wide folder that no
+per-user or per-process temp variable moves (TMPDIR, systemd's PrivateTmp): /dev/shm, else
+/run/lock, else /tmp, shared by every user (the folder is world-writable and sticky, the lock
+files readable and writable by all); PROFSWEEP_LOCK_DIR names another for those who want
+separate locks. The OS drops a lock when its process dies. The holder writes its pid and sweep
+folder into the file, so a sweep that waits says who it waits for.
 """
 
 from __future__ import annotations
@@ -20,10 +24,53 @@ from typing import Callable, Iterator
 from experiments.records import gpu_inventory
 
 CPU_SLOT = "cpu"
+LOCK_DIR_ENV = "PROFSWEEP_LOCK_DIR"
+LOCK_BASES = ("/dev/shm", "/run/lock", "/tmp")  # machine-wide, whatever TMPDIR says
+TELL_EVERY_S = 30.0
 
 
 def lock_folder() -> Path:
+    chosen = os.environ.get(LOCK_DIR_ENV)
+    if chosen:
+        return Path(chosen)
+    for base in LOCK_BASES:
+        if os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK):
+            return Path(base) / "profsweep-device-locks"
     return Path(tempfile.gettempdir()) / "profsweep-device-locks"
+
+
+def _shared_folder(folder: Path) -> None:
+    """Create the lock folder for every user of the machine (sticky and world-writable, as /tmp)."""
+    if folder.is_dir():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        os.chmod(folder, 0o1777)
+    except OSError:  # another user's folder, or a file system without modes: use it as it is
+        pass
+
+
+def _open_lock(path: Path) -> tuple[int, bool]:
+    """(fd, writable) of a slot's lock file, created readable and writable by every user; another
+    user's file we may not write is opened read-only (flock needs no more)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:
+        return os.open(path, os.O_RDONLY), False
+    try:
+        if os.fstat(fd).st_uid == os.getuid():
+            os.fchmod(fd, 0o666)
+    except OSError:
+        pass
+    return fd, True
+
+
+def holder_of(folder: Path, slot: str) -> str:
+    """What the slot's lock file says of its holder (`pid 123, sweep outputs/...`), or ''."""
+    try:
+        return (folder / f"{slot}.lock").read_text(encoding="utf-8", errors="replace").strip()[:300]
+    except OSError:
+        return ""
 
 
 def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
@@ -60,30 +107,41 @@ def device_slot(slots: list[str], folder: Path | None = None, poll_s: float = 0.
 @contextlib.contextmanager
 def held_slot(slots: list[str], folder: Path | None = None, poll_s: float = 0.2,
               timeout_s: float | None = None,
-              on_wait: Callable[[list[str]], None] | None = None) -> Iterator[tuple[str, int]]:
+              on_wait: Callable[[list[str], list[str], float], None] | None = None,
+              holder: str = "") -> Iterator[tuple[str, int]]:
     """As device_slot, yielding (name, fd of the locked file). A job process that inherits the
     fd holds the slot too: the lock is released only once every holder has closed it or died.
-    `on_wait(slots)` is called once when every slot is taken."""
+    `holder` (who this is: `pid N, sweep FOLDER`) is written into the file once it is held.
+    `on_wait(slots, their holders, seconds waited)` is called when every slot is taken, and
+    again every 30 s while they stay taken."""
     folder = folder or lock_folder()
-    folder.mkdir(parents=True, exist_ok=True)
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    told = False
+    _shared_folder(folder)
+    start = time.monotonic()
+    deadline = None if timeout_s is None else start + timeout_s
+    next_tell = start
     while True:
         for slot in slots:
-            handle = open(folder / f"{slot}.lock", "a+")
+            fd, writable = _open_lock(folder / f"{slot}.lock")
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                handle.close()
+                os.close(fd)
                 continue
+            if writable and holder:
+                try:
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, f"{holder}\n".encode(), 0)
+                except OSError:
+                    pass
             try:
-                yield slot, handle.fileno()
+                yield slot, fd
             finally:
-                handle.close()  # not LOCK_UN: that would free the slot of a job still holding it
+                os.close(fd)  # not LOCK_UN: that would free the slot of a job still holding it
             return
-        if on_wait is not None and not told:
-            on_wait(slots)
-            told = True
-        if deadline is not None and time.monotonic() > deadline:
+        now = time.monotonic()
+        if on_wait is not None and now >= next_tell:
+            on_wait(slots, [holder_of(folder, s) for s in slots], now - start)
+            next_tell = now + TELL_EVERY_S
+        if deadline is not None and now > deadline:
             raise TimeoutError(f"no free device among {', '.join(slots)} after {timeout_s} s")
         time.sleep(poll_s)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 import time
 
@@ -92,3 +94,36 @@ def test_a_job_process_that_inherits_the_slot_holds_it_after_the_sweep_lets_go(t
         child.wait()
     with device_slot(["0"], tmp_path, timeout_s=5) as again:
         assert again == slot
+
+
+@pytest.mark.slow
+def test_two_sweeps_with_different_temp_folders_never_profile_at_once(tmp_path):
+    """The lock folder is machine-wide: TMPDIR (per-user temp folders, PrivateTmp) does not move it,
+    and the sweep that waits says who holds the device."""
+    import datetime
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, job_dirs, read_metrics
+
+    sweeps = []
+    for name in ("a", "b"):
+        (tmp_path / f"tmp_{name}").mkdir()
+        env = {**os.environ, "TMPDIR": str(tmp_path / f"tmp_{name}")}
+        env.pop("PROFSWEEP_LOCK_DIR", None)
+        sweeps.append(subprocess.Popen(
+            [sys.executable, "experiments/run.py", "-m", "size=8,16,24", "device=cpu", "run.repeats=1",
+             f"hydra.sweep.dir={tmp_path / name}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL))
+    outputs = [p.communicate(timeout=300)[0] for p in sweeps]
+    assert [p.returncode for p in sweeps] == [0, 0], outputs
+
+    def windows(name):
+        return [(datetime.datetime.fromisoformat(m["started_at"]), datetime.datetime.fromisoformat(m["finished_at"]))
+                for m in (read_metrics(d) for d in job_dirs(tmp_path / name))]
+
+    for a0, a1 in windows("a"):
+        for b0, b1 in windows("b"):
+            assert a1 <= b0 or b1 <= a0, "two jobs profiled on the CPU at the same time"
+    said = "\n".join(outputs)
+    assert re.search(r"waiting for the CPU \(one job per device\), held by pid \d+, sweep \S+", said), said
