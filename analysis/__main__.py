@@ -87,6 +87,21 @@ def _point(pair: dict[str, Any], columns: list[str]) -> str:
     return " ".join(words)
 
 
+def live(folder: Path, strict: bool) -> bool:
+    """Say when a sweep is still writing `folder`; True when that refuses the command (--strict)."""
+    from profsweep.contract import live_sweep
+
+    pid = live_sweep(folder)
+    if pid is None:
+        return False
+    who = f"a sweep that is still running (pid {pid})" if pid > 0 else "a sweep that is still running"
+    if strict:
+        print(f"error: {folder} is being written by {who}: wait for it to end (--strict)", file=sys.stderr)
+        return True
+    print(f"warning: {folder} is being written by {who}: this reads the jobs finished so far", file=sys.stderr)
+    return False
+
+
 def compare_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m analysis compare",
@@ -99,11 +114,14 @@ def compare_main(argv: list[str]) -> int:
                         help="a key not to pair by, e.g. compile (eager vs compiled) or device")
     parser.add_argument("--fail-if-slower", type=float, metavar="R",
                         help="exit 1 when a pair is judged slower by more than R (e.g. 1.10: 10%%)")
+    parser.add_argument("--strict", action="store_true", help="refuse a folder a sweep is still writing")
     parser.add_argument("--fdr", type=float, default=0.05, metavar="Q",
                         help="the false discovery rate controlled across the pairs (Benjamini-Hochberg; default 0.05)")
     args = parser.parse_args(argv)
     from analysis.compare import CompareError, compare_sides, compare_traces, load_side, write_compare
 
+    if any([live(folder, args.strict) for folder in (args.base, args.new) if folder.is_dir()]):
+        return 2
     try:
         if args.base.is_file() and args.new.is_file():
             diff = compare_traces(args.base, args.new)
@@ -181,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv[1:])
         from analysis.serve import serve
 
+        if args.folder.is_dir():
+            live(args.folder, strict=False)
         return serve(args.folder, args.port, browser=not args.no_browser)
 
     parser = argparse.ArgumentParser(
@@ -192,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folder", type=Path, help="a sweep folder (outputs/multirun/...) or a single run's folder")
     parser.add_argument("--out", type=Path, help="write the tables, plots and report here instead of into FOLDER "
                         "(a folder you cannot write to, or a second analysis beside the first)")
+    parser.add_argument("--strict", action="store_true", help="refuse a folder a sweep is still writing")
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
         print(f"error: {args.folder}: no such folder", file=sys.stderr)
@@ -202,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     if not job_folders(args.folder):
         print(f"error: {args.folder}: not a sweep or a run: no job folder with a {METRICS_FILE} in it "
               "(give outputs/multirun/<date>/<time> or one job's folder)", file=sys.stderr)
+        return 2
+    if live(args.folder, args.strict):
         return 2
     try:
         problems = analyse_folder(args.folder, out=args.out)

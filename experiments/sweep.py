@@ -25,6 +25,7 @@ from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryV
 
 from experiments import records
 from experiments import seam
+from profsweep.contract import SWEEP_LOCK_FILE
 from experiments.config import SWEEP_ONLY, ConfigError, JobConfig, config_from_dict
 from experiments.launch import Interrupted, Progress, warm_start
 from hydra_plugins.profsweep_grid import grid
@@ -402,7 +403,7 @@ def _start(folder: Path, key: str, expect: list[str]) -> None:
         records.write_json(folder / EXPECT_FILE, {"expect": expect})
 
 
-LOCK_FILE = ".profsweep.lock"
+LOCK_FILE = SWEEP_LOCK_FILE
 _claimed: list[Any] = []  # the open lock files of this process's sweep folders
 
 

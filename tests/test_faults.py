@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -194,3 +195,33 @@ def test_a_workload_that_exits_or_crashes_leaves_its_reason_and_its_last_words(s
         assert "misbehaving.py" in m["stderr_tail"] and "crashes" in m["stderr_tail"]
     else:
         assert m["exit_code"] == 1 and "about to leave" in (job / "job.log").read_text()
+
+
+def test_every_command_that_reads_a_live_sweep_says_so(sweep_dir, slow_workload):
+    args = [sys.executable, "experiments/run.py", "-m", "workload=custom", "workload._target_=slowbench:make",
+            "workload.seconds=0,600", "size=8", "device=cpu", "run.repeats=1", f"hydra.sweep.dir={sweep_dir}"]
+    sweep = subprocess.Popen(args, cwd=ROOT, env={**os.environ, **slow_workload}, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    try:
+        for line in sweep.stdout:
+            if line.startswith("[2/2]") and " ... " in line:  # the first job is done, the second sleeps
+                break
+
+        def analysis(*more: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "analysis", *more], cwd=ROOT, capture_output=True,
+                                  text=True, timeout=120)
+
+        warned = analysis(str(sweep_dir), "--out", str(sweep_dir.parent / "now"))
+        assert f"warning: {sweep_dir} is being written by a sweep that is still running (pid {sweep.pid})" \
+            in warned.stderr, warned.stderr
+        assert (sweep_dir.parent / "now" / "summary.csv").is_file()
+        refused = analysis(str(sweep_dir), "--strict")
+        assert refused.returncode == 2 and "(--strict)" in refused.stderr
+        compared = analysis("compare", str(sweep_dir), str(sweep_dir), "--out", str(sweep_dir.parent / "cmp"))
+        assert compared.stderr.count("is being written by a sweep that is still running") == 2
+    finally:
+        sweep.kill()
+        sweep.wait()
+    quiet = subprocess.run([sys.executable, "-m", "analysis", str(sweep_dir), "--strict"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert "still running" not in quiet.stderr and quiet.returncode in (0, 1)
