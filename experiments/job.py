@@ -144,6 +144,10 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
             out["first_call_ms"] = (time.perf_counter() - start) * 1e3
             if config.compile:
                 out.update(_compile_counters())
+                if not config.warmup and out.get("inductor_cache_hits"):
+                    # run=fast (or compile_cache=shared): an earlier job compiled this graph
+                    out["not_cold"] = ("the compiled graph came from Inductor's cache, not a cold compilation "
+                                       "(run.isolation=none or run.compile_cache=shared)")
 
         p = config.profiler
         # As in the article, no call is added to time the first one: cold, it is the profiler's

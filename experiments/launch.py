@@ -160,7 +160,8 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
     seconds = time.perf_counter() - start
     Progress.durations.append(seconds)
     if record["status"] == "ok":
-        print(f"{tag} ok {seconds:.1f} s", flush=True)
+        print(f"{tag} ok {seconds:.1f} s" + (f" (not cold: {record['not_cold']})" if record.get("not_cold") else ""),
+              flush=True)
     else:
         print(f"{tag} failed: {record['error']} ({seconds:.1f} s)", flush=True)
     return record
@@ -234,6 +235,7 @@ def _run_in_child(config: JobConfig, job_dir: Path, env: dict[str, str], slot_fd
         timed_out = False
     except subprocess.TimeoutExpired:  # the job has been killed
         returncode, timed_out = -signal.SIGKILL, True
+    cap_log(log_path)
     record = _read_record(job_dir)
     if timed_out and _finished(config, job_dir) is not None:
         return record  # it had written its ok record: the kill ended only what it left running
@@ -347,7 +349,36 @@ def _describe_exit(code: int) -> str:
 
 def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+LOG_KEEP_BYTES = 1 << 20  # a job's log keeps its first and last MiB
+
+
+def cap_log(path: Path, keep: int = LOG_KEEP_BYTES) -> int:
+    """Cut the middle out of a job's log longer than 2 * keep bytes (a chatty workload wrote 52 MB
+    in one job), saying so in the log; returns the bytes cut."""
+    try:
+        size = path.stat().st_size
+        if size <= 2 * keep + 4096:  # (the slack: a log cut once, note included, stays as it is)
+            return 0
+        with open(path, "rb") as f:
+            head = f.read(keep)
+            f.seek(size - keep)
+            tail = f.read(keep)
+        cut = size - 2 * keep
+        note = (f"\n[... {cut:,} bytes of this log cut by profsweep: a job's log keeps its first and last "
+                f"{keep / 2**20:g} MiB ...]\n").encode()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(head + note + tail)
+        os.replace(tmp, path)
+        return cut
+    except OSError:  # a log it cannot cut stays as it is
+        return 0

@@ -225,3 +225,11 @@ def test_every_command_that_reads_a_live_sweep_says_so(sweep_dir, slow_workload)
     quiet = subprocess.run([sys.executable, "-m", "analysis", str(sweep_dir), "--strict"], cwd=ROOT,
                            capture_output=True, text=True, timeout=120)
     assert "still running" not in quiet.stderr and quiet.returncode in (0, 1)
+
+
+def test_a_compiled_cold_job_that_hit_a_shared_cache_is_not_called_cold(sweep_dir):
+    done = run_cli("-m", "run=fast", "compile=true", "size=16,16", "device=cpu", f"hydra.sweep.dir={sweep_dir}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    second = read_metrics(job_dirs(sweep_dir)[1])  # the first compiled this very graph in this process
+    assert second["inductor_cache_hits"] >= 1 and "Inductor's cache" in second["not_cold"]
+    assert "(not cold: the compiled graph came from Inductor's cache" in done.stdout

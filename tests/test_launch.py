@@ -41,3 +41,17 @@ def test_a_stale_metrics_file_never_passes_for_a_new_result(tmp_path, monkeypatc
     (job_dir / "metrics.json").write_text(json.dumps({"status": "ok"}))
     record = run_task(JobConfig(size=8, device="cpu"), job_dir, 1, 1)
     assert record["status"] == "failed" and "exit code 3" in record["error"]
+
+
+def test_a_long_job_log_keeps_its_first_and_last_part_and_says_what_was_cut(tmp_path):
+    from experiments.launch import _tail, cap_log
+
+    log = tmp_path / "job.log"
+    log.write_bytes(b"first line\n" + b"chatter\n" * 100_000 + b"last words\n")
+    size = log.stat().st_size
+    assert cap_log(log, keep=10_000) == size - 20_000
+    text = log.read_text()
+    assert text.startswith("first line\n") and text.endswith("last words\n")
+    assert f"[... {size - 20_000:,} bytes of this log cut by profsweep" in text
+    assert _tail(log, 1) == "last words"
+    assert cap_log(log, keep=10_000) == 0  # short enough now
