@@ -175,7 +175,29 @@ CHUNK_BYTES = 1 << 20
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")  # between two objects of the events array (usually)
 
 
+def _check_head(path: Path, size: int = 1 << 16) -> None:
+    """A file that does not start as JSON (an object or a list) is no trace: refused from its
+    first bytes, before a 2 GB file is read whole."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(2)
+        if magic == b"\x1f\x8b":
+            with gzip.open(path, "rb") as g:
+                head = g.read(size)
+        else:
+            with open(path, "rb") as f:
+                head = f.read(size)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise TraceError(f"{path}: cannot read it ({exc})") from None
+    start = head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1]
+    if start not in (b"{", b"["):
+        raise TraceError(f"{path}: not a Chrome trace (it does not start as JSON: {head[:16]!r})")
+
+
 def _read(path: Path) -> bytes:
+    _check_head(path)
     try:
         raw = path.read_bytes()
         return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw

@@ -395,3 +395,16 @@ def test_kernel_fingerprints_on_the_recorded_traces():
     assert sgemm["block"] == "x".join(str(v) for v in raw[0]["args"]["block"])
     triton = analyse_trace(FIXTURES / "cuda-traces" / "a100_triton_compiled.json.gz")["kernels"][0]
     assert (triton["occupancy_pct"], triton["registers_per_thread"], triton["block"]) == (0, 16, "128x1x1")
+
+
+def test_a_huge_file_that_is_no_trace_is_refused_from_its_first_bytes(tmp_path):
+    """A 2 GB sparse file (zeros): refused at once, without reading it whole."""
+    import resource
+
+    sparse = tmp_path / "big.json"
+    with open(sparse, "wb") as f:
+        f.truncate(2 << 30)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(TraceError, match="not a Chrome trace \\(it does not start as JSON"):
+        analyse_trace(sparse)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: far below 2 GB
