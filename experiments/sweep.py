@@ -23,7 +23,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
 from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue, OmegaConfBaseException
 
-from experiments import records
+from experiments import records, refusals
 from experiments import seam
 from profsweep.contract import SWEEP_LOCK_FILE
 from experiments.config import SWEEP_ONLY, ConfigError, JobConfig, config_from_dict
@@ -270,7 +270,8 @@ def _compose(compose: Any, master: DictConfig, job: list[str]) -> DictConfig:
         refuse(str(missing_value(exc)))
     except HydraException as exc:
         cause = f"\n{exc.__cause__}" if exc.__cause__ else ""  # Hydra's names the key
-        refuse(f"{exc} (in the job {' '.join(job)}){cause}")
+        said = refusals.in_our_words(f"{exc}{cause}").removeprefix("error: ")
+        refuse(f"{said.strip()} (in the job {' '.join(job)})")
 
 
 def _set(composed: DictConfig, axis: Axis, k: int, job: list[str]) -> None:
@@ -279,7 +280,8 @@ def _set(composed: DictConfig, axis: Axis, k: int, job: list[str]) -> None:
     try:
         OmegaConf.update(composed, axis.key, axis.values[k], merge=True)
     except OmegaConfBaseException as exc:
-        refuse(f"Error merging override {axis.strings[k]} (in the job {' '.join(_with(job, axis, k))})\n{exc}")
+        said = refusals.in_our_words(f"Error merging override {axis.strings[k]}\n{exc}").removeprefix("error: ")
+        refuse(f"{said.strip()} (in the job {' '.join(_with(job, axis, k))})")
     if k:
         _job_config(composed, _with(job, axis, k))
 
@@ -441,6 +443,7 @@ class SweepCallback(Callback):
             refuse(str(exc))
         expect = check_expectations(config)
         _start(Path(str(config.hydra.run.dir)), "hydra.run.dir", expect)
+        refusals.release()  # the input is accepted: stderr passes from now on
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.global_hydra import GlobalHydra
@@ -473,6 +476,7 @@ class SweepCallback(Callback):
                     else f" ({len(jobs)} grid points × {grid.AUTO_ROUNDS} rounds, then more where the interval "
                          f"is wider than ±{config.run.precision * 100:g}%, up to {config.run.max_repeats})")
             print(f"sweep of {total} jobs{each} -> {sweep_dir}", flush=True)
+        refusals.release()  # the input is accepted: stderr passes from now on
         Progress.reset()
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:

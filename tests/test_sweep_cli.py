@@ -97,11 +97,15 @@ def test_failed_jobs_are_recorded_and_the_sweep_goes_on(sweep_dir):
 BAD_INPUTS = {
     # key: (single-run override, sweep whose first job is good, what the message must name)
     "size<0": ("size=-1", "size=16,-1", ["size=-1", "> 0"]),
-    "size str": ("size=abc", "size=16,abc", ["size=abc", "Integer", "full_key: size"]),
+    "size str": ("size=abc", "size=16,abc", ["size=abc is not allowed", "Integer", "(key size)"]),
+    "size float": ("size=1.5", "size=16,1.5", ["size=1.5 is not allowed", "Integer", "(key size)"]),
+    "size empty": ("size=", "size=", ["size= is not allowed", "Integer"]),
     "dtype": ("dtype=int3", "dtype=bf16,int3", ["dtype='int3'", "bf16, fp16, fp32"]),
-    "compile": ("compile=maybe", "compile=false,maybe", ["compile=maybe", "not a valid bool"]),
+    "compile": ("compile=maybe", "compile=false,maybe", ["compile=maybe is not allowed", "not a valid bool"]),
     "workload": ("workload=nope", "workload=matmul_add,nope",
-                 ["workload/nope", "bmm", "linear", "matmul_add", "mlp"]),
+                 ["workload=nope is not allowed: choose one of", "bmm", "linear", "matmul_add", "mlp"]),
+    "typo": ("sise=3", "sise=3", ["sise=3 is not allowed: sise is not a key of this configuration", "+sise=3"]),
+    "non-ascii": ("dtype=ñ", "dtype=ñ", ["dtype=ñ is not allowed: it is not a valid override", "quote"]),
     "backend": ("compile=true compiler.backend=nope", "compile=true compiler.backend=inductor,nope",
                 ["compiler.backend='nope' is not allowed", "aot_eager", "inductor"]),
 }
@@ -116,7 +120,8 @@ def test_bad_input_is_refused_before_any_job(tmp_path, case, multirun):
         done = run_cli("-m", *sweep.split(), f"hydra.sweep.dir={out}")
     else:
         done = run_cli(*single.split(), f"hydra.run.dir={out}")
-    assert done.returncode != 0
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith("error: ") and "HYDRA_FULL_ERROR" not in done.stderr + done.stdout
     for needle in needles:
         assert needle in done.stderr, (needle, done.stderr)
     assert not list(tmp_path.rglob("metrics.json"))

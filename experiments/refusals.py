@@ -1,0 +1,113 @@
+"""Every refusal in one form: `error: KEY=VALUE is not allowed: WHY`, exit 2, nothing written.
+
+Hydra refuses some input itself, before any of profsweep's checks run (an override it cannot
+parse or merge, an unknown option of a config group, a key the configuration does not have): it
+prints its own text with a hint about HYDRA_FULL_ERROR and exits 1. The entry point holds the
+process's stderr until the sweep has started (`hold()` ... `release()`), and when Hydra refuses in
+that time, rewrites its text into profsweep's form and exits 2. With HYDRA_FULL_ERROR=1 Hydra's
+own text and traceback are left as they are.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+from typing import Any
+
+EXIT_BAD_INPUT = 2
+_FULL_ERROR_HINT = re.compile(r"\n?Set the environment variable HYDRA_FULL_ERROR=1[^\n]*\n?")
+
+
+class _Held(io.TextIOBase):
+    """stderr, held back until released: then everything held is written and the rest passes."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.held: list[str] | None = []
+
+    def write(self, text: str) -> int:
+        if self.held is None:
+            return self.stream.write(text)
+        self.held.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.held is None:
+            self.stream.flush()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.stream, "encoding", "utf-8")
+
+    def release(self) -> str:
+        text = "".join(self.held or [])
+        self.held = None
+        return text
+
+
+_HELD: list[_Held] = []
+
+
+def hold() -> None:
+    """Hold this process's stderr (the entry point, before Hydra starts)."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1" or _HELD:
+        return
+    held = _Held(sys.stderr)
+    _HELD.append(held)
+    sys.stderr = held  # type: ignore[assignment]
+
+
+def holding() -> bool:
+    return bool(_HELD)
+
+
+def release(rephrase: bool = False) -> None:
+    """Write what was held (rewritten into profsweep's form when `rephrase`: Hydra refused) and let
+    stderr pass from now on."""
+    if not _HELD:
+        return
+    held = _HELD.pop()
+    text = held.release()
+    sys.stderr = held.stream
+    if rephrase and text.strip():
+        text = in_our_words(text)
+    if text:
+        held.stream.write(text)
+        held.stream.flush()
+
+
+def in_our_words(text: str) -> str:
+    """Hydra's refusal text as `error: KEY=VALUE is not allowed: WHY` (or `error: ...` with its
+    own first line where no rule knows it), without the HYDRA_FULL_ERROR hint."""
+    text = _FULL_ERROR_HINT.sub("\n", text).split("\nConfig search path:")[0].strip()
+    if text.startswith("error: "):  # already ours
+        return text + "\n"
+    merge = re.search(r"Error merging override (\S+?)(?: \(in the job [^)]*\))?\n(.+?)\n\s+full_key: (\S+)", text)
+    if merge:
+        return f"error: {merge.group(1)} is not allowed: {merge.group(2).strip()} (key {merge.group(3)})\n"
+    missing = re.search(r"Could not find '([^'/]+)/([^']+)'", text)
+    if missing:
+        group, value = missing.groups()
+        options = re.findall(r"^\t(\S+)$", text.split(f"Available options in '{group}':", 1)[-1], re.MULTILINE)
+        choices = f"choose one of {', '.join(options)}" if options else f"no such option of {group}"
+        return f"error: {group}={value} is not allowed: {choices}\n"
+    unknown = re.search(r"Could not override '([^']+)'\.\nTo append to your config use \+(\S+)", text)
+    if unknown:
+        key, override = unknown.groups()
+        return (f"error: {override} is not allowed: {key} is not a key of this configuration (check its "
+                f"spelling; +{override} would add a new key)\n")
+    lexer = re.search(r"(?:LexerNoViableAltException|Error parsing override)[:']? ?'?([^\n']*)'?", text)
+    if lexer:
+        return (f"error: {lexer.group(1).strip()} is not allowed: it is not a valid override (quote a value with "
+                "spaces or characters outside ASCII, e.g. 'key=\"value\"'; "
+                "https://hydra.cc/docs/advanced/override_grammar/basic)\n")
+    first, _, rest = text.partition("\n")
+    return f"error: {first.strip()}" + (("\n" + rest.rstrip()) if rest.strip() else "") + "\n"
