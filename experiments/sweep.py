@@ -40,15 +40,19 @@ EXIT_INTERRUPTED = 130
 
 def job_config(cfg: DictConfig) -> JobConfig:
     """The typed, validated job configuration of a composed Hydra config."""
+    return config_from_dict(plain_config(cfg))
+
+
+def plain_config(cfg: DictConfig) -> dict[str, Any]:
+    """A composed Hydra config as plain data, resolved, without `hydra`."""
     try:
-        plain = {
+        return {
             str(key): OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
             for key in cfg
             if key != "hydra"
         }
     except (MissingMandatoryValue, InterpolationToMissingValueError) as exc:
         raise missing_value(exc) from None
-    return config_from_dict(plain)
 
 
 def missing_value(exc: Exception) -> ConfigError:
@@ -240,9 +244,10 @@ def preflight(master: DictConfig, axes: list[Axis], compose: Any) -> list[Planne
             job[i] = axes[i].strings[k]
         composed = base if not any(combination) else _compose(compose, master, job)
         with read_write(composed):
-            for i in alone:  # each value once
+            plain = plain_config(composed) if alone else None
+            for i in alone:  # each value once, typed by the schema, checked into the plain config
                 for k in _distinct(axes[i].values):
-                    _set(composed, axes[i], k, job)
+                    _set(composed, axes[i], k, job, plain)
                 _set(composed, axes[i], 0, job)
             for picks in itertools.product(*(_distinct(axes[i].values) for i in together)):
                 for i, k in zip(together, picks):
@@ -274,16 +279,36 @@ def _compose(compose: Any, master: DictConfig, job: list[str]) -> DictConfig:
         refuse(f"{said.strip()} (in the job {' '.join(job)})")
 
 
-def _set(composed: DictConfig, axis: Axis, k: int, job: list[str]) -> None:
+def _set(composed: DictConfig, axis: Axis, k: int, job: list[str], plain: dict[str, Any] | None = None) -> None:
     """Set the k-th value of a swept key into a composed job as Hydra's composition sets an
-    override (OmegaConf.update, typed by the schema), then check the job."""
+    override (OmegaConf.update, typed by the schema), then check the job. With `plain` (the
+    composed job as plain data, for a key nothing else interpolates), only the new value is put
+    into a copy of it: a 100,000-value axis is checked in seconds, not by converting the whole
+    config 100,000 times."""
     try:
         OmegaConf.update(composed, axis.key, axis.values[k], merge=True)
     except OmegaConfBaseException as exc:
         said = refusals.in_our_words(f"Error merging override {axis.strings[k]}\n{exc}").removeprefix("error: ")
         refuse(f"{said.strip()} (in the job {' '.join(_with(job, axis, k))})")
-    if k:
+    if not k:
+        return
+    if plain is None:
         _job_config(composed, _with(job, axis, k))
+        return
+    data = dict(plain)
+    node, *path = axis.key.split(".")
+    if path:
+        outer = data
+        for part in [node, *path[:-1]]:
+            outer[part] = dict(outer.get(part) or {})
+            outer = outer[part]
+        outer[path[-1]] = OmegaConf.select(composed, axis.key)
+    else:
+        data[node] = OmegaConf.select(composed, axis.key)
+    try:
+        config_from_dict(data)
+    except ConfigError as exc:
+        refuse(f"{exc} (in the job {' '.join(_with(job, axis, k))})")
 
 
 def _picked(job: list[str], axes: list[Axis], at: list[int], picks: Any) -> list[str]:
