@@ -196,75 +196,104 @@ def _check_head(path: Path, size: int = 1 << 16) -> None:
         raise TraceError(f"{path}: not a Chrome trace (it does not start as JSON: {head[:16]!r})")
 
 
-def _read(path: Path) -> bytes:
-    _check_head(path)
-    try:
-        raw = path.read_bytes()
-        return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise TraceError(f"{path}: cannot read it ({exc})") from None
-
-
 class _EventBatches:
-    """Iterate over the events of a Chrome trace a megabyte at a time; `meta` (everything but
-    the events) is set once the iteration ends.
+    """Iterate over the events of a Chrome trace a megabyte at a time, reading the file (or its
+    gzip stream) as it goes; `meta` (everything but the events) is set once the iteration ends.
 
-    Parsing the events array piece by piece keeps memory near the size of the file instead of
-    the several times more that one json.loads of the whole document takes.
+    Parsing the events array piece by piece, from a buffer of a few megabytes, keeps memory near
+    the size of the largest batch instead of the whole file (or the several times more that one
+    json.loads of the whole document takes).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.raw = _read(path)
         self.meta: dict[str, Any] = {}
-        key = self.raw.find(b'"traceEvents"')
-        if key >= 0:
-            self.start = self.raw.find(b"[", key)
-            between = self.raw[key + len(b'"traceEvents"'):self.start] if self.start > 0 else b"?"
-            if self.start < 0 or between.strip() != b":":
-                raise TraceError(f"{path}: not a Chrome trace (traceEvents is not a list)")
-        elif self.raw.lstrip()[:1] == b"[":
-            self.start = self.raw.find(b"[")  # a bare list of events
-        else:
-            raise TraceError(f"{path}: not a Chrome trace (no traceEvents list)")
+        _check_head(path)
+        try:
+            with open(path, "rb") as f:
+                gzipped = f.read(2) == b"\x1f\x8b"
+            self._file = gzip.open(path, "rb") if gzipped else open(path, "rb")
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read it ({exc})") from None
+        self._eof = False
+        buf = self._fill(b"")
+        while True:
+            stripped = buf.lstrip(b" \t\r\n\xef\xbb\xbf")
+            if stripped[:1] == b"[":  # a bare list of events
+                start = buf.find(b"[")
+                break
+            key = buf.find(b'"traceEvents"')
+            start = buf.find(b"[", key) if key >= 0 else -1
+            if key >= 0 and start > 0:
+                if buf[key + len(b'"traceEvents"'):start].strip() != b":":
+                    self._close()
+                    raise TraceError(f"{path}: not a Chrome trace (traceEvents is not a list)")
+                break
+            if self._eof:
+                self._close()
+                raise TraceError(f"{path}: not a Chrome trace (no traceEvents list)")
+            buf = self._fill(buf)
+        self.head = buf[:start]  # the document before the events array (deviceProperties, ...)
+        self._buf = buf[start + 1:]
+
+    def _fill(self, buf: bytes) -> bytes:
+        """`buf` and the next piece of the file (sets _eof at its end)."""
+        try:
+            more = self._file.read(4 * CHUNK_BYTES)
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            self._close()
+            raise TraceError(f"{self.path}: cannot read it ({exc})") from None
+        if not more:
+            self._eof = True
+            self._close()
+        return buf + more
+
+    def _close(self) -> None:
+        try:
+            self._file.close()
+        except OSError:
+            pass
 
     def _fail(self, exc: Exception) -> TraceError:
         return TraceError(f"{self.path}: not a complete JSON trace ({exc})")
 
     def __iter__(self) -> Iterator[list[dict[str, Any]]]:
-        raw, pos = self.raw, self.start + 1
+        buf, self._buf = self._buf, b""  # from the first event on
         while True:
-            m = _BOUNDARY.search(raw, pos + CHUNK_BYTES)
-            batch = None
-            while m is not None and batch is None:
+            while len(buf) < 2 * CHUNK_BYTES and not self._eof:
+                buf = self._fill(buf)
+            batch, frm = None, CHUNK_BYTES
+            while batch is None:
+                m = _BOUNDARY.search(buf, min(frm, len(buf)))
+                if m is None:
+                    if self._eof:
+                        break
+                    buf = self._fill(buf)
+                    continue
                 try:
-                    batch = _loads(b"[" + raw[pos:m.start() + 1] + b"]")
+                    batch = _loads(b"[" + buf[:m.start() + 1] + b"]")
                 except ValueError:  # the boundary was inside a string or a nested value
-                    m = _BOUNDARY.search(raw, m.end())
-            if batch is None:
+                    frm = m.end()
+            if batch is None or m is None:
                 break
             yield batch
-            pos = m.end() - 1
+            buf = buf[m.end() - 1:]
         # The tail: the last events, the array's closing bracket, and the rest of the document.
-        k = len(raw)
+        k = len(buf)
         error: Exception = ValueError("no closing bracket")
         while True:
-            k = raw.rfind(b"]", pos, k)
+            k = buf.rfind(b"]", 0, k)
             if k < 0:
-                self.raw = b""
                 raise self._fail(error)
             try:
-                batch = _loads(b"[" + raw[pos:k] + b"]")
-                meta = _loads(raw[:self.start] + b"[]" + raw[k + 1:])
+                batch = _loads(b"[" + buf[:k] + b"]")
+                meta = _loads(self.head + b"[]" + buf[k + 1:])
             except ValueError as exc:
                 error = exc
                 continue
             break
         self.meta = meta if isinstance(meta, dict) else {}
         self.meta.pop("traceEvents", None)
-        self.raw = b""
         yield batch
 
 

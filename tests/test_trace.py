@@ -408,3 +408,21 @@ def test_a_huge_file_that_is_no_trace_is_refused_from_its_first_bytes(tmp_path):
     with pytest.raises(TraceError, match="not a Chrome trace \\(it does not start as JSON"):
         analyse_trace(sparse)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: far below 2 GB
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_the_trace_is_streamed_in_pieces_that_split_anywhere(tmp_path, monkeypatch, gzipped):
+    """With tiny pieces, every way a piece can end (inside a string holding '},{', inside a
+    nested value, at the array's end) still gives exactly what json.loads of the whole gives."""
+    import analysis.trace as trace_module
+    from analysis.trace import load_trace
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": f'aten::op{i} }},{{ " [x]', "pid": 1, "tid": 1, "ts": i,
+               "dur": 1, "args": {"nested": [{"a": i}, {"b": "},{"}]}} for i in range(300)]
+    doc = {"schemaVersion": 1, "deviceProperties": [{"name": "x"}], "traceEvents": events, "traceName": "t]"}
+    text = json.dumps(doc).encode()
+    path = tmp_path / ("t.json.gz" if gzipped else "t.json")
+    path.write_bytes(gzip.compress(text) if gzipped else text)
+    for chunk in (7, 64, 1000, 1 << 20):
+        monkeypatch.setattr(trace_module, "CHUNK_BYTES", chunk)
+        assert load_trace(path) == doc, chunk
