@@ -42,6 +42,7 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
             for p in folder.rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 @pytest.mark.parametrize("start", ["fork", "fresh"])
 def test_a_killed_sweep_leaves_no_job_running_and_a_second_sweep_is_refused_while_it_lives(tmp_path, start,
@@ -124,6 +125,7 @@ def _can_mount_tmpfs(folder: Path) -> bool:
     return done.returncode == 0
 
 
+@pytest.mark.slow
 def test_a_full_disk_fails_the_job_that_met_it_and_stops_the_sweep(tmp_path):
     """A real full disk: a 160 kB tmpfs in a private mount namespace holds one job's folder."""
     disk = tmp_path / "disk"
@@ -145,6 +147,7 @@ def test_a_full_disk_fails_the_job_that_met_it_and_stops_the_sweep(tmp_path):
     assert "Traceback" not in out + done.stderr
 
 
+@pytest.mark.slow
 def test_gzipped_traces_are_written_by_torch_and_read_by_the_analysis(tmp_path):
     out = tmp_path / "run"
     done = run_cli("size=8", "device=cpu", "profiler.gzip=true", f"hydra.run.dir={out}")
@@ -178,6 +181,7 @@ def _memory_cgroup(limit: int) -> Path | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start", ["fork", "fresh"])
 def test_a_job_killed_by_the_oom_killer_is_recorded_so(tmp_path, start):
     group = _memory_cgroup(400 * 2**20)
@@ -192,6 +196,7 @@ def test_a_job_killed_by_the_oom_killer_is_recorded_so(tmp_path, start):
     assert error.startswith("out of memory: the kernel's OOM killer killed the job"), error
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_during_the_analysis_fails_the_sweep_and_names_the_file(tmp_path):
     """All jobs fit in a 300 kB tmpfs, the plots do not: the sweep exits 1 and says which file."""
     disk = tmp_path / "disk"
