@@ -221,7 +221,7 @@ def _repeat_jobs(side: Side, point: dict[str, Any]) -> list[dict[str, Any]]:
 def _samples(side: Side, point: dict[str, Any], on: str) -> list[list[float]]:
     """Each repeat's samples: its steps' device time, its un-profiled steps, or its profiled
     steps' host duration."""
-    from analysis.points import timed_samples
+    from profsweep.contract import timed_samples
 
     out = []
     for job in _repeat_jobs(side, point):

@@ -12,6 +12,7 @@ import re
 from typing import Any, Iterable
 
 from profsweep import stats
+from profsweep.contract import TIMED, TIMED_SAMPLES, timed_samples
 
 # summary column -> (where each repeat's samples are, the key there): "steps" = the job's
 # per-step rows (steps.csv), "record" = a list in its metrics.json, "value" = one value a repeat.
@@ -28,8 +29,6 @@ DEVICE_PER_STEP = {"device_us_per_step": "device_us", "step_device_us_median": "
 RATIO = "work_host_ratio"
 PHASE_KINDS = ("host_us", "compute_us", "device_us")
 ONE_PER_REPEAT = ("first_call_ms", "dead_window_us", "warmup_ms", "profiler_overhead_ratio")
-TIMED = "timed_us_per_step"
-TIMED_SAMPLES = "timed_samples_us"
 # Summed or worst over the repeats, not a median: how much was measured and how busy it was.
 SUMMED = ("timed_steps", "timed_slow_steps", "trace_bytes", "lock_wait_s")
 WORST = ("other_cpus", "cpu_pressure", "loadavg_1m")
@@ -61,13 +60,8 @@ def group(jobs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
         key = row.get("config_hash")
         points.setdefault(str(key) if isinstance(key, str) and key else f"job:{row['job']}", []).append(row)
     for rows in points.values():
-        rows.sort(key=lambda r: (_number(r.get("repeat")) or 1, str(r["job"])))
+        rows.sort(key=lambda r: (stats.number(r.get("repeat")) or 1, str(r["job"])))
     return list(points.values())
-
-
-def _number(value: Any) -> float | None:
-    found = stats.clean([value])
-    return found[0] if found else None
 
 
 def samples(row: dict[str, Any], metric: str, steps: list[dict[str, Any]]) -> list[float]:
@@ -75,13 +69,13 @@ def samples(row: dict[str, Any], metric: str, steps: list[dict[str, Any]]) -> li
     if metric in PER_STEP:
         return stats.clean(s.get(PER_STEP[metric]) for s in steps)
     if metric in DEVICE_PER_STEP:
-        if row.get("self_device_total_us") is None or _number(row.get("self_device_total_us")) is None:
+        if row.get("self_device_total_us") is None or stats.number(row.get("self_device_total_us")) is None:
             return []
         return stats.clean(s.get(DEVICE_PER_STEP[metric]) for s in steps)
     if metric == RATIO:
-        device = _number(row.get("self_device_total_us")) is not None
+        device = stats.number(row.get("self_device_total_us")) is not None
         work, host = ("device_us", "self_cpu_us") if device else ("compute_us", "overhead_us")
-        pairs = [(_number(s.get(work)), _number(s.get(host))) for s in steps]
+        pairs = [(stats.number(s.get(work)), stats.number(s.get(host))) for s in steps]
         found = [w / h for w, h in pairs if w is not None and h]
         return found if found else stats.clean([row.get(RATIO)])
     if metric == TIMED:
@@ -90,12 +84,6 @@ def samples(row: dict[str, Any], metric: str, steps: list[dict[str, Any]]) -> li
     if phase:
         return stats.clean(s.get(f"{phase.group(1)}_{phase.group(2)}") for s in steps)
     return stats.clean([row.get(metric)])
-
-
-def timed_samples(row: dict[str, Any]) -> list[float]:
-    """A job's un-profiled steps (its median alone where its record keeps no list of them)."""
-    found = row.get(TIMED_SAMPLES)
-    return stats.clean(found if isinstance(found, list) else [row.get(TIMED)])
 
 
 def point_row(rows: list[dict[str, Any]], steps_of: dict[str, list[dict[str, Any]]],
@@ -149,7 +137,7 @@ def point_row(rows: list[dict[str, Any]], steps_of: dict[str, list[dict[str, Any
 def _main(point: dict[str, Any]) -> str:
     """The metric whose repeats say how noisy a point is: the un-profiled step where there is
     one, else the profiled step's duration."""
-    return TIMED if _number(point.get(TIMED)) is not None else "step_host_us_median"
+    return TIMED if stats.number(point.get(TIMED)) is not None else "step_host_us_median"
 
 
 # What the machine did to every repeat alike, which no interval over the repeats can show:
@@ -161,22 +149,22 @@ def noise_reasons(point: dict[str, Any], ok: list[dict[str, Any]],
                   steps_of: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
     """Why a point's numbers are not to be trusted, by kind ({} when nothing says so)."""
     reasons: dict[str, str] = {}
-    spread, apart = _number(point.get("spread")), _number(point.get("dispersion"))
+    spread, apart = stats.number(point.get("spread")), stats.number(point.get("dispersion"))
     if apart is not None and apart > NOISE_DISPERSION:
         reasons["spread"] = f"repeats disagree {spread or 0:.1f}x (processes {apart:.0%} apart)"
-    other = _number(point.get("other_cpus"))
-    cores = _number(point.get("cpu_count"))
-    threads = _number(point.get("torch_threads"))
+    other = stats.number(point.get("other_cpus"))
+    cores = stats.number(point.get("cpu_count"))
+    threads = stats.number(point.get("torch_threads"))
     free = max(0.0, cores - threads) if cores is not None and threads is not None else 0.0
     if other is not None and other > free + OTHER_CPUS:
         reasons["other processes"] = f"other processes used {other:.1f} CPUs while it measured"
-    pressure = _number(point.get("cpu_pressure"))
+    pressure = stats.number(point.get("cpu_pressure"))
     if pressure is not None and pressure > PRESSURE:
         reasons["cpu pressure"] = f"runnable tasks waited for a CPU {pressure:.0%} of the time"
     # The un-profiled steps, not the profiled ones: a cold job's first profiled steps are slow by
     # design, and three steps are too few to tell a wait from a warm-up.
-    slow = _number(point.get("timed_slow_steps")) or 0
-    timed = _number(point.get("timed_steps")) or 0
+    slow = stats.number(point.get("timed_slow_steps")) or 0
+    timed = stats.number(point.get("timed_steps")) or 0
     if slow >= 2 and slow >= stats.SLOW_SHARE * timed:
         reasons["time slices"] = (f"steps waited for a busy core in whole OS time slices ({slow:.0f} of "
                                   f"{timed:.0f} timed steps)")
@@ -228,17 +216,17 @@ def noise_lines(rows: list[dict[str, Any]]) -> list[str]:
         for kind, found in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
             reason, point = found[0]
             said.append(f"{reason} at {describe(point)}" if len(found) == 1 else f"{kind} ({len(found)} points)")
-        repeats = max(int(_number(r.get("repeats")) or 1) for r in measured)
+        repeats = max(int(stats.number(r.get("repeats")) or 1) for r in measured)
         lines.append(f"{len(noisy)} of {len(measured)} grid points noisy: {'; '.join(said)}; "
                      f"rerun with run.repeats={max(5, repeats + 2)} on a quiet machine")
-    single = [r for r in measured if (_number(r.get("repeats")) or 0) < 2]
+    single = [r for r in measured if (stats.number(r.get("repeats")) or 0) < 2]
     if single and len(single) == len(measured):
         lines.append("one process per grid point: intervals cover its steps only, not the variation between "
                      "processes (run.repeats=3 or more for that)")
     auto = [r for r in measured if r.get("repeats_planned") == "auto"]
-    unmet = [r for r in auto if (_number(r.get("interval_width")) or 0) > (_number(r.get("precision")) or 1)]
+    unmet = [r for r in auto if (stats.number(r.get("interval_width")) or 0) > (stats.number(r.get("precision")) or 1)]
     if unmet:
         lines.append(f"{len(unmet)} of {len(auto)} grid points did not reach run.precision="
-                     f"{_number(unmet[0].get('precision')):g} within run.max_repeats: "
+                     f"{stats.number(unmet[0].get('precision')):g} within run.max_repeats: "
                      + ", ".join(describe(r) for r in unmet[:4]) + (", ..." if len(unmet) > 4 else ""))
     return lines

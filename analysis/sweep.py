@@ -227,7 +227,7 @@ def _add_trace(tables: SweepTables, row: dict[str, Any], m: dict[str, Any]) -> N
     row["device_us_per_step"] = stats.median(values["device_us"]) if row.get("self_device_total_us") is not None else None
     row["compute_us_per_step"] = stats.median(values["compute_us"])
     row["overhead_us_per_step"] = stats.median(values["overhead_us"])
-    profiled, timed = row.get("step_host_us_median"), grid_points._number(row.get("timed_us_per_step"))
+    profiled, timed = row.get("step_host_us_median"), stats.number(row.get("timed_us_per_step"))
     row["profiler_overhead_ratio"] = profiled / timed if profiled and timed else None
     row["platform"] = m["platform"]
     row[grid_points.RATIO] = stats.median(grid_points.samples(row, grid_points.RATIO, [
@@ -253,7 +253,7 @@ def _add_trace(tables: SweepTables, row: dict[str, Any], m: dict[str, Any]) -> N
 def step_time(row: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
     """(value, low, high) of what one step takes: the un-profiled step where it was timed, else
     the profiled step (its host duration, or device time when that is longer)."""
-    number = grid_points._number
+    number = stats.number
     if number(row.get("timed_us_per_step")):
         key = "timed_us_per_step"
     elif (number(row.get("step_device_us_median")) or 0) > (number(row.get("step_host_us_median")) or 0):
@@ -303,8 +303,8 @@ def derive(row: dict[str, Any]) -> None:
 def straddles_one(row: dict[str, Any]) -> bool:
     """Whether the interval of a row's work / host ratio holds 1: host or work may be the larger
     (False without an interval)."""
-    low = grid_points._number(row.get(f"{grid_points.RATIO}_low"))
-    high = grid_points._number(row.get(f"{grid_points.RATIO}_high"))
+    low = stats.number(row.get(f"{grid_points.RATIO}_low"))
+    high = stats.number(row.get(f"{grid_points.RATIO}_high"))
     return low is not None and high is not None and low <= 1 <= high
 
 
@@ -387,7 +387,7 @@ def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _work_over_host(row: dict[str, Any], host_key: str, work_key: str) -> float | None:
     """The row's work / host within a step, or of its two medians where it has no such ratio."""
-    number = grid_points._number
+    number = stats.number
     ratio = number(row.get(grid_points.RATIO))
     if ratio is not None:
         return ratio
@@ -398,8 +398,8 @@ def _work_over_host(row: dict[str, Any], host_key: str, work_key: str) -> float 
 def _profiler_added(row: dict[str, Any]) -> float | None:
     """What the profiler added to one step: the profiled step's duration less the un-profiled
     one (never below zero); None without un-profiled timing."""
-    profiled = grid_points._number(row.get("step_host_us_median"))
-    timed = grid_points._number(row.get("timed_us_per_step"))
+    profiled = stats.number(row.get("step_host_us_median"))
+    timed = stats.number(row.get("timed_us_per_step"))
     return max(0.0, profiled - timed) if profiled is not None and timed is not None else None
 
 

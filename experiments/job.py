@@ -230,7 +230,7 @@ def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
     torch.utils.benchmark times them): `timed_us_per_step` (their median), `timed_samples_us`
     (the steps, or TIMED_SAMPLES_KEPT evenly spaced order statistics of them when there were
     more: the same median) and `timed_slow_steps` (steps that waited for a busy core)."""
-    from profsweep.stats import median, slow_steps
+    from profsweep.stats import median, quantiles, slow_steps
 
     samples: list[float] = []
     start = time.perf_counter()
@@ -245,16 +245,7 @@ def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
         if (n >= TIMED_MAX_STEPS or (n >= TIMED_MIN_STEPS and elapsed >= TIMED_MIN_S)
                 or (n >= TIMED_FLOOR and elapsed >= TIMED_MAX_S)):
             break
-    kept = samples
-    if len(samples) > TIMED_SAMPLES_KEPT:
-        ordered = sorted(samples)
-        last = len(ordered) - 1
-        kept = []
-        for i in range(TIMED_SAMPLES_KEPT):  # linear interpolation between order statistics, as numpy's quantile
-            at = i * last / (TIMED_SAMPLES_KEPT - 1)
-            low = int(at)
-            high = min(low + 1, last)
-            kept.append(ordered[low] + (ordered[high] - ordered[low]) * (at - low))
+    kept = samples if len(samples) <= TIMED_SAMPLES_KEPT else quantiles(samples, TIMED_SAMPLES_KEPT)
     return {"timed_us_per_step": median(samples), "timed_steps": len(samples),
             "timed_samples_us": [round(v, 3) for v in kept], "timed_slow_steps": slow_steps(samples)}
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from experiments import forkserver, records
+from experiments.machine import cgroup_dirs
 from experiments.records import disk_full
 from experiments.config import AUTO, JobConfig, config_to_dict
 from experiments.lifeline import PARENT_ENV
@@ -101,8 +102,8 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
     if Interrupted.seen:
         print(f"{tag} not started: {Interrupted.why()}", flush=True)
         return None
-    previous = _read_record(job_dir)
-    if previous and previous.get("status") == "ok" and previous.get("config_hash") == records.config_hash(config):
+    previous = _finished(config, job_dir)
+    if previous:
         print(f"{tag} skipped: already ok in {job_dir.name} (resume)", flush=True)
         Progress.resumed += 1
         return previous
@@ -293,23 +294,8 @@ def _run_here(config: JobConfig, job_dir: Path, env: dict[str, str]) -> dict[str
 def oom_kills(root: Path = Path("/sys/fs/cgroup"), cgroups: Path = Path("/proc/self/cgroup")) -> int | None:
     """How many processes the OOM killer has killed in this process's memory cgroup (cgroup v2
     memory.events, or v1 memory.oom_control), or None where the machine does not say."""
-    groups: dict[str, str] = {}
-    try:
-        for line in cgroups.read_text(encoding="ascii").splitlines():
-            _, controllers, path = line.split(":", 2)
-            groups[controllers] = path.lstrip("/")
-    except (OSError, ValueError):
-        pass
-    def tails(path: str) -> list[str]:
-        # In a container the cgroup mount shows only the tail of the path /proc says.
-        parts = [p for p in path.split("/") if p]
-        return ["/".join(parts[i:]) for i in range(len(parts) + 1)]
-
-    candidates = []
-    if "" in groups:
-        candidates += [root / tail / "memory.events" for tail in tails(groups[""])]
-    if "memory" in groups:
-        candidates += [root / "memory" / tail / "memory.oom_control" for tail in tails(groups["memory"])]
+    candidates = ([d / "memory.events" for d in cgroup_dirs("", root, cgroups)]
+                  + [d / "memory.oom_control" for d in cgroup_dirs("memory", root, cgroups)])
     for events in candidates:
         try:
             lines = events.read_text(encoding="ascii").splitlines()

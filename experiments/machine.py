@@ -62,19 +62,29 @@ def stalled_us(text: str | None = None) -> int | None:
     return None
 
 
-def _pressure_file(root: Path = Path("/sys/fs/cgroup"), cgroups: Path = Path("/proc/self/cgroup")) -> Path:
+def cgroup_dirs(controller: str = "", root: Path = Path("/sys/fs/cgroup"),
+                cgroups: Path = Path("/proc/self/cgroup")) -> list[Path]:
+    """The folders that may hold this process's cgroup files: cgroup v2's (`controller` "") or a
+    v1 controller's (`memory`, under root/memory), the path /proc says and each of its tails (in a
+    container the cgroup mount shows only a tail of it)."""
     try:
-        for line in cgroups.read_text(encoding="ascii").splitlines():
+        lines = cgroups.read_text(encoding="ascii").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
             _, controllers, path = line.split(":", 2)
-            if controllers == "":  # cgroup v2; in a container the mount shows only a tail of the path
-                parts = [p for p in path.split("/") if p]
-                for i in range(len(parts) + 1):
-                    found = root.joinpath(*parts[i:], "cpu.pressure")
-                    if found.is_file():
-                        return found
-    except (OSError, ValueError):
-        pass
-    return PRESSURE
+        except ValueError:
+            continue
+        if controllers == controller:
+            parts = [p for p in path.split("/") if p]
+            base = root / controller if controller else root
+            return [base.joinpath(*parts[i:]) for i in range(len(parts) + 1)]
+    return []
+
+
+def _pressure_file() -> Path:
+    return next((d / "cpu.pressure" for d in cgroup_dirs() if (d / "cpu.pressure").is_file()), PRESSURE)
 
 
 def read() -> Reading:

@@ -7,6 +7,16 @@ import os
 from pathlib import Path
 
 SWEEP_LOCK_FILE = ".profsweep.lock"  # in a sweep folder: held (flock) by the live sweep, naming its pid
+TIMED = "timed_us_per_step"  # a job's un-profiled median step (metrics.json) ...
+TIMED_SAMPLES = "timed_samples_us"  # ... and its samples
+
+
+def timed_samples(record: dict) -> list[float]:
+    """A job record's un-profiled steps (its median alone where it keeps no list of them)."""
+    from profsweep.stats import clean
+
+    found = record.get(TIMED_SAMPLES)
+    return clean(found if isinstance(found, list) else [record.get(TIMED)])
 
 
 def live_sweep(folder: Path) -> int | None:

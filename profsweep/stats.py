@@ -55,6 +55,18 @@ def clean(values: Iterable[object] | None) -> list[float]:
     return out
 
 
+def number(value: object) -> float | None:
+    """`value` as a finite float, or None (missing, text, a flag, NaN or infinite)."""
+    found = clean([value])
+    return found[0] if found else None
+
+
+def quantiles(values: Sequence[float], n: int) -> list[float]:
+    """`n` evenly spaced order statistics of `values` (linear between them; with n odd, the
+    median is among them): a summary that keeps the distribution's shape."""
+    return [float(v) for v in np.quantile(np.asarray(values, dtype=float), np.linspace(0, 1, n))]
+
+
 def median(values: Sequence[float]) -> float | None:
     values = clean(values)
     return float(np.median(values)) if values else None
@@ -85,9 +97,7 @@ def _groups(groups: Iterable[Iterable[object] | None]) -> list[np.ndarray]:
 
 
 def _thinned(g: np.ndarray) -> np.ndarray:
-    if len(g) <= MAX_STEPS:
-        return g
-    return np.quantile(g, np.linspace(0, 1, MAX_STEPS))
+    return g if len(g) <= MAX_STEPS else np.asarray(quantiles(g, MAX_STEPS))
 
 
 def replicates(groups: Sequence[np.ndarray], resamples: int = RESAMPLES, seed: int = 0,

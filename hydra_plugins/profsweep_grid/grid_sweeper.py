@@ -128,6 +128,7 @@ class Repeats:
             return sorted(records)
         if not self.auto or round_number > self.max_repeats:
             return []
+        from profsweep.contract import timed_samples
         from profsweep.stats import estimate
 
         wanting = []
@@ -135,9 +136,7 @@ class Repeats:
             ok = [r for r in found if isinstance(r, dict) and r.get("status") == "ok"]
             if not ok:
                 continue  # a point that fails fails again: no more rounds for it
-            samples = [r.get("timed_samples_us") if isinstance(r.get("timed_samples_us"), list)
-                       else [r.get("timed_us_per_step")] for r in ok]
-            width = estimate(samples).width
+            width = estimate([timed_samples(r) for r in ok]).width
             if len(ok) < grid.AUTO_ROUNDS or width is None or width > self.precision:
                 wanting.append(g)
         return wanting
