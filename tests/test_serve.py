@@ -18,7 +18,7 @@ import pytest
 from analysis import analyse_folder
 from analysis.__main__ import main
 from analysis.serve import make_server
-from tests.test_compare import hand_made_job, jitter
+from tests.test_compare import hand_made_job, hand_made_point, jitter, processes
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 TRACE = "0_matmul_add_8_bf16_cold_eager/t.json"
@@ -162,8 +162,8 @@ def test_from_a_file_page_the_button_says_to_serve(sweep, tmp_path):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (CI installs it)")
 def test_compare_html_renders_and_its_new_button_posts_the_new_trace(tmp_path, capsys):
-    hand_made_job(tmp_path / "base", 0, jitter(100, 6))
-    hand_made_job(tmp_path / "new", 0, jitter(300, 12))
+    hand_made_point(tmp_path / "base", 0, processes(100))
+    hand_made_point(tmp_path / "new", 0, processes(300))
     out = tmp_path / "cmp"
     assert main(["compare", str(tmp_path / "base"), str(tmp_path / "new"), "--out", str(out)]) == 0
     (out / "stand-in.html").write_text(STAND_IN)
