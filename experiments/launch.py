@@ -82,6 +82,85 @@ def duration(seconds: float, rough: bool = False) -> str:
     return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
+@contextlib.contextmanager
+def reported_from_disk(sweep_dir: Path, numbers: range, every_s: float = 1.0) -> Iterator[None]:
+    """While a launcher runs the jobs `numbers` where their output cannot reach this terminal
+    (submitit writes it into .submitit/), print each job's progress line once its record is on
+    disk: `[4/12] 3_matmul_add_48_bf16_cold_eager ok 1.4 s`. A record left by an earlier run (a
+    job resume skips) is not reported as new."""
+    from experiments.sweep import planned_jobs
+
+    total = planned_jobs(sweep_dir)
+    before = {name: _mtime(sweep_dir / name / records.METRICS_FILE) for name in _job_folders(sweep_dir, numbers)}
+    reported: set[str] = set()
+    stop = threading.Event()
+
+    def scan() -> None:
+        for name in _job_folders(sweep_dir, numbers):
+            path = sweep_dir / name / records.METRICS_FILE
+            stamp = _mtime(path)
+            if name in reported or stamp is None or stamp == before.get(name):
+                continue
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue  # not there yet, or not whole: the next look
+            reported.add(name)
+            print(f"[{int(name.split('_', 1)[0]) + 1}/{total or '?'}] {name} {_outcome(record)}", flush=True)
+
+    def watch() -> None:
+        while not stop.wait(every_s):
+            scan()
+
+    watcher = threading.Thread(target=watch, name="progress-from-disk", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
+        scan()
+
+
+def _job_folders(sweep_dir: Path, numbers: range) -> list[str]:
+    try:
+        names = os.listdir(sweep_dir)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        number = name.split("_", 1)[0]
+        if number.isdigit() and int(number) in numbers:
+            found.append(name)
+    return sorted(found, key=lambda n: int(n.split("_", 1)[0]))
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _outcome(record: Any) -> str:
+    """`ok 1.4 s`, `failed: why`, `skipped: why`, from a record as found on disk."""
+    if not isinstance(record, dict):
+        return "failed: its metrics.json is not a record"
+    seconds = ""
+    try:
+        import datetime
+
+        took = (datetime.datetime.fromisoformat(str(record["finished_at"]))
+                - datetime.datetime.fromisoformat(str(record["started_at"]))).total_seconds()
+        seconds = f" {took:.1f} s"
+    except (KeyError, ValueError, TypeError):
+        pass
+    status = record.get("status")
+    if status == "ok":
+        return f"ok{seconds}"
+    return f"{status if status == 'skipped' else 'failed'}: {record.get('error') or 'no reason recorded'}"
+
+
 def warm_start(config: JobConfig) -> None:
     """Start the fork server's template (importing torch: seconds) in the background while the
     sweep still composes and checks its grid, when the jobs will fork from it."""

@@ -489,16 +489,17 @@ class SweepCallback(Callback):
             warn_if_short_of_space(sweep_dir, "hydra.sweep.dir", planned)
         _start(sweep_dir, "hydra.sweep.dir", expect)
         if axes is not None:
-            jobs = list(grid.jobs(axes))
+            points = grid.size(axes)
             repeats = config.run.repeats
-            total = len(jobs) * grid.first_rounds(repeats)
-            records.write_json(
+            total = points * grid.first_rounds(repeats)
+            records.write_json(  # the grid as its axes: job i is the i-th of their product, the last axis fastest
                 sweep_dir / PLAN_FILE,
-                {"jobs": total, "grid_points": len(jobs), "repeats": repeats, "overrides": jobs,
+                {"jobs": total, "grid_points": points, "repeats": repeats,
+                 "axes": [{"key": axis.key, "overrides": list(axis.strings)} for axis in axes],
                  "command": sys.argv, "created_at": records.now_iso()},
             )
-            each = ("" if repeats == 1 else f" ({len(jobs)} grid points × {repeats} repeats)" if repeats != "auto"
-                    else f" ({len(jobs)} grid points × {grid.AUTO_ROUNDS} rounds, then more where the interval "
+            each = ("" if repeats == 1 else f" ({points} grid points × {repeats} repeats)" if repeats != "auto"
+                    else f" ({points} grid points × {grid.AUTO_ROUNDS} rounds, then more where the interval "
                          f"is wider than ±{config.run.precision * 100:g}%, up to {config.run.max_repeats})")
             print(f"sweep of {total} jobs{each} -> {sweep_dir}", flush=True)
         refusals.release()  # the input is accepted: stderr passes from now on

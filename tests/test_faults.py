@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +31,10 @@ def test_submitit_local_sweep(sweep_dir):
     # The analysis ran on the submitting side, through the callback.
     assert len(pd.read_csv(sweep_dir / "summary.csv")) == 2 and (sweep_dir / "report.html").is_file()
     assert "done: 2 jobs (2 ok, 0 failed)" in done.stdout
+    # submitit writes the jobs' own output into .submitit/: the sweep prints their progress from disk
+    first, second = job_dirs(sweep_dir)
+    assert re.search(rf"^\[1/2\] {first.name} ok \d+\.\d s$", done.stdout, re.M), done.stdout
+    assert re.search(rf"^\[2/2\] {second.name} ok \d+\.\d s$", done.stdout, re.M), done.stdout
 
 
 def test_parallel_launcher_never_runs_two_jobs_on_one_device(sweep_dir):

@@ -74,6 +74,30 @@ def test_the_grid_is_the_basic_sweepers(overrides):
     assert list(grid.jobs(grid.axes(args))) == expected
 
 
+def test_a_grid_of_a_million_jobs_is_held_as_its_axes():
+    import itertools
+    import tracemalloc
+
+    args = ["size=range(0,1000)", "dtype=bf16,fp32", "compile=false,true", "workload.hidden=range(0,250)"]
+    tracemalloc.start()
+    axes = grid.axes(args)
+    jobs = grid.jobs(axes)
+    order, _ = grid.round_order(2, range(len(jobs)))
+    first = next(grid.batches(grid.Round(jobs, order, ["run.repeat=2"]), 1))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(jobs) == 1_000_000 and peak < 2_000_000  # a list of the jobs would take hundreds of MB
+    assert first == [["size=999", "dtype=fp32", "compile=True", "workload.hidden=249", "run.repeat=2"]]
+    product = itertools.product(*(a.strings for a in axes))
+    for index, expected in enumerate(itertools.islice(product, 1200)):  # index by index, as the sweeper asks
+        assert jobs[index] == list(expected)
+    assert jobs[-1] == jobs[999_999] == ["size=999", "dtype=fp32", "compile=True", "workload.hidden=249"]
+    assert jobs[500_000:500_002] == [["size=500", "dtype=bf16", "compile=False", "workload.hidden=0"],
+                                     ["size=500", "dtype=bf16", "compile=False", "workload.hidden=1"]]
+    with pytest.raises(IndexError):
+        jobs[1_000_000]
+
+
 def test_batches_of_max_batch_size():
     jobs = [[f"size={i}"] for i in range(5)]
     assert [len(b) for b in grid.batches(jobs, None)] == [5]
@@ -86,7 +110,7 @@ def test_a_presets_params_are_its_grid(hydra_conf):
     assert master.hydra.sweeper._target_ == sweep.GRID_SWEEPER
     axes = grid.axes(grid.arguments(master.hydra.sweeper.params, ["+experiment=part1", "size=16,32"]))
     assert grid.size(axes) == 2 * 2 * 2 * 2
-    assert next(grid.jobs(axes)) == ["size=16", "dtype=bf16", "compile=False", "warmup=False", "+experiment=part1"]
+    assert next(iter(grid.jobs(axes))) == ["size=16", "dtype=bf16", "compile=False", "warmup=False", "+experiment=part1"]
 
 
 # --- the preflight composes a handful of configs, whatever the grid's size -----------------------

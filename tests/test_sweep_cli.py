@@ -244,8 +244,9 @@ def test_a_1000_job_grid_starts_its_first_job_at_once(tmp_path):
     assert f"sweep of 1000 jobs -> {out}" in lines, lines
     assert lines[-1] == "[1/1000] matmul_add size=1 bf16 cold eager ...", lines
     assert elapsed < 30  # composing every job first took a minute
-    assert json.loads((out / "sweep.json").read_text())["overrides"][999] == ["size=1000", "run.isolation=none",
-                                                                                 "run.repeats=1"]
+    axes = json.loads((out / "sweep.json").read_text())["axes"]  # the grid as its axes, not 1000 lists
+    assert [(a["key"], len(a["overrides"]), a["overrides"][-1]) for a in axes] == [
+        ("size", 1000, "size=1000"), ("run.isolation", 1, "run.isolation=none"), ("run.repeats", 1, "run.repeats=1")]
     assert (out / "multirun.yaml").is_file()
 
 

@@ -60,9 +60,53 @@ def size(grid: Sequence[Axis]) -> int:
     return count
 
 
-def jobs(grid: Sequence[Axis]) -> Iterator[list[str]]:
+class Jobs(Sequence[list[str]]):
+    """Every job's overrides by its index, job 0 first (the last axis varies fastest), each
+    computed when asked: a grid of 100,000 jobs is held as its axes, not as 100,000 lists."""
+
+    def __init__(self, grid: Sequence[Axis]) -> None:
+        self.strings = [axis.strings for axis in grid]
+        self.count = size(grid)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.count))]
+        if index < 0:
+            index += self.count
+        if not 0 <= index < self.count:
+            raise IndexError(f"job {index} of a grid of {self.count}")
+        job = []
+        for strings in reversed(self.strings):
+            index, k = divmod(index, len(strings))
+            job.append(strings[k])
+        return job[::-1]
+
+    def __iter__(self) -> Iterator[list[str]]:
+        return (list(job) for job in itertools.product(*self.strings))
+
+
+def jobs(grid: Sequence[Axis]) -> Jobs:
     """Every job's overrides, job 0 first (the last axis varies fastest)."""
-    return (list(job) for job in itertools.product(*(axis.strings for axis in grid)))
+    return Jobs(grid)
+
+
+class Round(Sequence[list[str]]):
+    """The jobs of one round: the grid points in `order` (grid indices), each job's overrides
+    with `extra` after them, computed when asked."""
+
+    def __init__(self, all_jobs: Sequence[list[str]], order: Sequence[int], extra: Sequence[str] = ()) -> None:
+        self.all_jobs, self.order, self.extra = all_jobs, order, list(extra)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self.all_jobs[self.order[index]] + self.extra
 
 
 def batches(all_jobs: Sequence[list[str]], batch_size: int | None) -> Iterator[list[list[str]]]:
@@ -84,17 +128,17 @@ def first_rounds(repeats: Any) -> int:
     return AUTO_ROUNDS if repeats == "auto" else int(repeats)
 
 
-def round_order(round_number: int, points: Sequence[int]) -> tuple[list[int], str]:
+def round_order(round_number: int, points: Sequence[int]) -> tuple[Sequence[int], str]:
     """The order of a round over `points` (grid indices) and how it was chosen: round 1 in grid
     order, round 2 reversed, later rounds shuffled with the round's number as the seed, so that a
     burst of load or a drift hits many grid points a little instead of one entirely, and a rerun
-    takes the same order."""
-    points = list(points)
+    takes the same order. A range stays a range in the first two rounds (no list of the grid)."""
     if round_number == 1:
         return points, "grid order"
     if round_number == 2:
         return points[::-1], "reversed"
     import random
 
-    random.Random(round_number).shuffle(points)
-    return points, f"shuffled (seed {round_number})"
+    shuffled = list(points)
+    random.Random(round_number).shuffle(shuffled)
+    return shuffled, f"shuffled (seed {round_number})"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
@@ -49,19 +49,20 @@ class GridSweeper(Sweeper):
         )
 
     def sweep(self, arguments: List[str]) -> Any:
+        """Launch the grid. Returns nothing: the jobs' records are on disk, where the analysis
+        reads them, and a sweep of 100,000 jobs holds no list of 100,000 results."""
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         axes = grid.axes(grid.arguments(self.params, arguments), self.hydra_context.config_loader)
-        jobs = list(grid.jobs(axes))
+        jobs = grid.jobs(axes)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        one_by_one = self.config.hydra.launcher.get("_target_") == BASIC_LAUNCHER
+        target = str(self.config.hydra.launcher.get("_target_"))
         run = self.config.get("run") or {}
         repeats = Repeats(run.get("repeats", 1), run.get("precision", 0.05), run.get("max_repeats", 10), sweep_dir)
-        returns: List[List[JobReturn]] = []
         self.left = len(jobs) * repeats.count
         try:
-            self._launch(jobs, one_by_one, returns, repeats)
+            self._launch(jobs, target, repeats)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM anywhere between two jobs
             interrupted()
             not_started(self.left)
@@ -69,24 +70,23 @@ class GridSweeper(Sweeper):
             from experiments.forkserver import shutdown
 
             shutdown()  # the jobs are done: no template, and no thread watching it, for the analysis
-        return returns
+        return []
 
-    def _launch(self, jobs: List[List[str]], one_by_one: bool, returns: List[List[JobReturn]],
-                repeats: "Repeats") -> None:
+    def _launch(self, jobs: Sequence[List[str]], target: str, repeats: "Repeats") -> None:
         """The grid round by round (run.repeats), each round in its own order; job numbers count
         the jobs launched, so folder names are the same on a rerun."""
         assert self.launcher is not None
+        one_by_one = target == BASIC_LAUNCHER
         launched = 0
-        records: Dict[int, List[Any]] = {g: [] for g in range(len(jobs))}
         round_number = 0
         while True:
             round_number += 1
-            points = repeats.points(round_number, records)
+            points = repeats.points(round_number, len(jobs))
             if not points:
                 return
             order, how = grid.round_order(round_number, points)
             repeats.record_round(round_number, how, order, len(jobs), launched)
-            tagged = [jobs[g] + ([f"run.repeat={round_number}"] if repeats.many else []) for g in order]
+            tagged = grid.Round(jobs, order, [f"run.repeat={round_number}"] if repeats.many else [])
             done = 0
             for batch in grid.batches(tagged, 1 if one_by_one else self.max_batch_size):
                 self.left = len(tagged) - done + repeats.later(round_number, len(jobs))
@@ -96,7 +96,8 @@ class GridSweeper(Sweeper):
                 if not one_by_one:  # composed again elsewhere: catch a composition error here first
                     self.validate_batch_is_legal(batch)
                 try:
-                    results = self.launcher.launch(batch, initial_job_idx=launched)
+                    with progress_from_disk(target, repeats.sweep_dir, launched, len(batch)):
+                        results = self.launcher.launch(batch, initial_job_idx=launched)
                 except OSError as exc:
                     if exc.errno not in DISK_FULL:
                         raise
@@ -104,11 +105,22 @@ class GridSweeper(Sweeper):
                     not_started(len(tagged) - done + repeats.later(round_number, len(jobs)))
                     return
                 for g, result in zip(order[done:done + len(batch)], results):
-                    records[g].append(result.return_value)  # re-raises a job's exception, as the basic sweeper does
+                    repeats.add(g, result.return_value)  # re-raises a job's exception, as the basic sweeper does
                 done += len(batch)
                 launched += len(batch)
                 self.left = len(tagged) - done + repeats.later(round_number, len(jobs))
-                returns.append(list(results))
+
+
+def progress_from_disk(target: str, sweep_dir: Path, first: int, count: int) -> Any:
+    """Launchers whose jobs print into files of their own (submitit: .submitit/*/...log) get a
+    progress line per job here, from its record on disk; others print their own."""
+    import contextlib
+
+    if "submitit" not in target:
+        return contextlib.nullcontext()
+    from experiments.launch import reported_from_disk
+
+    return reported_from_disk(sweep_dir, range(first, first + count))
 
 
 class Repeats:
@@ -123,20 +135,32 @@ class Repeats:
         self.many = self.auto or self.count > 1
         self.planned = 0
 
-    def points(self, round_number: int, records: Dict[int, List[Any]]) -> List[int]:
+        self.samples: Dict[int, List[Any]] = {}  # auto: each grid point's ok jobs' timed samples
+
+    def add(self, point: int, record: Any) -> None:
+        """A job's record (auto repeats keep what they judge precision by; the rest is on disk)."""
+        if not self.auto:
+            return
+        from profsweep.contract import timed_samples
+
+        ok = isinstance(record, dict) and record.get("status") == "ok"
+        self.samples.setdefault(point, []).append(timed_samples(record) if ok else None)
+
+    def points(self, round_number: int, count: int) -> Sequence[int]:
+        """The grid points of a round: all of them in the planned rounds, then (auto) those whose
+        interval is still wider than the precision."""
         if round_number <= self.count:
-            return sorted(records)
+            return range(count)
         if not self.auto or round_number > self.max_repeats:
             return []
-        from profsweep.contract import timed_samples
         from profsweep.stats import estimate
 
         wanting = []
-        for g, found in sorted(records.items()):
-            ok = [r for r in found if isinstance(r, dict) and r.get("status") == "ok"]
+        for g in range(count):
+            ok = [samples for samples in self.samples.get(g, []) if samples is not None]
             if not ok:
                 continue  # a point that fails fails again: no more rounds for it
-            width = estimate([timed_samples(r) for r in ok]).width
+            width = estimate(ok).width
             if len(ok) < grid.AUTO_ROUNDS or width is None or width > self.precision:
                 wanting.append(g)
         return wanting
@@ -145,7 +169,7 @@ class Repeats:
         """Jobs of the rounds planned after this one (not started when the sweep stops)."""
         return max(0, self.count - round_number) * points
 
-    def record_round(self, round_number: int, how: str, order: List[int], points: int, launched: int) -> None:
+    def record_round(self, round_number: int, how: str, order: Sequence[int], points: int, launched: int) -> None:
         """sweep.json: the jobs planned so far (progress lines and the tally read it) and each
         round's order."""
         import json
@@ -162,7 +186,7 @@ class Repeats:
         plan.update(jobs=planned, grid_points=points, repeats="auto" if self.auto else self.count)
         rounds = [r for r in plan.get("rounds") or [] if r.get("round") != round_number]
         rounds.append({"round": round_number, "order": how, "jobs": len(order),
-                       **({"points": order} if how.startswith("shuffled") or len(order) < points else {})})
+                       **({"points": list(order)} if how.startswith("shuffled") or len(order) < points else {})})
         plan["rounds"] = rounds
         records.write_json(path, plan)
 
