@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 PLOTS_DIR = "plots"
+TERMINAL_CONCLUSIONS = 12  # the rest are in the report
 
 
 def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
@@ -21,6 +22,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     import pandas as pd
 
     from analysis.claims import evaluate
+    from analysis.conclusions import TOP_OPS_COLUMNS, conclude, top_ops
     from analysis.expect import EXPECTATIONS_FILE
     from analysis.points import noise_lines
     from analysis.plots import write_plots
@@ -34,12 +36,17 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     claims = evaluate(data["summary"], data["ops"], data["steps"], data["kernels"], data["crossovers"], folder=folder)
     checked = check_expectations(tables)
     expectations = pd.DataFrame(checked, columns=["expectation", "job", "measured", "expected", "holds"])
+    top = top_ops(tables.points, tables.jobs, tables.ops, tables.kernels)
+    data["top_ops"] = pd.DataFrame(top, columns=TOP_OPS_COLUMNS)
     extra = {"claims": claims} if len(claims) else {}
     if checked is not None:
         extra[EXPECTATIONS_FILE.removesuffix(".csv")] = expectations
     write_tables(target, {**data, **extra})
+    found = conclude(tables.points, tables.crossovers, tables.jobs, top, claims if len(claims) else None,
+                     expectations if checked is not None else None)
     plots = write_plots(data["summary"], data["steps"], data["crossovers"], target / PLOTS_DIR)
-    report = write_report(tables, plots, data, claims, expectations if checked is not None else None, out=target)
+    report = write_report(tables, plots, data, claims, expectations if checked is not None else None, out=target,
+                          conclusions=found)
     if out is None:
         point_latest(folder)
     if checked is not None:
@@ -52,6 +59,13 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     points = len(tables.points)
     progress(f"analysis: {len(tables.jobs)} jobs" + (f", {points} grid points" if points != len(tables.jobs) else "")
              + f" -> {report}")
+    said = [c for c in found if c.topic != "noise"]  # the noise lines come last, as before
+    if said:
+        progress("conclusions (with their tables and plots in report.html):")
+        for c in said[:TERMINAL_CONCLUSIONS]:
+            progress(f"  - {c.text}")
+        if len(said) > TERMINAL_CONCLUSIONS:
+            progress(f"  ... and {len(said) - TERMINAL_CONCLUSIONS} more in the report")
     for line in noise_lines(tables.points):
         progress(line)
     return tables.problems

@@ -143,6 +143,11 @@ def part1(d: _Data) -> list[Claim]:
             r = row.iloc[0]
             size = f"size ≈ {r['crossover_size']:.0f} ({r['status']})" if pd.notna(r["crossover_size"]) else r["status"]
             uncertain = pd.notna(r["crossover_size"]) and r.get("uncertain") in (True, "True")
+            if pd.isna(r["crossover_size"]):  # not reached: unless an end's ratio may lie on the other side of 1
+                ends = eager.iloc[[0, -1]]
+                uncertain = bool(ends.get("regime_uncertain", pd.Series(dtype=object)).isin([True, "True"]).any())
+                if uncertain:
+                    size += " (uncertain: at an end size the interval of work / host holds 1)"
             out.append(Claim(P, c, e, size, INCONCLUSIVE if uncertain else _verdict(pd.notna(r["crossover_size"])), ""))
 
     cold, warm = d.series("matmul_add", warmup=False), d.series("matmul_add", warmup=True)

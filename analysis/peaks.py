@@ -9,10 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Assumed ridge point (FLOP per byte) where no peak is known; typical of server CPUs.
-DEFAULT_RIDGE_FLOPS_PER_BYTE = 10.0
-
-
 @dataclass(frozen=True)
 class Peak:
     bf16_tflops: float

@@ -12,6 +12,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from analysis import perfetto
+from analysis.conclusions import Conclusion, count, fmt, nbytes, us
+from analysis.points import describe
+from profsweep import stats
+
+_fmt = fmt  # compare.py's name for it (TODO: one name once compare is reworked)
 from analysis.files import atomic_write_text
 from analysis.sweep import SweepTables
 
@@ -24,20 +29,27 @@ th{background:#f0f0f0}td.l,th.l{text-align:left}
 code{background:#f5f5f5;padding:1px 4px}details{margin:.3em 0}
 button.perfetto{font-size:12px;margin:0 .2em;padding:1px 6px;cursor:pointer}
 p.note{position:sticky;bottom:0;background:#fff8d6;border:1px solid #e0c860;padding:.5em 1em;margin:0}
+div.wide{overflow-x:auto;max-width:100%}pre{overflow-x:auto;max-width:100%}
+#conclusions{background:#f4f8ff;border:1px solid #c5d5f0;padding:.2em 1.2em .6em;margin:1em 0}
+#conclusions li{margin:.35em 0;line-height:1.4}#conclusions a{font-size:12px;margin-left:.3em}
 """
 
-SUMMARY_COLUMNS = [
-    ("job", "job"), ("variant", "workload"), ("size", "size"), ("dtype", "dtype"),
-    ("compile", "compile"), ("warmup", "warm"), ("train", "train"), ("device", "device"), ("status", "status"),
-    ("repeats", "repeats"), ("noisy", "noisy"),
-    ("timed_us_per_step", "un-profiled µs/step"), ("profiler_overhead_ratio", "profiled / un-profiled"),
-    ("first_call_ms", "first call ms"), ("host_us_per_step", "host µs/step"),
+SUMMARY_COLUMNS = [  # the summary table on the page; every column is in summary.csv
+    ("point", "grid point"), ("repeats", "repeats"), ("noisy", "noisy"),
+    ("timed_us_per_step", "un-profiled µs/step"), ("host_us_per_step", "host µs/step"),
     ("device_us_per_step", "device µs/step"), ("compute_us_per_step", "compute µs/step (CPU)"),
-    ("overhead_us_per_step", "overhead µs/step (CPU)"), ("step_kernels_median", "kernels/step"),
+    ("overhead_us_per_step", "overhead µs/step (CPU)"), ("work_host_ratio", "work / host"),
+    ("regime", "regime (by time)"), ("first_call_ms", "first call ms"), ("peak_memory_bytes", "peak memory"),
+]
+DETAIL_COLUMNS = [  # behind a toggle: the rest of what a grid point measured
+    ("job", "first job"), ("status", "status"), ("profiler_overhead_ratio", "profiled / un-profiled"),
+    ("step_aten_ops_median", "aten ops/step"), ("step_kernels_median", "kernels/step"),
     ("step_launches_median", "launches/step"), ("step_gpu_busy_median", "GPU busy"),
     ("dead_window_us", "dead window µs"), ("achieved_flops_per_s", "achieved FLOP/s"),
-    ("flops_source", "FLOPs from"), ("peak_memory_bytes", "peak memory bytes"), ("regime", "regime"),
+    ("arithmetic_intensity", "FLOP/byte"), ("flops_source", "FLOPs from"), ("top_kernel", "top kernel (CPU: compute op)"),
 ]
+GPU_ONLY = {"device_us_per_step", "step_kernels_median", "step_launches_median", "step_gpu_busy_median"}
+CPU_ONLY = {"compute_us_per_step", "overhead_us_per_step"}
 PHASE_NAMES = ("forward", "backward", "optimizer")
 
 
@@ -53,27 +65,8 @@ def _trace_sizes(jobs: list[dict[str, Any]]) -> str:
     largest, name = max(sized)
     gzipped = all(str(j.get("trace_file") or "").endswith(".gz") for j in jobs if j.get("trace_file"))
     hint = "" if gzipped else " <code>profiler.gzip=true</code> writes them as <code>.json.gz</code>, several times smaller."
-    return (f"Traces: {files} file{'s' if files != 1 else ''}, {_bytes(total)} in all "
-            f"(largest {_bytes(largest)}, {escape(name)}).{hint}")
-
-
-def _bytes(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} bytes"
-
-
-def _fmt(value: Any) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if abs(value) >= 1e6:
-            return f"{value:.3g}"
-        return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
-    return str(value)
+    return (f"Traces: {files} file{'s' if files != 1 else ''}, {nbytes(total)} in all "
+            f"(largest {nbytes(largest)}, {escape(name)}).{hint}")
 
 
 def _value(row: dict[str, Any], key: str) -> str:
@@ -83,23 +76,24 @@ def _value(row: dict[str, Any], key: str) -> str:
         if row.get("noisy") is True:
             return f"<span class='bad' title='{escape(str(row.get('noise_reason')), quote=True)}'>noisy</span>"
         return "" if row.get("noisy") is None else "no"
-    text = escape(_fmt(row.get(key)))
+    text = escape(fmt(row.get(key)))
     low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
-    if text and _fmt(low) and _fmt(high) and (row.get("repeats") or 0) > 1:
-        text += f" <small>[{escape(_fmt(low))}, {escape(_fmt(high))}]</small>"
+    if text and fmt(low) and fmt(high) and (row.get("repeats") or 0) > 1:
+        text += f" <small>[{escape(fmt(low))}, {escape(fmt(high))}]</small>"
     return text
 
 
 def _noise(points: list[dict[str, Any]]) -> list[str]:
     """Which grid points are noisy and why, and what a single repeat does not say."""
-    from analysis.points import describe, noise_lines
+    from analysis.points import noise_lines
 
     noisy = [p for p in points if p.get("noisy") is True]
     lines = noise_lines(points)
     if not lines:
         return []
-    out = [f"<h2 class='bad'>Noise: {len(noisy)} of {len([p for p in points if p.get('noisy') is not None])} "
-           "grid points</h2>" if noisy else "<h2>Noise</h2>"]
+    out = [f"<h2 id='noise' class='bad'>Noise: {len(noisy)} of "
+           f"{len([p for p in points if p.get('noisy') is not None])} grid points</h2>" if noisy
+           else "<h2 id='noise'>Noise</h2>"]
     out += [f"<p>{escape(line)}</p>" for line in lines]
     if noisy:
         out.append("<ul>" + "".join(f"<li><b>{escape(describe(p))}</b>: {escape(str(p.get('noise_reason')))}</li>"
@@ -116,12 +110,13 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[str]], left: int = 1) 
         "<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(row)) + "</tr>"
         for row in rows
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<div class='wide'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
 def _image(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<h3>{escape(path.name)}</h3><img alt="{escape(path.stem)}" src="data:image/png;base64,{data}">'
+    return (f'<h3 id="plot-{escape(path.stem, quote=True)}">{escape(path.name)}</h3>'
+            f'<img alt="{escape(path.stem)}" src="data:image/png;base64,{data}">')
 
 
 def _link(folder: Path, job: str, name: str, base: str = "") -> str:
@@ -151,7 +146,7 @@ def _article_check(folder: Path, data: dict[str, Any], claims: Any) -> list[str]
 
     from analysis.trace import TraceError, op_tree
 
-    parts = ["<h2>Article check</h2><p>The claims of the Hugging Face series “Profiling in PyTorch” "
+    parts = ["<h2 id='article-check'>Article check</h2><p>The claims of the Hugging Face series “Profiling in PyTorch” "
              "(its numbers: an A100, bf16) against this run (<code>claims.csv</code>).</p>"]
     verdict = {"true": "<span class='ok'>holds</span>", "false": "<span class='bad'>does not hold</span>",
                "n/a": "n/a"}
@@ -194,8 +189,8 @@ def _article_check(folder: Path, data: dict[str, Any], claims: Any) -> list[str]
             for _, st in steps[steps["job"] == job["job"]].sort_values("step").iterrows():
                 device_us = st.get("device_us") if pd.notna(job.get("device_us_per_step")) else None
                 rows.append([escape("warm" if job["warmup"] else "cold"), escape(str(st["step_name"])),
-                             escape(_fmt(st["host_us"])), escape(_fmt(device_us)),
-                             escape(_fmt(job["dead_window_us"]) if st["step"] == 1 else "")])
+                             escape(fmt(st["host_us"])), escape(fmt(device_us)),
+                             escape(fmt(job["dead_window_us"]) if st["step"] == 1 else "")])
         parts.append(_table(["phase", "step", "host µs", "device µs", "dead window µs"], rows, left=2))
 
     compiled = ok[(ok["workload"] == "matmul_add") & ok["compile"].astype(bool) & (ok["size"] == small["size"])
@@ -203,14 +198,16 @@ def _article_check(folder: Path, data: dict[str, Any], claims: Any) -> list[str]
     if not compiled.empty:
         parts.append(f"<h3>Eager vs compile (size {small['size']})</h3>")
         ops = data["ops"]
+        gpu = small.get("platform") not in (None, "cpu")
+        counts = [("step_aten_ops_median", "aten ops/step")] + (
+            [("step_kernels_median", "kernels/step"), ("step_launches_median", "launches/step")] if gpu else [])
         rows = []
         for label, job in (("eager", small), ("compile", compiled.iloc[0])):
             names = ops[ops["job"] == job["job"]]["name"]
             aten = ", ".join(sorted(n for n in names if str(n).startswith("aten::")))
-            rows.append([label, escape(aten), escape(_fmt(job.get("step_aten_ops_median"))),
-                         escape(_fmt(job.get("step_kernels_median"))), escape(_fmt(job.get("step_launches_median"))),
-                         escape(_fmt(job["host_us_per_step"]))])
-        parts.append(_table(["mode", "aten ops", "aten ops/step", "kernels/step", "launches/step", "host µs/step"], rows, left=2))
+            rows.append([label, escape(aten)] + [escape(fmt(job.get(k))) for k, _ in counts]
+                        + [escape(fmt(job["host_us_per_step"]))])
+        parts.append(_table(["mode", "aten ops", *(label for _, label in counts), "host µs/step"], rows, left=2))
 
     kernels = data["kernels"]
     if not kernels.empty:
@@ -218,9 +215,9 @@ def _article_check(folder: Path, data: dict[str, Any], claims: Any) -> list[str]
         parts.append(f"<h3>Figs 17–18: the same kernel, step to step (size {big['size']})</h3>")
         parts.append(_table(
             ["kernel (CPU: compute op)", "calls", "median µs", "min µs", "max µs", "max / median"],
-            ([escape(str(r["name"])[:100]), escape(_fmt(r["calls"])), escape(_fmt(r["median_us"])),
-              escape(_fmt(r["min_us"])), escape(_fmt(r["max_us"])),
-              escape(_fmt(r["max_us"] / r["median_us"]) if r["median_us"] else "")] for _, r in k.iterrows()),
+            ([escape(str(r["name"])[:100]), escape(fmt(r["calls"])), escape(fmt(r["median_us"])),
+              escape(fmt(r["min_us"])), escape(fmt(r["max_us"])),
+              escape(fmt(r["max_us"] / r["median_us"]) if r["median_us"] else "")] for _, r in k.iterrows()),
         ))
     return parts
 
@@ -239,9 +236,9 @@ def _training_phases(jobs: list[dict[str, Any]]) -> list[str]:
         keys += [f"step_{phase}_host_us_median", f"step_{phase}_device_us_median"
                  if any(j.get(f"step_{phase}_device_us_median") is not None for j in trained)
                  else f"step_{phase}_compute_us_median"]
-    rows = ([escape(str(j["job"])), escape(_fmt(j.get("size"))), escape("compile" if j.get("compile") else "eager")]
+    rows = ([escape(str(j["job"])), escape(fmt(j.get("size"))), escape("compile" if j.get("compile") else "eager")]
             + [_value(j, k) for k in keys] for j in trained)
-    return ["<h2>Training steps: time per phase</h2><p>Medians over the profiled steps. Host: the "
+    return ["<h2 id='training'>Training steps: time per phase</h2><p>Medians over the profiled steps. Host: the "
             "phase's <code>record_function</code> span; device (CPU: compute) time counts the work that "
             "starts inside the phase on any thread, autograd's own included.</p>", _table(header, rows, left=3)]
 
@@ -252,21 +249,91 @@ def _expectations(expectations: Any) -> list[str]:
     held = expectations[expectations["holds"] == "true"]
     unsure = expectations[expectations["holds"] == "inconclusive"]
     rest = expectations[~expectations["holds"].isin(["true", "false"])]
-    title = (f"<h2 class='bad'>Expectations: {len(wrong)} mismatch{'es' if len(wrong) != 1 else ''}</h2>"
-             if len(wrong) else f"<h2>Expectations: {len(unsure)} inconclusive</h2>" if len(unsure)
-             else "<h2 class='ok'>Expectations: all hold</h2>" if len(held) else "<h2>Expectations: none checked</h2>")
+    unjudged = len(rest) - len(unsure)
+    if len(wrong):
+        title = f"<h2 id='expectations' class='bad'>Expectations: {len(wrong)} mismatch{'es' if len(wrong) != 1 else ''}</h2>"
+    elif len(unsure):
+        title = f"<h2 id='expectations'>Expectations: {len(unsure)} inconclusive</h2>"
+    elif len(held) and not unjudged:
+        title = "<h2 id='expectations' class='ok'>Expectations: all hold</h2>"
+    elif len(held):
+        title = f"<h2 id='expectations'>Expectations: {len(held)} hold, {unjudged} could not be judged</h2>"
+    else:
+        title = "<h2 id='expectations'>Expectations: none could be judged</h2>"
     verdict = {"true": "<span class='ok'>holds</span>", "false": "<span class='bad'>does not hold</span>",
                "inconclusive": "<span class='noisy'>inconclusive: the interval straddles the value</span>"}
     rows = ([escape(str(r["expectation"])), escape(str(r["job"])), escape(str(r["expected"])),
              escape(str(r["measured"])), verdict.get(str(r["holds"]), escape(str(r["holds"])))]
             for frame in (wrong, held, rest) for _, r in frame.iterrows())
+    why = ("" if not unjudged else " The ones that could not be judged say why in the “measured” column "
+           "(a value the sweep has no job or column for).")
     return [title, f"<p>{len(held)} of {len(expectations)} checks hold (<code>expectations.csv</code>); "
-            "a mismatch is the finding: look at that job's trace.</p>",
+            f"a mismatch is the finding: look at that job's trace.{why}</p>",
             _table(["expectation", "job", "expected", "measured", "verdict"], rows, left=2)]
 
 
+def _conclusions(found: list[Conclusion], plots: set[str]) -> list[str]:
+    """The sweep's conclusions, first on the page, each with a link to what shows it."""
+    if not found:
+        return ["<section id='conclusions'><h2>Conclusions</h2><p>None: no grid point finished with a readable "
+                "trace (see Problems below).</p></section>"]
+    names = {"summary": "summary", "crossovers": "crossovers", "where-the-time-goes": "where the time goes",
+             "training": "training phases", "noise": "noise", "article-check": "article check",
+             "expectations": "expectations"}
+    items = []
+    for c in found:
+        link = c.link if not c.link.startswith("plot-") or c.link[5:] in plots else "summary"
+        label = names.get(link, f"{link[5:]}.png" if link.startswith("plot-") else link)
+        items.append(f"<li>{escape(c.full)} <a href='#{escape(link, quote=True)}'>→ {escape(label)}</a></li>")
+    return ["<section id='conclusions'><h2>Conclusions</h2><ul>" + "".join(items) + "</ul></section>"]
+
+
+def _where_time_goes(top: Any) -> list[str]:
+    """Per grid point its top ops by host self time and its top kernels by device time (on the CPU:
+    compute ops), each with its share of the step (top_ops.csv has ten of each)."""
+    if top is None or not len(top):
+        return []
+    kinds = list(dict.fromkeys(top["kind"]))
+    rows = []
+    for point, found in top.groupby("point", sort=False):
+        row = [escape(str(point))]
+        for kind in kinds:
+            first = found[found["kind"] == kind].sort_values("rank").head(3)
+            row.append("<br>".join(f"{escape(str(r['name'])[:60])} <b>{r['share'] * 100:.0f}%</b> "
+                                   f"<small>{escape(us(r['us_per_step']))}, {count(r['calls_per_step'])} calls/step</small>"
+                                   for _, r in first.iterrows()))
+        rows.append(row)
+    header = ["grid point"] + [f"top {k}s (share of the step, time and calls per step)" for k in kinds]
+    return ["<h2 id='where-the-time-goes'>Where the time goes</h2><p>Per grid point: the ops by host self "
+            "time, and the kernels by device time (on the CPU: the compute ops by their time), each as a share "
+            "of the step's total of its kind; medians over the repeats. Ten of each in "
+            "<code>top_ops.csv</code>.</p>", _table(header, rows, left=len(header))]
+
+
+def _columns(points: list[dict[str, Any]], columns: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The columns that mean something on the devices of these grid points: no kernels, launches or
+    GPU busy for a CPU-only sweep, no CPU compute/overhead split for a GPU-only one."""
+    gpu = [p.get("platform") not in (None, "cpu") for p in points if p.get("platform") is not None]
+    leave = (GPU_ONLY if not any(gpu) else set()) | (CPU_ONLY if gpu and all(gpu) else set())
+    return [(k, label) for k, label in columns if k not in leave]
+
+
+def _cell(point: dict[str, Any], key: str) -> str:
+    if key == "point":
+        return escape(describe(point))
+    if key == "status":
+        return f"<span class='{'ok' if point.get('status') == 'ok' else 'bad'}'>{escape(fmt(point.get(key)))}</span>"
+    if key == "peak_memory_bytes":
+        value = stats.number(point.get(key))
+        return escape(nbytes(value)) if value is not None else ""
+    if key == "regime" and point.get("regime_uncertain") in (True, "True", "true") and point.get("regime"):
+        return f"{escape(str(point['regime']))} <small class='noisy'>uncertain</small>"
+    return _value(point, key)
+
+
 def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], claims: Any,
-                 expectations: Any = None, out: Path | None = None) -> Path:
+                 expectations: Any = None, out: Path | None = None,
+                 conclusions: list[Conclusion] | None = None) -> Path:
     """report.html in `out` (default: the sweep folder), its links to the jobs' files relative to it."""
     import os
 
@@ -295,12 +362,13 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
     if plan.get("command"):
         parts.append(f" Command: <code>python {escape(' '.join(map(str, plan['command'])))}</code>")
     parts.append("</p>")
+    parts += _conclusions(conclusions or [], {p.stem for p in plots})
     parts += _noise(points)
     if expectations is not None:
         parts += _expectations(expectations)
 
     env_rows = [
-        (escape(key), escape(_fmt(first.get(key))))
+        (escape(key), escape(fmt(first.get(key))))
         for key in ("device_name", "device", "torch_version", "cuda_version", "python_version",
                     "hostname", "git_commit", "git_dirty")
     ]
@@ -319,7 +387,7 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
             parts.append(f"<li class='bad'><b>{escape(job)}</b>: {escape(what)}</li>")
         parts.append("</ul>")
 
-    parts.append("<h2>Crossovers</h2><p>Per series over size: where device time overtakes host time "
+    parts.append("<h2 id='crossovers'>Crossovers</h2><p>Per series over size: where device time overtakes host time "
                  "(on the CPU: compute overtakes framework overhead), interpolated on log axes between the "
                  "medians over repeats of work / host within each step; uncertain where that ratio's interval "
                  "holds 1 at a size that brackets it. Without the "
@@ -328,12 +396,13 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
     parts.append(_table(
         ["workload", "dtype", "compile", "warmup", "device", "sizes", "crossover size", "status",
          "without the profiler", "status"],
-        ([escape(_fmt(c[k])) for k in ("variant", "dtype", "compile", "warmup", "device", "sizes")]
-         + [escape(_fmt(c["crossover_size"])), escape(c["status"]), escape(_fmt(c.get("crossover_size_unprofiled"))),
+        ([escape(fmt(c[k])) for k in ("variant", "dtype", "compile", "warmup", "device", "sizes")]
+         + [escape(fmt(c["crossover_size"])), escape(c["status"]), escape(fmt(c.get("crossover_size_unprofiled"))),
             escape(str(c.get("status_unprofiled") or ""))] for c in tables.crossovers),
         left=5,
     ))
 
+    parts += _where_time_goes(data.get("top_ops"))
     parts += _training_phases(points)
     if len(claims):
         parts += _article_check(folder, data, claims)
@@ -341,16 +410,18 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
     parts.append("<h2>Plots</h2>")
     parts += [_image(p) for p in plots] or ["<p>No plots: no job finished with a readable trace.</p>"]
 
-    parts.append("<h2>Summary</h2><p>One row per grid point: the median over its repeats (each repeat's "
-                 "median step) with a 95% interval from a hierarchical bootstrap in brackets. All columns are in "
+    parts.append("<h2 id='summary'>Summary</h2><p>One row per grid point: the median over its repeats (each "
+                 "repeat's median step) with a 95% interval from a hierarchical bootstrap in brackets; the regime "
+                 "by measured time within a step (work / host: device or compute time against host or framework "
+                 "overhead). Columns that mean nothing on this sweep's devices are left out here; all columns are in "
                  "<code>summary.csv</code> (<code>summary.parquet</code>); one row per job in "
                  "<code>repeats.csv</code>, per-step values in <code>steps.csv</code>, per-kernel statistics in "
                  "<code>kernels.csv</code>.</p>")
-    parts.append(_table(
-        [label for _, label in SUMMARY_COLUMNS],
-        ([f"<span class='{'ok' if j.get('status') == 'ok' else 'bad'}'>{escape(_fmt(j.get(k)))}</span>"
-          if k == "status" else _value(j, k) for k, _ in SUMMARY_COLUMNS] for j in points),
-    ))
+    shown, detail = _columns(points, SUMMARY_COLUMNS), _columns(points, DETAIL_COLUMNS)
+    parts.append(_table([label for _, label in shown], ([_cell(p, k) for k, _ in shown] for p in points)))
+    parts.append("<details><summary>More columns</summary>" + _table(
+        ["grid point"] + [label for _, label in detail],
+        ([escape(describe(p))] + [_cell(p, k) for k, _ in detail] for p in points)) + "</details>")
 
     parts.append("<h2>Jobs</h2><p>The <b>Perfetto</b> button opens a trace in "
                  "<a href='https://ui.perfetto.dev'>ui.perfetto.dev</a> when this page is served "
@@ -378,17 +449,17 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
             extra += _table(
                 ["kernel", "calls", "median µs", "tensor cores (from the name)", "est. occupancy %",
                  "registers/thread", "shared memory B", "block"],
-                ([escape(str(k["name"])[:110]), escape(_fmt(k["calls"])), escape(_fmt(k["median_us"])),
-                  escape(cores.get(k.get("tensor_cores"), "unknown")), escape(_fmt(k.get("occupancy_pct"))),
-                  escape(_fmt(k.get("registers_per_thread"))), escape(_fmt(k.get("shared_memory_bytes"))),
-                  escape(_fmt(k.get("block")))] for k in kernels),
+                ([escape(str(k["name"])[:110]), escape(fmt(k["calls"])), escape(fmt(k["median_us"])),
+                  escape(cores.get(k.get("tensor_cores"), "unknown")), escape(fmt(k.get("occupancy_pct"))),
+                  escape(fmt(k.get("registers_per_thread"))), escape(fmt(k.get("shared_memory_bytes"))),
+                  escape(fmt(k.get("block")))] for k in kernels),
             )
         ops = tables.ops.get(name, [])[:15]
         if ops:
             extra += _table(
                 ["op", "calls", "self host µs", "self device µs"],
-                ([escape(o["name"]), escape(_fmt(o["calls"])), escape(_fmt(o["self_host_us"])),
-                  escape(_fmt(o["self_device_us"]))] for o in ops),
+                ([escape(o["name"]), escape(fmt(o["calls"])), escape(fmt(o["self_host_us"])),
+                  escape(fmt(o["self_device_us"]))] for o in ops),
             )
         parts.append(f"<details><summary><b>{escape(name)}</b> ({status}) {links}</summary>{extra}</details>")
     parts.append(perfetto.script(str(folder)))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from analysis import points as grid_points
-from analysis.peaks import DEFAULT_RIDGE_FLOPS_PER_BYTE, peak_for
+from analysis.peaks import peak_for
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import stats
 
@@ -266,8 +266,9 @@ def step_time(row: dict[str, Any]) -> tuple[float | None, float | None, float | 
 
 def derive(row: dict[str, Any]) -> None:
     """What follows from a job's (or grid point's) medians: achieved FLOP/s and bytes/s with
-    their intervals, the device's peak, and the regime: overhead-bound when work / host within a
-    step is below 1, with `regime_uncertain` when that ratio's interval holds 1."""
+    their intervals, the device's peak, and the regime by measured time: overhead-bound when work /
+    host within a step is below 1, else compute-bound (compute- or memory-bound by the roofline
+    where the device's peak is known), with `regime_uncertain` when that ratio's interval holds 1."""
     flops, moved = row.get("flops_per_call"), row.get("bytes_per_call")
     step, low, high = step_time(row)
     for key, amount in (("achieved_flops_per_s", flops), ("achieved_bytes_per_s", moved)):
@@ -282,9 +283,9 @@ def derive(row: dict[str, Any]) -> None:
         row["achieved_flops_per_s"] / row["peak_flops_per_s"]
         if row["achieved_flops_per_s"] and row["peak_flops_per_s"] else None
     )
-    ridge = (
+    ridge = (  # only a known device's: an assumed ridge would make the regime a guess about intensity
         row["peak_flops_per_s"] / row["peak_bytes_per_s"]
-        if row["peak_flops_per_s"] and row["peak_bytes_per_s"] else DEFAULT_RIDGE_FLOPS_PER_BYTE
+        if row["peak_flops_per_s"] and row["peak_bytes_per_s"] else None
     )
     row["arithmetic_intensity"] = flops / moved if flops and moved else None
     ratio = _work_over_host(row, *_curves(row))
@@ -293,10 +294,10 @@ def derive(row: dict[str, Any]) -> None:
         return
     if ratio < 1:
         row["regime"] = "overhead-bound"
-    elif flops and moved and ridge:
+    elif flops and moved and ridge:  # the work dominates: the roofline says which limit it meets
         row["regime"] = "compute-bound" if flops / moved >= ridge else "memory-bound"
-    else:
-        row["regime"] = None
+    else:  # the work dominates, judged by measured time as the article does
+        row["regime"] = "compute-bound"
     row["regime_uncertain"] = straddles_one(row)
 
 

@@ -1,0 +1,436 @@
+"""What a sweep shows, in sentences with their numbers: the top of report.html and the last lines
+on the terminal.
+
+Every sentence is made from the tables the report shows beside it (summary.csv, crossovers.csv,
+top_ops.csv) and links to the table or plot that shows it, so a reader can check each number.
+Figures measured in several processes carry their 95% interval; a difference whose interval
+holds "no change" is said to be unclear, never given a direction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from analysis import points as grid_points
+from analysis.sweep import SERIES_KEYS
+from profsweep import stats
+from profsweep.contract import TIMED, timed_samples
+
+TOP = 10  # ops and kernels per grid point in top_ops.csv
+SAID = 3  # of which the conclusions name
+NOT_OPS = ("ProfilerStep#",)  # the profiler's own annotations: not work of the step
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    topic: str  # regime, crossover, compile, cold, time, training, memory, noise, claims, expectations
+    text: str   # one sentence, plain text: what the terminal prints
+    link: str   # the id in report.html of the table or plot that shows it
+    detail: str = ""  # what the report adds after it
+
+    @property
+    def full(self) -> str:
+        return f"{self.text} {self.detail}" if self.detail else self.text
+
+
+# --- numbers in words ---------------------------------------------------------------------------
+
+
+def fmt(value: Any) -> str:
+    """A number as the report's tables print it (crossover 175.2, 0.314, 1,024.0, 9.25e+09)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if abs(value) >= 1e6:
+            return f"{value:.3g}"
+        return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
+    return str(value)
+
+
+def us(value: float | None) -> str:
+    """A duration given in µs, in the unit that reads best: 19 µs, 2.03 ms, 1.58 s."""
+    if value is None:
+        return "?"
+    if value >= 1e6:
+        return f"{value / 1e6:.3g} s"
+    if value >= 1e3:
+        return f"{value / 1e3:.3g} ms"
+    return f"{value:.3g} µs"
+
+
+def nbytes(n: float | None) -> str:
+    if n is None:
+        return "?"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def count(x: float) -> str:
+    """A count as a person writes it: 6, 5.5."""
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
+
+
+def times(x: float) -> str:
+    return f"{x:.2f}×" if x < 10 else f"{x:.1f}×" if x < 100 else f"{x:,.0f}×"
+
+
+def _interval(row: dict[str, Any], key: str, unit: Any = None) -> str:
+    """` [low, high]` of a summary value over its repeats ('' with one repeat)."""
+    low, high = stats.number(row.get(f"{key}_low")), stats.number(row.get(f"{key}_high"))
+    if low is None or high is None or (stats.number(row.get("repeats")) or 0) < 2:
+        return ""
+    show = unit or times
+    return f" [{show(low)}, {show(high)}]"
+
+
+def _sizes(sizes: Sequence[Any]) -> str:
+    words = [str(s) for s in sizes]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+# --- series -------------------------------------------------------------------------------------
+
+
+def _yes(value: Any) -> bool:
+    return value in (True, "True", "true", 1)
+
+
+def series_name(row: dict[str, Any], leave_out: Iterable[str] = ()) -> str:
+    """`matmul_add bf16 cold eager`: a series in words (a grid point less its size)."""
+    leave = set(leave_out)
+    words = [str(row.get("variant") or row.get("workload") or "?")]
+    if "dtype" not in leave and row.get("dtype"):
+        words.append(str(row["dtype"]))
+    if "warmup" not in leave:
+        words.append("warm" if _yes(row.get("warmup")) else "cold")
+    if "compile" not in leave:
+        words.append("compile" if _yes(row.get("compile")) else "eager")
+    if _yes(row.get("train")):
+        words.append("training")
+    return " ".join(words)
+
+
+def _series(points: list[dict[str, Any]], without: str | None = None) -> dict[tuple, list[dict[str, Any]]]:
+    """Usable grid points with a size, by series (less the key `without`), each sorted by size."""
+    keys = [k for k in SERIES_KEYS if k != without]
+    found: dict[tuple, list[dict[str, Any]]] = {}
+    for p in points:
+        if grid_points.usable(p) and stats.number(p.get("size")) is not None:
+            found.setdefault(tuple(str(p.get(k)) for k in keys), []).append(p)
+    for rows in found.values():
+        rows.sort(key=lambda r: stats.number(r["size"]) or 0)
+    return found
+
+
+def _on_gpu(row: dict[str, Any]) -> bool:
+    return row.get("platform") not in (None, "cpu") or stats.number(row.get("device_us_per_step")) is not None
+
+
+# --- the conclusions ----------------------------------------------------------------------------
+
+
+def conclude(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], jobs: list[dict[str, Any]],
+             top: list[dict[str, Any]], claims: Any = None, expectations: Any = None) -> list[Conclusion]:
+    """Every conclusion of a sweep, most telling first: per series the regime and the crossover,
+    then compile, cold vs warm, where the time goes, training phases, memory, and noise."""
+    out: list[Conclusion] = []
+    crossing = {tuple(str(c.get(k)) for k in SERIES_KEYS): c for c in crossovers}
+    for key, rows in _series(points).items():
+        out += _regime(rows, crossing.get(key))
+    out += _compile(points, jobs)
+    out += _cold_warm(points)
+    out += _where_time_goes(points, top)
+    out += _training(points)
+    out += _memory(points)
+    out += [Conclusion("noise", line, "noise") for line in grid_points.noise_lines(points)]
+    out += _verdicts(claims, expectations)
+    return out
+
+
+def _regime(rows: list[dict[str, Any]], crossover: dict[str, Any] | None) -> list[Conclusion]:
+    """The regime at each size, judged by measured time as the article does (host or framework
+    overhead against device or compute time within a step), and the crossover size."""
+    gpu = _on_gpu(rows[0])
+    work, host = ("device", "host") if gpu else ("compute", "overhead")
+    runs: list[tuple[str, list[str]]] = []
+    for r in rows:
+        regime = r.get("regime")
+        ratio = stats.number(r.get(grid_points.RATIO))
+        if regime is None or ratio is None:
+            continue
+        text = f"{r['size']} ({times(ratio)}{_interval(r, grid_points.RATIO)}"
+        text += ", uncertain)" if _yes(r.get("regime_uncertain")) else ")"
+        if runs and runs[-1][0] == regime:
+            runs[-1][1].append(text)
+        else:
+            runs.append((regime, [text]))
+    out = []
+    name = series_name(rows[0])
+    if runs:
+        said = "; ".join(f"{regime} at {_sizes(texts)}" for regime, texts in runs)
+        intensity = [stats.number(r.get("arithmetic_intensity")) for r in rows]
+        intensity = [x for x in intensity if x is not None]
+        ai = (f"Arithmetic intensity {fmt(intensity[0])} to {fmt(intensity[-1])} FLOP/byte (the workload's FLOPs "
+              "over the bytes it must move: shown as such, not as the regime)." if len(intensity) > 1 else "")
+        out.append(Conclusion("regime", f"{name}, by measured time ({work} / {host} within a step): {said}.",
+                              "summary", ai))
+    if crossover is not None and len(rows) > 1:
+        size = stats.number(crossover.get("crossover_size"))
+        status = str(crossover.get("status") or "")
+        sizes = [r["size"] for r in rows]
+        if size is not None:
+            between = status.split(" (uncertain")[0].removeprefix("crossed ")
+            unsure = f"; uncertain: the interval of {work} / {host} holds 1 there" if _yes(crossover.get("uncertain")) else ""
+            text = f"{name}: {work} time overtakes {host} time at size ≈{fmt(size)}, {between}{unsure}."
+        elif status.startswith("not reached: work exceeds"):
+            text = (f"{name}: no crossover between sizes {sizes[0]} and {sizes[-1]}: {work} exceeds {host} at every "
+                    f"size; it would lie below {sizes[0]}.")
+        elif status.startswith("not reached: host exceeds"):
+            text = (f"{name}: no crossover between sizes {sizes[0]} and {sizes[-1]}: {host} exceeds {work} at every "
+                    f"size; it would lie above {sizes[-1]}.")
+        else:
+            text = f"{name}: crossover {status}."
+        out.append(Conclusion("crossover", text, "crossovers"))
+    return out
+
+
+def _samples(point: dict[str, Any], by_job: dict[str, dict[str, Any]]) -> list[list[float]]:
+    """The un-profiled step samples of each repeat of a grid point."""
+    found = []
+    for name in str(point.get("jobs") or point.get("job") or "").split(";"):
+        job = by_job.get(name)
+        if job is not None and grid_points.usable(job):
+            samples = timed_samples(job)
+            if samples:
+                found.append(samples)
+    return found
+
+
+def change(base: list[list[float]], new: list[list[float]], base_value: float | None,
+           new_value: float | None) -> tuple[str, float] | None:
+    """`2.00× slower [1.81, 2.20]`, `1.30× faster (0.77× [0.70, 0.83])`, `no clear difference
+    (0.98× [0.90, 1.07])`: NEW against BASE, from the repeats' samples where both have them, else
+    from the two medians (said to have no interval)."""
+    test = stats.ratio_test(base, new) if base and new else None
+    ratio = test.ratio if test is not None and test.ratio is not None else (
+        new_value / base_value if new_value and base_value else None)
+    if ratio is None:
+        return None
+    if test is None or test.low is None or test.high is None:
+        word = f"{times(ratio)} slower" if ratio >= 1 else f"{times(1 / ratio)} faster ({times(ratio)})"
+        return f"{word} (one process each: no interval)", ratio
+    where = f"[{times(test.low)}, {times(test.high)}]"
+    if test.low > 1:
+        return f"{times(ratio)} slower {where}", ratio
+    if test.high < 1:
+        return f"{times(1 / ratio)} faster ({times(ratio)} {where})", ratio
+    return f"no clear difference ({times(ratio)} {where})", ratio
+
+
+def _pairs(points: list[dict[str, Any]], key: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Grid points that differ only in the flag `key` (False first), by series and size."""
+    out = []
+    for rows in _series(points, without=key).values():
+        by_size: dict[str, dict[bool, dict[str, Any]]] = {}
+        for r in rows:
+            by_size.setdefault(str(r["size"]), {})[_yes(r.get(key))] = r
+        out += [(pair[False], pair[True]) for pair in by_size.values() if len(pair) == 2]
+    return out
+
+
+def _grouped(pairs: list[tuple[dict[str, Any], dict[str, Any]]], key: str,
+             also: Sequence[str] = ()) -> dict[str, list[tuple[dict, dict]]]:
+    grouped: dict[str, list[tuple[dict, dict]]] = {}
+    for a, b in pairs:
+        grouped.setdefault(series_name(a, leave_out=[key, *also]), []).append((a, b))
+    return grouped
+
+
+def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[Conclusion]:
+    """What compile changed at each size: the un-profiled step (compile / eager, with its
+    interval) and the op and kernel counts behind it."""
+    by_job = {str(j.get("job")): j for j in jobs}
+    out = []
+    for name, pairs in _grouped(_pairs(points, "compile"), "compile").items():
+        said, behind = [], []
+        for eager, compiled in pairs:
+            timed = all(stats.number(p.get(TIMED)) for p in (eager, compiled))
+            key = TIMED if timed else "host_us_per_step"
+            found = change(_samples(eager, by_job) if timed else [], _samples(compiled, by_job) if timed else [],
+                           stats.number(eager.get(key)), stats.number(compiled.get(key)))
+            if found is None:
+                continue
+            said.append(f"{found[0]} at {eager['size']} ({us(stats.number(eager.get(key)))} → "
+                        f"{us(stats.number(compiled.get(key)))} per step)")
+        if not said:
+            continue
+        eager, compiled = pairs[-1]
+        gpu = _on_gpu(eager)
+        for column, words in (("step_aten_ops_median", "aten ops per step"),
+                              *((("step_kernels_median", "kernels per step"),
+                                 ("step_launches_median", "launches per step")) if gpu else ())):
+            a, b = stats.number(eager.get(column)), stats.number(compiled.get(column))
+            if a is not None and b is not None and a != b:
+                behind.append(f"{words} {count(a)} → {count(b)}")
+        if eager.get("top_kernel") and compiled.get("top_kernel") and eager["top_kernel"] != compiled["top_kernel"]:
+            behind.append(f"top {'kernel' if gpu else 'compute op'} {eager['top_kernel']} → {compiled['top_kernel']}")
+        tail = f" Behind it (size {eager['size']}): {'; '.join(behind)}." if behind else ""
+        out.append(Conclusion("compile", f"compile against eager, {name}: {'; '.join(said)}.{tail}", "summary"))
+    return out
+
+
+def _cold_warm(points: list[dict[str, Any]]) -> list[Conclusion]:
+    """What warming up changes (the first profiled step's dead window), and what the first call
+    costs (compile's one-time cost shows here)."""
+    out = []
+    for name, pairs in _grouped(_pairs(points, "warmup"), "warmup").items():
+        said = []
+        for cold, warm in pairs:
+            a, b = stats.number(cold.get("dead_window_us")), stats.number(warm.get("dead_window_us"))
+            if a is not None and b is not None:
+                said.append(f"{us(a)}{_interval(cold, 'dead_window_us', us)} cold → {us(b)}"
+                            f"{_interval(warm, 'dead_window_us', us)} warm at {cold['size']}")
+        if said:
+            out.append(Conclusion("cold", f"{name}: the first profiled step's dead window (step start to the first "
+                                  f"aten op): {'; '.join(said)}.", "summary"))
+    cold = [p for p in points if not _yes(p.get("warmup"))]
+    for name, pairs in _grouped(_pairs(cold, "compile"), "compile", also=["warmup"]).items():
+        said = []
+        for eager, compiled in pairs:
+            a, b = stats.number(eager.get("first_call_ms")), stats.number(compiled.get("first_call_ms"))
+            if a is not None and b is not None:
+                said.append(f"{us(a * 1e3)} eager, {us(b * 1e3)} compiled at {eager['size']}")
+        if said:
+            out.append(Conclusion("cold", f"first call of a cold process, {name}: {'; '.join(said)} (compiling is "
+                                  "paid once per process, on the first call).", "summary"))
+    return out
+
+
+def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[str, list[dict[str, Any]]],
+            kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """top_ops.csv: per grid point the top ops by host self time and the top kernels by device time
+    (on the CPU: compute ops by their time), each per step (median over the point's repeats) and
+    as a share of the step's total of its kind, with calls per step."""
+    by_job = {str(j.get("job")): j for j in jobs}
+    kernels_of: dict[str, list[dict[str, Any]]] = {}
+    for k in kernels:
+        kernels_of.setdefault(str(k.get("job")), []).append(k)
+    rows = []
+    for p in points:
+        if not grid_points.usable(p):
+            continue
+        names = [n for n in str(p.get("jobs") or p.get("job") or "").split(";") if n in by_job]
+        kernel_kind = "kernel" if _on_gpu(p) else "compute op"
+        for kind, of_job, time_key in (("op", lambda j: ops.get(j, []), "self_host_us"),
+                                       (kernel_kind, lambda j: kernels_of.get(j, []), "total_us")):
+            per: dict[str, list[tuple[float, float, float]]] = {}
+            for name in names:
+                steps = stats.number(by_job[name].get("steps"))
+                found = [o for o in of_job(name) if not str(o.get("name")).startswith(NOT_OPS)]
+                total = sum(stats.number(o.get(time_key)) or 0.0 for o in found)
+                if not steps or not total:
+                    continue
+                for o in found:
+                    t = stats.number(o.get(time_key)) or 0.0
+                    per.setdefault(str(o["name"]), []).append(
+                        (t / steps, t / total, (stats.number(o.get("calls")) or 0) / steps))
+            ranked = sorted(per.items(), key=lambda kv: -stats.median([x[0] for x in kv[1]]))
+            for rank, (name, values) in enumerate(ranked[:TOP], 1):
+                rows.append({
+                    **{k: p.get(k) for k in (*SERIES_KEYS, "size")}, "point": grid_points.describe(p),
+                    "kind": kind, "rank": rank, "name": name,
+                    "us_per_step": stats.median([x[0] for x in values]),
+                    "share": stats.median([x[1] for x in values]),
+                    "calls_per_step": stats.median([x[2] for x in values]),
+                    "repeats": len(values),
+                })
+    return rows
+
+
+TOP_OPS_COLUMNS = [*SERIES_KEYS, "size", "point", "kind", "rank", "name", "us_per_step", "share",
+                   "calls_per_step", "repeats"]
+
+
+def _where_time_goes(points: list[dict[str, Any]], top: list[dict[str, Any]]) -> list[Conclusion]:
+    """Per series: the top ops at its smallest and largest size, with their share of the step."""
+    by_point: dict[str, list[dict[str, Any]]] = {}
+    for row in top:
+        by_point.setdefault(str(row["point"]) + "|" + str(row.get("device")), []).append(row)
+    out = []
+    for rows in _series(points).values():
+        ends = [rows[0]] if len(rows) == 1 else [rows[0], rows[-1]]
+        kind = "kernel" if _on_gpu(rows[0]) else "op"
+        said = []
+        for p in ends:
+            found = [r for r in by_point.get(grid_points.describe(p) + "|" + str(p.get("device")), [])
+                     if r["kind"] == kind][:SAID]
+            if found:
+                said.append(f"at {p['size']} " + ", ".join(
+                    f"{r['name']} {r['share'] * 100:.0f}% ({us(r['us_per_step'])})" for r in found))
+        if said:
+            what = "device time by kernel" if kind == "kernel" else "host self time by op"
+            out.append(Conclusion("time", f"where the time goes, {series_name(rows[0])} ({what}, share of the "
+                                  f"step): {'; '.join(said)}.", "where-the-time-goes"))
+    return out
+
+
+PHASES = ("forward", "backward", "optimizer")
+
+
+def _training(points: list[dict[str, Any]]) -> list[Conclusion]:
+    out = []
+    for rows in _series([p for p in points if _yes(p.get("train"))]).values():
+        p = rows[-1]
+        kind = "device" if stats.number(p.get("step_forward_device_us_median")) is not None else "host"
+        times_ = {ph: stats.number(p.get(f"step_{ph}_{kind}_us_median")) for ph in PHASES}
+        total = sum(t for t in times_.values() if t)
+        if not total:
+            continue
+        split = ", ".join(f"{ph} {us(t)} ({t / total * 100:.0f}%)" for ph, t in times_.items() if t is not None)
+        out.append(Conclusion("training", f"training step, {series_name(p)} at {p['size']} ({kind} time per phase): "
+                              f"{split}.", "training"))
+    return out
+
+
+def _memory(points: list[dict[str, Any]]) -> list[Conclusion]:
+    out = []
+    for rows in _series(points).values():
+        found = [(stats.number(r["size"]), stats.number(r.get("peak_memory_bytes")), r) for r in rows]
+        found = [(s, m, r) for s, m, r in found if s and m]
+        if len(found) < 2:
+            continue
+        (s0, m0, _), (s1, m1, _) = found[0], found[-1]
+        slope = math.log(m1 / m0) / math.log(s1 / s0) if s1 != s0 and m0 > 0 else None
+        grows = f"; grows as size^{slope:.1f}" if slope is not None else ""
+        out.append(Conclusion("memory", f"peak memory, {series_name(found[0][2])}: {nbytes(m0)} at {int(s0)} → "
+                              f"{nbytes(m1)} at {int(s1)} ({times(m1 / m0)} for {times(s1 / s0)} the size{grows}).",
+                              "plot-memory"))
+    return out
+
+
+def _verdicts(claims: Any, expectations: Any) -> list[Conclusion]:
+    out = []
+    for frame, what, link in ((claims, "the article's claims", "article-check"),
+                              (expectations, "your expectations", "expectations")):
+        if frame is None or not len(frame):
+            continue
+        said = frame["holds"].astype(str).value_counts()
+        held, wrong, unsure, na = (int(said.get(k, 0)) for k in ("true", "false", "inconclusive", "n/a"))
+        parts = [f"{held} hold{'s' if held == 1 else ''}"]
+        mismatches = frame[frame["holds"].astype(str) == "false"]
+        if wrong:
+            first = mismatches.iloc[0]
+            parts.append(f"{wrong} do{'es' if wrong == 1 else ''} not (first: “{first.get('claim', first.get('expectation'))}”)")
+        if unsure:
+            parts.append(f"{unsure} inconclusive (the interval straddles the value)")
+        if na:
+            parts.append(f"{na} could not be judged (each says why)")
+        out.append(Conclusion("claims" if link == "article-check" else "expectations",
+                              f"{what}, {len(frame)} checked: {', '.join(parts)}.", link))
+    return out

@@ -1,0 +1,127 @@
+"""The report's conclusions, from hand-made sweep folders whose answers are known by construction:
+compute overtakes overhead at size 256, compile is 2× slower at 64 and 1.3× faster at 1024."""
+
+from __future__ import annotations
+
+import json
+import re
+from html import unescape
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import analyse_folder
+from analysis.conclusions import change, conclude, top_ops
+from tests.test_compare import jitter
+
+
+def job(folder: Path, num: int, *, size: int, compile: bool, step_us: float, mm_us: float, timed_us: float,
+        repeat: int = 1, steps: int = 5, add_us: float = 0.0) -> Path:
+    """One finished CPU job: `steps` ProfilerStep# spans of step_us, each with an aten::mm of mm_us
+    (compute) and, if add_us, an aten::add; the rest of the step is framework overhead. Its
+    un-profiled steps lie around timed_us."""
+    name = f"{num}_matmul_add_{size}_bf16_cold_{'compile' if compile else 'eager'}{f'_r{repeat}' if repeat > 1 else ''}"
+    path = folder / name
+    path.mkdir(parents=True)
+    events, ts = [], 0.0
+    for i in range(1, steps + 1):
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+                       "ts": ts, "dur": step_us})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts + 1, "dur": mm_us})
+        if add_us:
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1,
+                           "ts": ts + 2 + mm_us, "dur": add_us})
+        ts += step_us + 10
+    (path / "t.json").write_text(json.dumps({"traceEvents": events}))
+    samples = jitter(timed_us * (1 + 0.01 * (repeat - 2)), 40, 0.05)
+    (path / "metrics.json").write_text(json.dumps({
+        "job": name, "workload": "matmul_add", "size": size, "dtype": "bf16", "compile": compile, "warmup": False,
+        "train": False, "device": "cpu", "status": "ok", "error": None, "steps": steps, "repeat": repeat,
+        "self_cpu_total_us": float(step_us * steps), "trace_file": "t.json", "table_file": "t.txt",
+        "config_hash": f"size={size} compile={compile}", "schema_version": 1, "first_call_ms": 700.0 if compile else 2.0,
+        "timed_samples_us": samples, "timed_us_per_step": sorted(samples)[len(samples) // 2],
+        "peak_memory_bytes": size * size * 4, "flops_per_call": 2 * size ** 3, "bytes_per_call": 6 * size * size,
+    }))
+    return path
+
+
+def known_sweep(folder: Path) -> Path:
+    """Eager: compute / overhead 0.5 at 64 and 2 at 1024 (so the crossover is at their geometric
+    mean, 256); un-profiled steps: compile 200 vs eager 100 µs at 64, 1000 vs 1300 µs at 1024."""
+    num = 0
+    for repeat in (1, 2, 3):
+        for size, compile, step, mm, timed in ((64, False, 300, 100, 100), (64, True, 300, 150, 200),
+                                               (1024, False, 3000, 2000, 1300), (1024, True, 3000, 2400, 1000)):
+            job(folder, num, size=size, compile=compile, step_us=step, mm_us=mm, timed_us=timed, repeat=repeat)
+            num += 1
+    return folder
+
+
+def conclusions_html(folder: Path) -> str:
+    page = (folder / "report.html").read_text()
+    section = re.search(r"<section id='conclusions'>(.*?)</section>", page, re.S)
+    assert section, page[:2000]
+    return unescape(re.sub(r"<[^>]+>", " ", section.group(1)))
+
+
+def test_conclusions_state_the_crossover_and_what_compile_changed_with_the_tables_figures(tmp_path, capsys):
+    folder = known_sweep(tmp_path / "sweep")
+    assert analyse_folder(folder) == []
+    page = (folder / "report.html").read_text()
+    # first on the page, before any table
+    assert page.index("<section id='conclusions'>") < page.index("<table")
+    said = conclusions_html(folder)
+    crossovers = pd.read_csv(folder / "crossovers.csv")
+    eager = crossovers[~crossovers["compile"].astype(bool)].iloc[0]
+    assert abs(eager["crossover_size"] - 256) < 1e-6  # log-interpolated between 0.5 at 64 and 2 at 1024
+    assert "matmul_add bf16 cold eager: compute time overtakes overhead time at size ≈256.0, between 64 and 1024" in said
+    assert re.search(r"2\.0\d× slower \[[\d.]+×, [\d.]+×\] at 64", said), said
+    assert re.search(r"1\.3\d× faster \(0\.7\d× \[[\d.]+×, [\d.]+×\]\) at 1024", said), said
+    # the regime by measured time, with the ratio's interval
+    assert re.search(r"cold eager, by measured time \(compute / overhead within a step\): overhead-bound at 64 "
+                     r"\(0\.50×( \[[^]]+\])?\); compute-bound at 1024 \(2\.00×", said), said
+    # ... and the terminal's last lines say the same
+    out = capsys.readouterr().out
+    assert "conclusions (with their tables and plots in report.html):" in out
+    assert "at size ≈256.0, between 64 and 1024" in out
+
+
+def test_where_the_time_goes_per_grid_point_in_top_ops_csv(tmp_path):
+    folder = tmp_path / "sweep"
+    job(folder, 0, size=64, compile=False, step_us=400, mm_us=200, timed_us=100, add_us=100, steps=4)
+    analyse_folder(folder)
+    top = pd.read_csv(folder / "top_ops.csv")
+    ops = top[top["kind"] == "op"].sort_values("rank")
+    # by hand: a step of 400 µs holds aten::mm 200 and aten::add 100 of self time; the step's own
+    # annotation (ProfilerStep#) is the profiler's, not an op
+    assert list(ops["name"]) == ["aten::mm", "aten::add"]
+    assert list(ops["us_per_step"]) == [200.0, 100.0]
+    assert list(ops["share"]) == [200 / 300, 100 / 300]
+    assert list(ops["calls_per_step"]) == [1.0, 1.0]
+    assert set(top["kind"]) == {"op", "compute op"}  # a CPU sweep: its "kernels" are the compute ops
+    assert "where the time goes" in conclusions_html(folder)
+
+
+def test_the_cpu_page_has_no_gpu_only_column(tmp_path):
+    folder = known_sweep(tmp_path / "sweep")
+    analyse_folder(folder)
+    page = (folder / "report.html").read_text()
+    for gpu_only in ("kernels/step", "launches/step", "GPU busy", "device µs/step"):
+        assert gpu_only not in page, gpu_only
+    assert "compute µs/step (CPU)" in page
+
+
+def test_a_change_whose_interval_holds_one_has_no_direction():
+    same = [jitter(100, 30), jitter(104, 30), jitter(96, 30)]
+    other = [jitter(101, 30), jitter(97, 30), jitter(105, 30)]
+    said, ratio = change(same, other, 100.0, 101.0)
+    assert said.startswith("no clear difference") and 0.9 < ratio < 1.1
+    said, _ = change([jitter(100, 30)], [jitter(200, 30)], 100.0, 200.0)
+    assert said == "2.00× slower (one process each: no interval)"
+
+
+def test_no_conclusion_from_failed_points_and_none_for_an_empty_sweep():
+    assert conclude([], [], [], []) == []
+    failed = [{"job": "0_x", "status": "failed", "size": 64, "workload": "matmul_add", "regime": "compute-bound",
+               "work_host_ratio": 3.0}]
+    assert conclude(failed, [], failed, top_ops(failed, failed, {}, [])) == []
