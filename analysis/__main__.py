@@ -118,17 +118,16 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("--fdr", type=float, default=0.05, metavar="Q",
                         help="the false discovery rate controlled across the pairs (Benjamini-Hochberg; default 0.05)")
     args = parser.parse_args(argv)
-    from analysis.compare import CompareError, compare_sides, compare_traces, load_side, write_compare
+    from analysis.compare import CompareError, compare_sides, compare_traces, diff_lines, load_side, write_compare
 
     if any([live(folder, args.strict) for folder in (args.base, args.new) if folder.is_dir()]):
         return 2
     try:
         if args.base.is_file() and args.new.is_file():
             diff = compare_traces(args.base, args.new)
-            print(f"host per step NEW/BASE: {diff['host_us_per_step_ratio']:.3f}")
-            for what in ("ops", "kernels"):
-                for d in diff[f"{what}_diff"]:
-                    print(f"  {what[:-1]} {d['change']:<14} {d['base_per_step']:>8.2f} -> {d['new_per_step']:>8.2f}  {d['name'][:90]}")
+            print(f"host per step NEW/BASE: {diff['host_us_per_step_ratio']:.3f} "
+                  f"({diff['steps_base']} and {diff['steps_new']} profiled steps)")
+            print("\n".join(diff_lines(diff)))
             return 0
         if args.fail_if_slower is not None and not args.fail_if_slower >= 1:
             raise CompareError(f"--fail-if-slower {args.fail_if_slower} is not allowed: give a ratio >= 1, e.g. 1.10")

@@ -20,6 +20,11 @@ bootstrap over both sides' repeats, made honest for few repeats (profsweep.stats
 loaded the machine (its `noise_load`). Across the grid, a change is a verdict only when it is a
 discovery of Benjamini–Hochberg at `--fdr` (default 0.05) over the pairs' p-values. Identical
 samples on both sides (a sweep compared with itself) are `same`, ratio 1.
+
+What changed in the work, per pair (ops_diff.csv, compare.html): every op by its self time on
+the host and every kernel by its time on the device, per profiled step of each side, the median
+over a grid point's repeats; calls per step beside; ranked by the size of the change in time,
+slower or faster (`time_diff`). Annotations (`ProfilerStep#N`, record_function) are not ops.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from analysis.trace import is_op
 from profsweep import stats
 
 MARGIN = 0.05  # what counts as the same: within 5%
@@ -134,7 +141,13 @@ def control_discoveries(pairs: list[dict[str, Any]], fdr: float = FDR) -> None:
             pair["verdict"] = "inconclusive"
 
 
-# --- the diff of ops and kernels (as HTA's TraceDiff: an outer join of counts) -----------------------
+# --- the diff of ops and kernels: self time per step, calls beside ---------------------------------------
+#
+# An outer join by name, as HTA's TraceDiff, ranked by how much each op's time changed: per
+# profiled step, each side divided by its own step count (two sweeps may profile 5 and 20 steps),
+# over a grid point's repeats the median of each repeat's per-step figure. Ops are timed by their
+# self time on the host, kernels by their time on the device (on the CPU the "kernels" are the
+# compute ops, already among the ops: left out).
 
 
 # Inductor names each compiled graph's call by its hash, which changes with torch, the graph and
@@ -146,30 +159,104 @@ def same_op(name: str) -> str:
     return _GRAPH_HASH.sub(r"\1 \2", name)
 
 
-def _by_name(counts: dict[str, float]) -> dict[str, float]:
-    merged: dict[str, float] = {}
-    for name, calls in counts.items():
-        merged[same_op(name)] = merged.get(same_op(name), 0) + calls
-    return merged
+@dataclass(frozen=True)
+class Use:
+    """One op's (or kernel's) use in one job, per profiled step."""
+
+    calls: float
+    self_us: float  # ops: self time on the host; kernels: time on the device
 
 
-def count_diff(base: dict[str, float], new: dict[str, float], steps_base: float, steps_new: float) -> list[dict[str, Any]]:
-    """Per name: calls per step on each side and whether it appeared, vanished or changed count."""
-    base, new = _by_name(base), _by_name(new)
+def per_step(rows: Iterable[tuple[str, float, float]], steps: Any) -> dict[str, Use]:
+    """(name, calls, µs) over a job's trace -> per name, per profiled step (a trace without
+    `ProfilerStep#` is one step); a compiled graph under any hash is one name."""
+    n = stats.number(steps) or 1
+    found: dict[str, list[float]] = {}
+    for name, calls, us in rows:
+        total = found.setdefault(same_op(name), [0.0, 0.0])
+        total[0] += calls
+        total[1] += us
+    return {name: Use(calls / n, us / n) for name, (calls, us) in found.items()}
+
+
+DIFF_DECIMALS = {"self_us_per_step_base": 3, "self_us_per_step_new": 3, "self_us_per_step_diff": 3,  # ns
+                 "self_us_per_step_ratio": 4, "calls_per_step_base": 3, "calls_per_step_new": 3}
+DIFF_COLUMNS = ("rank", "name", "change", "self_us_per_step_base", "self_us_per_step_new", "self_us_per_step_diff",
+                "self_us_per_step_ratio", "calls_per_step_base", "calls_per_step_new")
+
+
+def time_diff(base: Sequence[dict[str, Use]], new: Sequence[dict[str, Use]]) -> list[dict[str, Any]]:
+    """Per name, from each side's repeats (one dict per repeat, an absent name: not called): the
+    median over the repeats of self µs and calls per step, NEW - BASE and NEW / BASE; `change`
+    says appeared, vanished, slower, faster or calls (the time the same). Names whose time and
+    calls are the same on both sides are left out. Ranked by the size of the change in time,
+    either way: what moved the step most comes first, and BASE and NEW swapped rank alike."""
+
+    def median(side: Sequence[dict[str, Use]], name: str, attr: str) -> float:
+        return statistics.median(getattr(r[name], attr) if name in r else 0.0 for r in side) if side else 0.0
+
     rows = []
-    for name in sorted(set(base) | set(new)):
-        b = base.get(name, 0) / (steps_base or 1)
-        n = new.get(name, 0) / (steps_new or 1)
-        if name not in base:
-            change = "appeared"
-        elif name not in new:
-            change = "vanished"
-        elif abs(b - n) > 1e-9:
-            change = "changed count"
-        else:
+    for name in sorted({n for r in [*base, *new] for n in r}):
+        b, n = median(base, name, "self_us"), median(new, name, "self_us")
+        calls_b, calls_n = median(base, name, "calls"), median(new, name, "calls")
+        if b == n and calls_b == calls_n:
             continue
-        rows.append({"name": name, "base_per_step": b, "new_per_step": n, "change": change})
-    return rows
+        in_base, in_new = any(name in r for r in base), any(name in r for r in new)
+        change = ("appeared" if not in_base else "vanished" if not in_new else
+                  "slower" if n > b else "faster" if n < b else "calls")
+        rows.append({"name": name, "change": change, "self_us_per_step_base": b, "self_us_per_step_new": n,
+                     "self_us_per_step_diff": n - b, "self_us_per_step_ratio": n / b if b else None,
+                     "calls_per_step_base": calls_b, "calls_per_step_new": calls_n})
+    rows.sort(key=lambda r: (-abs(r["self_us_per_step_diff"]),
+                             -abs(r["calls_per_step_new"] - r["calls_per_step_base"]), r["name"]))
+    for rank, row in enumerate(rows, 1):
+        row["rank"] = rank
+    return [{k: row[k] for k in DIFF_COLUMNS} for row in rows]
+
+
+def calls_changed(rows: Iterable[dict[str, Any]]) -> int:
+    """How many ops (or kernels) appeared, vanished or changed calls per step."""
+    return sum(1 for r in rows if r["calls_per_step_base"] != r["calls_per_step_new"])
+
+
+def _op_uses(ops: Iterable[dict[str, Any]]) -> list[tuple[str, float, float]]:
+    return [(o["name"], o["calls"], o["self_host_us"]) for o in ops if is_op(o)]
+
+
+def _kernel_uses(kernels: Iterable[dict[str, Any]]) -> list[tuple[str, float, float]]:
+    return [(k["name"], k["calls"], k["total_us"]) for k in kernels]
+
+
+def _duration(us: float | None, signed: bool = False) -> str:
+    """µs as a person reads them: 850 µs, 11.7 ms, 1.58 s (with its sign: +1.57 s)."""
+    if us is None or (isinstance(us, float) and math.isnan(us)):
+        return ""
+    sign = ("+" if us > 0 else "-" if us < 0 else "±") if signed else ("-" if us < 0 else "")
+    size = abs(us)
+    for unit, scale in (("s", 1e6), ("ms", 1e3)):
+        if size >= scale:
+            return f"{sign}{size / scale:.3g} {unit}"
+    return f"{sign}{size:.3g} µs"
+
+
+def diff_lines(diff: dict[str, Any], top: int = 20) -> list[str]:
+    """The op and kernel diff of two traces, ranked, for the terminal."""
+    lines = []
+    for what in ("ops", "kernels"):
+        rows = diff[f"{what}_diff"]
+        if not rows:
+            continue
+        lines.append(f"{what} by change in {'self host' if what == 'ops' else 'device'} time per step "
+                     "(base -> new, change; calls per step base -> new):")
+        for d in rows[:top]:
+            ratio = f"{d['self_us_per_step_ratio']:.2f}x" if d["self_us_per_step_ratio"] is not None else "-"
+            base, new, diff_us = d["self_us_per_step_base"], d["self_us_per_step_new"], d["self_us_per_step_diff"]
+            lines.append(f"  {d['rank']:>3} {_duration(base):>9} -> {_duration(new):>9}  {_duration(diff_us, True):>10} "
+                         f"{ratio:>8}  {d['change']:<8} calls {d['calls_per_step_base']:g} -> "
+                         f"{d['calls_per_step_new']:g}  {d['name'][:90]}")
+        if len(rows) > top:
+            lines.append(f"  ... {len(rows) - top} more")
+    return lines or ["no op or kernel changed its time or calls per step"]
 
 
 # --- sides ---------------------------------------------------------------------------------------
@@ -180,8 +267,8 @@ class Side:
     folder: Path
     jobs: list[dict[str, Any]]  # one per grid point (summary.csv's rows) with a usable repeat
     steps: dict[str, list[dict[str, Any]]]  # job -> its step rows
-    ops: dict[str, dict[str, float]]  # job -> op name -> calls
-    kernels: dict[str, dict[str, float]]  # job -> kernel name -> calls
+    ops: dict[str, list[tuple[str, float, float]]]  # job -> (op, calls, self host µs) over its trace
+    kernels: dict[str, list[tuple[str, float, float]]]  # job -> (kernel, calls, device µs); none on the CPU
     environment: dict[str, Any]
     repeats: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> its row (repeats.csv)
 
@@ -202,20 +289,28 @@ def load_side(folder: Path) -> Side:
     steps: dict[str, list[dict[str, Any]]] = {}
     for s in tables.steps:
         steps.setdefault(s["job"], []).append(s)
-    kernels: dict[str, dict[str, float]] = {}
+    on_cpu = {str(j["job"]) for j in tables.jobs if j.get("platform") == "cpu"}
+    kernels: dict[str, list[tuple[str, float, float]]] = {}
     for k in tables.kernels:
-        kernels.setdefault(k["job"], {})[k["name"]] = k["calls"]
+        if k["job"] not in on_cpu:  # the CPU's "kernels" are its compute ops, already among the ops
+            kernels.setdefault(k["job"], []).append((k["name"], k["calls"], k["total_us"]))
     try:
         environment = json.loads((folder / "environment.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         environment = {}
-    return Side(folder, points, steps, {j: {o["name"]: o["calls"] for o in ops} for j, ops in tables.ops.items()},
+    return Side(folder, points, steps, {j: _op_uses(ops) for j, ops in tables.ops.items()},
                 kernels, environment, {str(j["job"]): j for j in tables.jobs if usable(j)})
 
 
 def _repeat_jobs(side: Side, point: dict[str, Any]) -> list[dict[str, Any]]:
     names = str(point.get("jobs") or point["job"]).split(";")
     return [side.repeats[n] for n in names if n in side.repeats] or [point]
+
+
+def _uses(side: Side, point: dict[str, Any], what: str) -> list[dict[str, Use]]:
+    """Each repeat's ops (or kernels) per its own profiled steps."""
+    table = side.ops if what == "op" else side.kernels
+    return [per_step(table.get(job["job"], []), job.get("steps")) for job in _repeat_jobs(side, point)]
 
 
 def _samples(side: Side, point: dict[str, Any], on: str) -> list[list[float]]:
@@ -320,16 +415,18 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
     })
     for key in ("step_kernels_median", "step_launches_median", "step_aten_ops_median"):
         row[f"{key}_base"], row[f"{key}_new"] = b.get(key), n.get(key)
-    steps_b, steps_n = b.get("steps") or 1, n.get("steps") or 1
-    row["ops_diff"] = count_diff(base.ops.get(b["job"], {}), new.ops.get(n["job"], {}), steps_b, steps_n)
-    row["kernels_diff"] = count_diff(base.kernels.get(b["job"], {}), new.kernels.get(n["job"], {}), steps_b, steps_n)
-    row["ops_changed"] = len(row["ops_diff"])
-    row["kernels_changed"] = len(row["kernels_diff"])
+    for what in ("op", "kernel"):
+        diff = time_diff(_uses(base, b, what), _uses(new, n, what))
+        row[f"{what}s_diff"] = diff
+        row[f"{what}s_changed"] = calls_changed(diff)  # appeared, vanished or other calls per step
+        top = diff[0] if diff else {}
+        row[f"{what}_most_changed"] = top.get("name")  # by self time per step, either way
+        row[f"{what}_most_changed_us_per_step_diff"] = top.get("self_us_per_step_diff")
     return row
 
 
 def compare_traces(base: Path, new: Path) -> dict[str, Any]:
-    """Two single traces: their op and kernel counts per step, diffed."""
+    """Two single traces: their ops' self time and their kernels' device time per step, diffed."""
     from analysis.trace import TraceError, analyse_trace
 
     try:
@@ -337,18 +434,22 @@ def compare_traces(base: Path, new: Path) -> dict[str, Any]:
     except TraceError as exc:
         raise CompareError(str(exc)) from None
     steps_a, steps_b = a["steps"] or 1, b["steps"] or 1
+
+    def kernels(m: dict[str, Any]) -> list[tuple[str, float, float]]:
+        return _kernel_uses(m["kernels"]) if m["platform"] != "cpu" else []
+
     return {
         "host_us_per_step_ratio": _ratio(a["self_cpu_total_us"] / steps_a, b["self_cpu_total_us"] / steps_b),
-        "ops_diff": count_diff({o["name"]: o["calls"] for o in a["top_ops"]},
-                               {o["name"]: o["calls"] for o in b["top_ops"]}, steps_a, steps_b),
-        "kernels_diff": count_diff({k["name"]: k["calls"] for k in a["kernels"]},
-                                   {k["name"]: k["calls"] for k in b["kernels"]}, steps_a, steps_b),
+        "steps_base": steps_a, "steps_new": steps_b,
+        "ops_diff": time_diff([per_step(_op_uses(a["top_ops"]), steps_a)], [per_step(_op_uses(b["top_ops"]), steps_b)]),
+        "kernels_diff": time_diff([per_step(kernels(a), steps_a)], [per_step(kernels(b), steps_b)]),
     }
 
 
 # --- outputs ----------------------------------------------------------------------------------------
 
 COMPARE_FILE = "compare.json"
+GRID_WORDS = ("workload", "size", "dtype", "compile", "warmup", "train", "device")  # a pair's grid point, in short
 SERVED_BASE, SERVED_NEW = "_base", "_new"  # the URL folders the server maps to BASE and NEW
 CSV_COLUMNS_FIRST = ("verdict", "step_ratio", "interval_low", "interval_high", "p_value", "verdict_why",
                      "host_us_per_step_ratio", "device_us_per_step_ratio", "base_job", "new_job")
@@ -368,10 +469,12 @@ def write_compare(result: dict[str, Any], base: Side, new: Side, out: Path) -> l
     order = list(result["columns"]) + [c for c in CSV_COLUMNS_FIRST if c in frame]
     frame = frame[order + [c for c in frame.columns if c not in order]]
     atomic_write_text(out / "compare.csv", frame.to_csv(index=False))
-    diffs = [{"base_job": p["base_job"], "new_job": p["new_job"], "what": what, **d}
-             for p in pairs for what in ("op", "kernel") for d in p[f"{what}s_diff"]]
+    # per pair (in compare.csv's order), its ops then its kernels, each ranked by the change in time
+    grid = [c for c in result["columns"] if c in GRID_WORDS]
+    diffs = [{**{c: p.get(c) for c in grid}, "base_job": p["base_job"], "new_job": p["new_job"],
+              "what": what, **d} for p in pairs for what in ("op", "kernel") for d in p[f"{what}s_diff"]]
     atomic_write_text(out / "ops_diff.csv", pd.DataFrame(
-        diffs, columns=["base_job", "new_job", "what", "name", "base_per_step", "new_per_step", "change"]).to_csv(index=False))
+        diffs, columns=[*grid, "base_job", "new_job", "what", *DIFF_COLUMNS]).round(DIFF_DECIMALS).to_csv(index=False))
     plots = write_ratio_plot(frame, out / "plots")
     # where `python -m analysis serve` finds the two sides' traces (SERVED_BASE/..., SERVED_NEW/...)
     atomic_write_text(out / COMPARE_FILE, json.dumps(
@@ -386,7 +489,8 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
     from html import escape
 
     from analysis import perfetto
-    from analysis.report import CSS, _fmt, _image, _table
+    from analysis.report import CSS, _image, _table
+    from analysis.conclusions import fmt as _fmt
 
     pairs = result["pairs"]
     counts = {v: sum(1 for p in pairs if p["verdict"] == v) for v in VERDICT_ORDER}
@@ -430,25 +534,19 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
         parts.append(f"<h2>{escape(title)}</h2>")
         rows = []
         for p in chosen:
-            label = " ".join(f"{c}={_fmt(p.get(c))}" for c in result["columns"] if c in ("workload", "size", "dtype",
-                                                                                      "compile", "warmup", "train", "device"))
+            label = " ".join(f"{c}={_fmt(p.get(c))}" for c in result["columns"] if c in GRID_WORDS)
             rows.append([escape(label), f"<span class='{style.get(p['verdict'], '')}'>{escape(p['verdict'])}</span>",
                          escape(_fmt(p["host_us_per_step_ratio"])), escape(_fmt(p["device_us_per_step_ratio"])),
                          escape(_fmt(p["host_us_per_step_base"])), escape(_fmt(p["host_us_per_step_new"])),
                          escape(p["verdict_why"]), escape(_fmt(p["first_call_ms_ratio"])),
-                         escape(_fmt(p["peak_memory_ratio"])), escape(str(p["ops_changed"])),
+                         escape(_fmt(p["peak_memory_ratio"])), _most_changed(p),
                          f"{link(base, p['base_job'], SERVED_BASE)} · {link(new, p['new_job'], SERVED_NEW)}"])
         parts.append(_table(["grid point", "verdict", "host ratio", "device ratio", "host µs base", "host µs new",
-                             "why", "first call ratio", "peak memory ratio", "ops changed", "traces (base · new)"],
+                             "why", "first call ratio", "peak memory ratio", "op most changed (self time per step)",
+                             "traces (base · new)"],
                             rows, left=2))
         for p in chosen:
-            changed = p["ops_diff"] + [dict(d, name=f"[kernel] {d['name']}") for d in p["kernels_diff"]]
-            if changed:
-                parts.append(f"<details><summary>{escape(p['base_job'])} → {escape(p['new_job'])}: "
-                             f"{len(changed)} ops/kernels changed</summary>" + _table(
-                                 ["name", "change", "base per step", "new per step"],
-                                 ([escape(str(d["name"])[:110]), escape(d["change"]), escape(_fmt(d["base_per_step"])),
-                                   escape(_fmt(d["new_per_step"]))] for d in changed)) + "</details>")
+            parts.append(_diff_tables(p))
     for side, key in (("BASE", "unmatched_base"), ("NEW", "unmatched_new")):
         if result[key]:
             parts.append(f"<h2>Jobs of {side} without a partner</h2><ul>"
@@ -461,4 +559,49 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
     parts += [_image(p) for p in plots]
     parts.append(perfetto.script(str(out)))
     parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+DIFF_ROWS_SHOWN = 25  # per pair and kind in compare.html; ops_diff.csv has them all
+
+
+def _most_changed(pair: dict[str, Any]) -> str:
+    """The pair table's cell: the op (or, without ops, the kernel) whose time changed most."""
+    from html import escape
+
+    for what in ("op", "kernel"):
+        name = pair.get(f"{what}_most_changed")
+        if name:
+            return (f"<code title='{escape(name, quote=True)}'>{escape(name[:40])}</code> "
+                    f"{escape(_duration(pair[f'{what}_most_changed_us_per_step_diff'], True))}")
+    return ""
+
+
+def _diff_tables(pair: dict[str, Any]) -> str:
+    """A pair's ops (self host time) and kernels (device time) ranked by the change per step."""
+    from html import escape
+
+    from analysis.report import _table
+
+    style = {"slower": "bad", "faster": "ok"}
+    parts = []
+    for what, timed in (("op", "self host time"), ("kernel", "device time")):
+        rows = pair[f"{what}s_diff"]
+        if not rows:
+            continue
+        more = len(rows) - DIFF_ROWS_SHOWN
+        parts.append(
+            f"<details{' open' if pair['verdict'] == 'slower' else ''}><summary>{escape(pair['base_job'])} → "
+            f"{escape(pair['new_job'])}: {len(rows)} {what}s by the change in {timed} per step (the biggest change, "
+            "slower or faster, first)</summary>" + _table(
+                ["#", what, "change", "per step base", "per step new", "difference", "ratio", "calls per step base",
+                 "calls per step new"],
+                ([str(d["rank"]), f"<code>{escape(str(d['name'])[:110])}</code>",
+                  f"<span class='{style.get(d['change'], '')}'>{escape(d['change'])}</span>",
+                  escape(_duration(d["self_us_per_step_base"])), escape(_duration(d["self_us_per_step_new"])),
+                  escape(_duration(d["self_us_per_step_diff"], True)),
+                  escape(f"{d['self_us_per_step_ratio']:.2f}×" if d["self_us_per_step_ratio"] is not None else ""),
+                  escape(f"{d['calls_per_step_base']:g}"), escape(f"{d['calls_per_step_new']:g}")]
+                 for d in rows[:DIFF_ROWS_SHOWN]), left=3)
+            + (f"<p>{more} more in ops_diff.csv.</p>" if more > 0 else "") + "</details>")
     return "\n".join(parts)

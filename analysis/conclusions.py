@@ -15,12 +15,12 @@ from typing import Any, Iterable, Sequence
 
 from analysis import points as grid_points
 from analysis.sweep import SERIES_KEYS
+from analysis.trace import is_op
 from profsweep import stats
 from profsweep.contract import TIMED, timed_samples
 
 TOP = 10  # ops and kernels per grid point in top_ops.csv
 SAID = 3  # of which the conclusions name
-NOT_OPS = ("ProfilerStep#",)  # the profiler's own annotations: not work of the step
 
 
 @dataclass(frozen=True)
@@ -316,7 +316,8 @@ def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[
             kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """top_ops.csv: per grid point the top ops by host self time and the top kernels by device time
     (on the CPU: compute ops by their time), each per step (median over the point's repeats) and
-    as a share of the step's total of its kind, with calls per step."""
+    as a share of the step's total of its kind (host self time, annotations' included, or device
+    time), with calls per step. Annotations and Python frames are not ops (trace.is_op)."""
     by_job = {str(j.get("job")): j for j in jobs}
     kernels_of: dict[str, list[dict[str, Any]]] = {}
     for k in kernels:
@@ -332,11 +333,11 @@ def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[
             per: dict[str, list[tuple[float, float, float]]] = {}
             for name in names:
                 steps = stats.number(by_job[name].get("steps"))
-                found = [o for o in of_job(name) if not str(o.get("name")).startswith(NOT_OPS)]
-                total = sum(stats.number(o.get(time_key)) or 0.0 for o in found)
+                every = of_job(name)
+                total = sum(stats.number(o.get(time_key)) or 0.0 for o in every)  # the step's, annotations too
                 if not steps or not total:
                     continue
-                for o in found:
+                for o in filter(is_op, every):
                     t = stats.number(o.get(time_key)) or 0.0
                     per.setdefault(str(o["name"]), []).append(
                         (t / steps, t / total, (stats.number(o.get("calls")) or 0) / steps))

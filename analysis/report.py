@@ -15,8 +15,6 @@ from analysis import perfetto
 from analysis.conclusions import Conclusion, count, fmt, nbytes, us
 from analysis.points import describe
 from profsweep import stats
-
-_fmt = fmt  # compare.py's name for it (TODO: one name once compare is reworked)
 from analysis.files import atomic_write_text
 from analysis.sweep import SweepTables
 

@@ -423,7 +423,7 @@ def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatche
 
     # --- host events into steps --------------------------------------------------------------
     launch_step: dict[Any, tuple[Step | None, int, int]] = {}  # correlation -> (step, start, host index)
-    ops: dict[str, list[float]] = {}  # name -> [calls, self host ns, self device ns, compute calls]
+    ops: dict[str, list[Any]] = {}  # name -> [calls, self host ns, self device ns, compute calls, category]
     totals = {"self": 0, "compute": 0, "launches": 0, "occupancy": 0}
     occupancy_pending: dict[Any, bool] = {}  # thread -> an occupancy query since its last launch
     after_occupancy: set[Any] = set()  # correlation ids of launches that followed one
@@ -448,7 +448,7 @@ def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatche
         totals["compute"] += self_ns if compute else 0
         totals["launches"] += name in LAUNCHES
         totals["occupancy"] += name.startswith(OCCUPANCY_PREFIXES)
-        op = ops.setdefault(name, [0, 0, 0, 0])
+        op = ops.setdefault(name, [0, 0, 0, 0, cat])
         op[0] += 1
         op[1] += self_ns
         op[3] += compute
@@ -487,7 +487,7 @@ def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatche
             s, launch_start, host_index = launched
             parent = host[host_index][6]
             owner = host[parent][2] if parent >= 0 else host[host_index][2]
-            ops.setdefault(owner, [0, 0, 0, 0])[2] += dur
+            ops.setdefault(owner, [0, 0, 0, 0, None])[2] += dur
             if s is not None:
                 s.lags_ns.append(start - launch_start)
             phase = phase_of(launch_start) if phases else None
@@ -651,7 +651,7 @@ def _summarise(
     windowed: bool,
     host: list[list[Any]],
     device: list[tuple[int, int, str, str, Any]],
-    ops: dict[str, list[float]],
+    ops: dict[str, list[Any]],
     meta: dict[str, Any],
     thread_of: list[Any],
     totals: dict[str, int],
@@ -698,7 +698,7 @@ def _summarise(
     op_rows = sorted(
         (
             {"name": name, "calls": int(v[0]), "self_host_us": v[1] * us, "self_device_us": v[2] * us,
-             "compute_calls": int(v[3])}
+             "compute_calls": int(v[3]), "category": v[4]}
             for name, v in ops.items()
         ),
         key=lambda r: -(r["self_host_us"] + r["self_device_us"]),
@@ -774,6 +774,17 @@ def regime(m: dict[str, Any], flops: float | None = None, bytes_moved: float | N
     if not flops or not bytes_moved or not ridge_flops_per_byte:
         return None
     return "compute-bound" if flops / bytes_moved >= ridge_flops_per_byte else "memory-bound"
+
+
+# Not ops: the profiler's and the user's annotations (`ProfilerStep#N`, whose name changes every
+# step; record_function: forward, backward, the workload's name, Optimizer.step#...) and Python
+# frames (with_stack). Their self time is the Python between the ops they hold.
+NOT_OP_CATEGORIES = frozenset({"user_annotation", "python_function"})
+
+
+def is_op(row: dict[str, Any]) -> bool:
+    """A row of a trace's op table (`top_ops`) that is an op, not an annotation or a Python frame."""
+    return row.get("category") not in NOT_OP_CATEGORIES and not str(row["name"]).startswith("ProfilerStep#")
 
 
 FLAT_KEYS = (

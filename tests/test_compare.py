@@ -13,25 +13,29 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main
-from analysis.compare import control_discoveries, count_diff, verdict
+from analysis.compare import Use, control_discoveries, time_diff, verdict
 from tests.conftest import job_dirs, run_cli
 
 # --- hand-made job folders ---------------------------------------------------------------------------
 
 
-def hand_made_job(folder: Path, num: int, step_us: list[float], *, size: int = 8, ops: tuple[str, ...] = ("aten::mm",),
-                  repeat: int = 1, **settings) -> Path:
-    """One finished CPU job whose trace has one ProfilerStep# of each duration, each running `ops`;
-    the `repeat`-th of its grid point (the jobs of one point share a config_hash)."""
+def hand_made_job(folder: Path, num: int, step_us: list[float], *, size: int = 8,
+                  ops: tuple[str | tuple[str, float], ...] = ("aten::mm",), repeat: int = 1, **settings) -> Path:
+    """One finished CPU job whose trace has one ProfilerStep# of each duration, each running `ops`
+    one after another (a name takes 0.5 µs, a (name, µs) pair as long as it says); the `repeat`-th
+    of its grid point (the jobs of one point share a config_hash)."""
     job = folder / f"{num}_matmul_add_{size}_bf16_cold_eager{f'_r{repeat}' if repeat > 1 else ''}"
     job.mkdir(parents=True)
     events, ts = [], 0.0
     for i, dur in enumerate(step_us, 1):
         events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
                        "ts": ts, "dur": dur})
-        for k, op in enumerate(ops):
-            events.append({"ph": "X", "cat": "cpu_op", "name": op, "pid": 1, "tid": 1,
-                           "ts": ts + 1 + k, "dur": 0.5})
+        offset = 1.0
+        for op in ops:
+            name, op_us = (op, 0.5) if isinstance(op, str) else op
+            events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts + offset,
+                           "dur": op_us})
+            offset += op_us + 0.5
         ts += dur + 10
     (job / "t.json").write_text(json.dumps({"traceEvents": events}))
     metrics = {
@@ -148,14 +152,100 @@ def test_false_discoveries_are_controlled_across_the_pairs():
     assert [p["verdict"] for p in pairs] == ["slower", "inconclusive", "inconclusive", "same"]
 
 
-def test_count_diff_is_an_outer_join_of_calls_per_step():
-    rows = count_diff({"aten::mm": 6, "aten::add": 3, "aten::relu": 3}, {"aten::mm": 3, "aten::addmm": 6,
-                      "aten::relu": 6}, steps_base=3, steps_new=6)
-    assert {r["name"]: r["change"] for r in rows} == {
-        "aten::add": "vanished", "aten::addmm": "appeared", "aten::mm": "changed count"}  # relu: 1 per step both
-    assert next(r for r in rows if r["name"] == "aten::mm")["new_per_step"] == 0.5
-    # one compiled graph under two hashes is the same call
-    assert count_diff({"## Call CompiledFxGraph abc123 ##": 3}, {"## Call CompiledFxGraph f00d ##": 3}, 3, 3) == []
+def test_time_diff_ranks_by_the_change_in_self_time_per_step_with_calls_beside():
+    base = [{"aten::mm": Use(2, 30.0), "aten::add": Use(1, 5.0), "aten::relu": Use(1, 4.0), "aten::mul": Use(1, 2.0)}]
+    new = [{"aten::mm": Use(1, 10.0), "aten::addmm": Use(1, 12.0), "aten::relu": Use(1, 4.0),
+            "aten::mul": Use(3, 3.0)}]
+    rows = time_diff(base, new)
+    # relu is the same: left out; mm -20 us, addmm +12, add -5, mul +1 (and 2 more calls)
+    assert [(r["rank"], r["name"], r["change"]) for r in rows] == [
+        (1, "aten::mm", "faster"), (2, "aten::addmm", "appeared"), (3, "aten::add", "vanished"),
+        (4, "aten::mul", "slower")]
+    mm = rows[0]
+    assert (mm["self_us_per_step_base"], mm["self_us_per_step_new"], mm["self_us_per_step_diff"]) == (30, 10, -20)
+    assert mm["self_us_per_step_ratio"] == pytest.approx(1 / 3)
+    assert (mm["calls_per_step_base"], mm["calls_per_step_new"]) == (2, 1)
+    assert rows[1]["self_us_per_step_ratio"] is None  # nothing to divide by
+    # BASE and NEW swapped: the same order, each change the other way
+    assert [(r["name"], r["self_us_per_step_diff"]) for r in time_diff(new, base)] == [
+        (r["name"], -r["self_us_per_step_diff"]) for r in rows]
+    # same time, other calls: still listed, as "calls"
+    assert time_diff([{"aten::t": Use(1, 1.0)}], [{"aten::t": Use(2, 1.0)}])[0]["change"] == "calls"
+    # over repeats the median of each repeat's per-step figure; a repeat without the op counts 0
+    rows = time_diff([{"aten::mm": Use(1, 10.0)}, {"aten::mm": Use(1, 12.0)}, {"aten::mm": Use(1, 500.0)}],
+                     [{"aten::mm": Use(1, 40.0)}, {}, {"aten::mm": Use(2, 44.0)}])
+    assert rows[0]["self_us_per_step_base"] == 12 and rows[0]["self_us_per_step_new"] == 40
+    assert rows[0]["calls_per_step_new"] == 1
+    assert time_diff([{"x": Use(1, 1.0)}], [{"x": Use(1, 1.0)}]) == []
+
+
+def test_the_op_whose_time_per_step_grew_ranks_first_not_the_one_with_more_calls(tmp_path, capsys):
+    """BASE: 4 profiled steps, each aten::mul 2 us, aten::copy_ twice 1 us, aten::mm 5 us. NEW: 2
+    steps, each aten::mul 20 us (10x), aten::copy_ three times 1.2 us, aten::mm 5 us. Per step, by
+    hand: mul 2 -> 20 us (+18, 10x); copy_ 2 -> 3.6 us (+1.6), calls 2 -> 3; mm unchanged."""
+    base_ops = (("aten::mul", 2.0), ("aten::copy_", 1.0), ("aten::copy_", 1.0), ("aten::mm", 5.0))
+    new_ops = (("aten::mul", 20.0), *[("aten::copy_", 1.2)] * 3, ("aten::mm", 5.0))
+    hand_made_job(tmp_path / "base", 0, [100] * 4, ops=base_ops)
+    hand_made_job(tmp_path / "new", 0, [100] * 2, ops=new_ops)
+    assert compare(tmp_path / "base", tmp_path / "new", capsys=capsys)[0] == 0
+    diff = pd.read_csv(tmp_path / "new" / "compare" / "ops_diff.csv")
+    assert list(diff.columns) == ["workload", "size", "dtype", "compile", "warmup", "device", "base_job", "new_job",
+                                  "what", "rank", "name", "change", "self_us_per_step_base", "self_us_per_step_new",
+                                  "self_us_per_step_diff", "self_us_per_step_ratio", "calls_per_step_base",
+                                  "calls_per_step_new"]
+    assert list(diff["name"]) == ["aten::mul", "aten::copy_"]  # mm did not change; no ProfilerStep#
+    assert set(diff["what"]) == {"op"}  # on the CPU the kernels are the compute ops: not twice
+    mul, copy = diff.iloc[0], diff.iloc[1]
+    assert mul["rank"] == 1 and mul["change"] == "slower"
+    assert (mul["self_us_per_step_base"], mul["self_us_per_step_new"]) == (pytest.approx(2), pytest.approx(20))
+    assert mul["self_us_per_step_diff"] == pytest.approx(18) and mul["self_us_per_step_ratio"] == pytest.approx(10)
+    assert (mul["calls_per_step_base"], mul["calls_per_step_new"]) == (1, 1)
+    assert copy["self_us_per_step_diff"] == pytest.approx(1.6) and copy["self_us_per_step_ratio"] == pytest.approx(1.8)
+    assert (copy["calls_per_step_base"], copy["calls_per_step_new"]) == (2, 3)
+    pair = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
+    assert pair["op_most_changed"] == "aten::mul" and pair["op_most_changed_us_per_step_diff"] == pytest.approx(18)
+    assert pair["ops_changed"] == 1  # copy_'s calls
+    # compare.html: the pair names mul as the op most changed, and its table ranks mul first
+    html = (tmp_path / "new" / "compare" / "compare.html").read_text()
+    table = html[html.index("ops by the change in self host time per step"):]
+    rows = table[table.index("<tbody>"):table.index("</tbody>")].split("<tr>")[1:]
+    assert "aten::mul" in rows[0] and "+18 µs" in rows[0] and "10.00×" in rows[0]
+    assert "aten::copy_" in rows[1] and "+1.6 µs" in rows[1] and len(rows) == 2
+    assert "ProfilerStep" not in table
+
+
+def test_per_step_figures_are_medians_over_each_sides_repeats(tmp_path, capsys):
+    """BASE's repeats run aten::mul 3, 4 and 40 us a step (2, 4 and 5 steps); NEW's 30, 31 and 29
+    (3 steps each). Medians by hand: 4 -> 30 us (a mean would say 15.7)."""
+    for k, (mul_us, steps) in enumerate(((3.0, 2), (4.0, 4), (40.0, 5))):
+        hand_made_job(tmp_path / "base", k * 100, [100] * steps, ops=(("aten::mul", mul_us),), repeat=k + 1)
+    for k, mul_us in enumerate((30.0, 31.0, 29.0)):
+        hand_made_job(tmp_path / "new", k * 100, [100] * 3, ops=(("aten::mul", mul_us),), repeat=k + 1)
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", capsys=capsys)
+    assert code == 0 and "1 pairs" in out
+    row = pd.read_csv(tmp_path / "new" / "compare" / "ops_diff.csv").iloc[0]
+    assert row["name"] == "aten::mul"
+    assert row["self_us_per_step_base"] == pytest.approx(4) and row["self_us_per_step_new"] == pytest.approx(30)
+    assert row["self_us_per_step_ratio"] == pytest.approx(7.5)
+
+
+def test_annotations_are_not_ops(tmp_path, capsys):
+    """The sides profile 5 and 3 steps: ProfilerStep#4 and #5 are no ops that vanished, nor is a
+    record_function annotation (`forward`) an op."""
+    base = hand_made_job(tmp_path / "base", 0, [100] * 5, ops=(("aten::mm", 4.0),))
+    new = hand_made_job(tmp_path / "new", 0, [100] * 3, ops=(("aten::mm", 4.0),))
+    for job in (base, new):  # a forward annotation around each step's work
+        trace = json.loads((job / "t.json").read_text())
+        steps = [e for e in trace["traceEvents"] if e["name"].startswith("ProfilerStep#")]
+        trace["traceEvents"] += [{"ph": "X", "cat": "user_annotation", "name": "forward", "pid": 1, "tid": 1,
+                                  "ts": s["ts"] + 0.5, "dur": 50.0 if job == base else 80.0} for s in steps]
+        (job / "t.json").write_text(json.dumps(trace))
+    assert compare(tmp_path / "base", tmp_path / "new", capsys=capsys)[0] == 0
+    assert len(pd.read_csv(tmp_path / "new" / "compare" / "ops_diff.csv")) == 0  # mm: 4 us a step on both
+    code, out, _ = compare(base / "t.json", new / "t.json", capsys=capsys)
+    assert code == 0 and "(5 and 3 profiled steps)" in out
+    assert "ProfilerStep" not in out and "forward" not in out
+    assert "no op or kernel changed" in out
 
 
 # --- pairing ---------------------------------------------------------------------------------------------
@@ -230,12 +320,45 @@ def test_bad_folders_are_refused_with_exit_2_and_nothing_written(tmp_path, capsy
     assert list((tmp_path / "empty").iterdir()) == []
 
 
-def test_two_traces_give_the_op_diff(tmp_path, capsys):
-    a = hand_made_job(tmp_path / "a", 0, [100, 100], ops=("aten::mm", "aten::add"))
-    b = hand_made_job(tmp_path / "b", 0, [100, 100], ops=("aten::addmm",))
+def test_two_traces_give_the_op_diff_ranked_by_time_per_step(tmp_path, capsys):
+    # A: 2 steps of mm 3 us + add 1 us; B: 4 steps of addmm 2 us. Per step: mm -3, addmm +2, add -1
+    a = hand_made_job(tmp_path / "a", 0, [100, 100], ops=(("aten::mm", 3.0), ("aten::add", 1.0)))
+    b = hand_made_job(tmp_path / "b", 0, [100] * 4, ops=(("aten::addmm", 2.0),))
     code, out, _ = compare(a / "t.json", b / "t.json", capsys=capsys)
     assert code == 0
-    assert "op vanished" in out and "aten::add" in out and "op appeared" in out and "aten::addmm" in out
+    lines = [line.split() for line in out.splitlines() if "aten::" in line]
+    assert [(w[0], w[-1], w[-6]) for w in lines] == [
+        ("1", "aten::mm", "vanished"), ("2", "aten::addmm", "appeared"), ("3", "aten::add", "vanished")]
+    assert " ".join(lines[0][:10]) == "1 3 µs -> 0 µs -3 µs 0.00x vanished"
+    assert "ProfilerStep" not in out
+
+
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "cuda-traces"
+
+
+@pytest.mark.skipif(not (FIXTURES / "a100_alexnet.json.gz").exists(), reason="../shared/fixtures not present")
+def test_two_cuda_traces_rank_kernels_by_device_time(capsys):
+    """Two recordings of one benchmark on an A100 (whole traces, no ProfilerStep#): the kernels
+    ranked by the change in device time, against the kernel events' durations summed here."""
+    import gzip
+
+    from analysis.compare import compare_traces
+
+    def device_us(path: Path) -> dict[str, float]:
+        found: dict[str, float] = {}
+        for e in json.loads(gzip.open(path).read())["traceEvents"]:
+            if e.get("ph") == "X" and e.get("cat") == "kernel":
+                found[e["name"]] = found.get(e["name"], 0.0) + e["dur"]
+        return found
+
+    base, new = FIXTURES / "a100_simple_add.json.gz", FIXTURES / "a100_alexnet.json.gz"
+    a, b = device_us(base), device_us(new)
+    by_hand = sorted(((abs(b.get(k, 0) - a.get(k, 0)), k) for k in {*a, *b} if b.get(k, 0) != a.get(k, 0)),
+                     key=lambda t: -t[0])
+    rows = compare_traces(base, new)["kernels_diff"]
+    assert rows[0]["name"] == by_hand[0][1]
+    assert rows[0]["self_us_per_step_diff"] == pytest.approx(b[by_hand[0][1]] - a[by_hand[0][1]])
+    assert [abs(r["self_us_per_step_diff"]) for r in rows] == pytest.approx([d for d, _ in by_hand])
 
 
 # --- real CPU sweeps ----------------------------------------------------------------------------------------

@@ -93,10 +93,11 @@ def test_where_the_time_goes_per_grid_point_in_top_ops_csv(tmp_path):
     top = pd.read_csv(folder / "top_ops.csv")
     ops = top[top["kind"] == "op"].sort_values("rank")
     # by hand: a step of 400 µs holds aten::mm 200 and aten::add 100 of self time; the step's own
-    # annotation (ProfilerStep#) is the profiler's, not an op
+    # annotation (ProfilerStep#, 100 µs of self time) is the profiler's, not an op, but its time
+    # is the step's
     assert list(ops["name"]) == ["aten::mm", "aten::add"]
     assert list(ops["us_per_step"]) == [200.0, 100.0]
-    assert list(ops["share"]) == [200 / 300, 100 / 300]
+    assert list(ops["share"]) == [200 / 400, 100 / 400]
     assert list(ops["calls_per_step"]) == [1.0, 1.0]
     assert set(top["kind"]) == {"op", "compute op"}  # a CPU sweep: its "kernels" are the compute ops
     assert "where the time goes" in conclusions_html(folder)
