@@ -9,6 +9,7 @@ from html import unescape
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from analysis import analyse_folder
 from analysis.conclusions import change, conclude, top_ops
@@ -126,3 +127,37 @@ def test_no_conclusion_from_failed_points_and_none_for_an_empty_sweep():
     failed = [{"job": "0_x", "status": "failed", "size": 64, "workload": "matmul_add", "regime": "compute-bound",
                "work_host_ratio": 3.0}]
     assert conclude(failed, [], failed, top_ops(failed, failed, {}, [])) == []
+
+
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "cuda-traces"
+
+
+@pytest.mark.skipif(not (FIXTURES / "a100_alexnet.json.gz").exists(), reason="../shared/fixtures not present")
+def test_a_gpu_job_shows_its_top_kernels_by_device_time_and_gpu_columns(tmp_path):
+    """A recorded A100 trace (AlexNet forward, no ProfilerStep#: one step): the top kernels by
+    their summed duration, checked against a count made here from the trace's own events."""
+    import gzip
+    import shutil
+
+    folder = tmp_path / "sweep"
+    path = folder / "0_alexnet_1_fp32_cold_eager"
+    path.mkdir(parents=True)
+    shutil.copy(FIXTURES / "a100_alexnet.json.gz", path / "t.json.gz")
+    (path / "metrics.json").write_text(json.dumps({
+        "job": path.name, "workload": "alexnet", "size": 1, "dtype": "fp32", "compile": False, "warmup": False,
+        "train": False, "device": "cuda", "status": "ok", "error": None, "steps": 1, "trace_file": "t.json.gz",
+        "table_file": "t.txt", "config_hash": "alexnet", "schema_version": 1}))
+    analyse_folder(folder)
+    events = json.loads(gzip.open(path / "t.json.gz").read())["traceEvents"]
+    by_name: dict[str, float] = {}
+    for e in events:
+        if e.get("cat") == "kernel":
+            by_name[e["name"]] = by_name.get(e["name"], 0.0) + e["dur"]
+    expected = sorted(by_name.items(), key=lambda kv: -kv[1])[:3]
+    top = pd.read_csv(folder / "top_ops.csv")
+    kernels = top[top["kind"] == "kernel"].sort_values("rank").head(3)
+    assert list(kernels["name"]) == [name for name, _ in expected]
+    assert [round(x, 3) for x in kernels["us_per_step"]] == [round(us, 3) for _, us in expected]
+    page = (folder / "report.html").read_text()
+    assert "kernels/step" in page and "compute µs/step (CPU)" not in page
+    assert "device time by kernel" in conclusions_html(folder)
