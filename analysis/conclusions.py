@@ -139,7 +139,7 @@ def conclude(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], job
              top: list[dict[str, Any]], claims: Any = None, expectations: Any = None) -> list[Conclusion]:
     """Every conclusion of a sweep, most telling first: per series the regime and the crossover,
     then compile, cold vs warm, where the time goes, training phases, memory, and noise."""
-    out: list[Conclusion] = []
+    out: list[Conclusion] = _ran_otherwise(jobs)
     crossing = {tuple(str(c.get(k)) for k in SERIES_KEYS): c for c in crossovers}
     for key, rows in _series(points).items():
         out += _regime(rows, crossing.get(key))
@@ -151,6 +151,34 @@ def conclude(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], job
     out += [Conclusion("noise", line, "noise") for line in grid_points.noise_lines(points)]
     out += _verdicts(claims, expectations)
     return out
+
+
+def job_warnings(row: dict[str, Any]) -> list[str]:
+    """A job's `warnings` (metrics.json: what it ran other than the grid asked, e.g. "inputs are
+    float64, the grid asked for bf16"), as a list of strings whether the row holds the list or its
+    JSON text."""
+    import json
+
+    found = row.get("warnings")
+    if isinstance(found, str):
+        try:
+            found = json.loads(found)
+        except ValueError:
+            found = [found]
+    return [str(w) for w in found if w] if isinstance(found, list) else []
+
+
+def _ran_otherwise(jobs: list[dict[str, Any]]) -> list[Conclusion]:
+    """Jobs that ran something other than the grid asked (another dtype or device): first, since
+    every figure of theirs is about something else."""
+    warned = [(str(j.get("job")), job_warnings(j)) for j in jobs]
+    warned = [(name, w) for name, w in warned if w]
+    if not warned:
+        return []
+    kinds = sorted({w for _, found in warned for w in found})
+    return [Conclusion("warnings", f"{len(warned)} of {len(jobs)} jobs did not run what the grid asked: "
+                       + "; ".join(kinds[:3]) + (f"; and {len(kinds) - 3} more" if len(kinds) > 3 else "")
+                       + f" (first: {warned[0][0]}).", "warnings")]
 
 
 def _regime(rows: list[dict[str, Any]], crossover: dict[str, Any] | None) -> list[Conclusion]:

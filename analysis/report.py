@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from analysis import perfetto
-from analysis.conclusions import Conclusion, count, fmt, nbytes, us
+from analysis.conclusions import Conclusion, count, fmt, job_warnings, nbytes, us
 from analysis.points import describe
 from profsweep import stats
 from analysis.files import atomic_write_text
@@ -277,7 +277,7 @@ def _conclusions(found: list[Conclusion], plots: set[str]) -> list[str]:
                 "trace (see Problems below).</p></section>"]
     names = {"summary": "summary", "crossovers": "crossovers", "where-the-time-goes": "where the time goes",
              "training": "training phases", "noise": "noise", "article-check": "article check",
-             "expectations": "expectations"}
+             "expectations": "expectations", "warnings": "warnings"}
     items = []
     for c in found:
         link = c.link if not c.link.startswith("plot-") or c.link[5:] in plots else "summary"
@@ -377,6 +377,12 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
         parts.append(f"<h2>Left out on this machine</h2><p>{len(left_out)} job{'s' if len(left_out) != 1 else ''} "
                      "not run (<code>run.unavailable=skip</code>):</p><ul>")
         parts += [f"<li><b>{escape(str(j['job']))}</b>: {escape(str(j.get('error')))}</li>" for j in left_out]
+        parts.append("</ul>")
+    warned = [(str(j["job"]), job_warnings(j)) for j in jobs]
+    warned = [(name, found) for name, found in warned if found]
+    if warned:
+        parts.append("<h2 id='warnings' class='bad'>Warnings: jobs that ran other than asked</h2><ul>")
+        parts += [f"<li class='bad'><b>{escape(name)}</b>: {escape('; '.join(found))}</li>" for name, found in warned]
         parts.append("</ul>")
     problems = tables.problems
     if problems:

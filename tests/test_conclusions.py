@@ -161,3 +161,16 @@ def test_a_gpu_job_shows_its_top_kernels_by_device_time_and_gpu_columns(tmp_path
     page = (folder / "report.html").read_text()
     assert "kernels/step" in page and "compute µs/step (CPU)" not in page
     assert "device time by kernel" in conclusions_html(folder)
+
+
+def test_a_job_that_ran_another_dtype_is_said_first_and_listed(tmp_path):
+    folder = known_sweep(tmp_path / "sweep")
+    first = sorted(folder.iterdir())[0] / "metrics.json"
+    record = json.loads(first.read_text())
+    record["warnings"] = ["inputs are float64, the grid asked for bf16"]
+    first.write_text(json.dumps(record))
+    analyse_folder(folder)
+    said = conclusions_html(folder).split("→")[0]
+    assert "1 of 12 jobs did not run what the grid asked: inputs are float64, the grid asked for bf16" in said
+    page = (folder / "report.html").read_text()
+    assert "<h2 id='warnings' class='bad'>" in page and f"<b>{record['job']}</b>: inputs are float64" in page
