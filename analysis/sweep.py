@@ -91,17 +91,21 @@ def analyse_sweep(folder: Path, progress: Callable[[str], None] | None = None) -
 
 def name_variants(tables: SweepTables) -> None:
     """Give every job and step row its `variant`: the workload, plus the workload settings that
-    differ between that workload's jobs in this sweep (`bmm batch=1`, `attention backend=flash`),
-    so that a sweep over them gives one series each instead of one mixed series."""
+    differ between that workload's jobs in this sweep (`bmm batch=1`, `attention backend=flash`)
+    or that the job's folder and label name (its `variant_settings`: the settings given on the
+    command line or by a preset's grid), so that a sweep over them gives one series each instead
+    of one mixed series, named as its progress lines name it."""
     by_workload: dict[str, list[dict[str, Any]]] = {}
     for row in tables.jobs:
         if row.get("workload") is not None:
             by_workload.setdefault(str(row["workload"]), []).append(row)
     for name, rows in by_workload.items():
         keys = sorted({k for row in rows for k in row if k.startswith(WORKLOAD_PREFIX)})
-        varying = [k for k in keys if len({repr(row.get(k)) for row in rows}) > 1]
-        for row in rows:
-            row["variant"] = " ".join([name] + [f"{k[len(WORKLOAD_PREFIX):]}={row.get(k)}" for k in varying])
+        varying = {k for k in keys if len({repr(row.get(k)) for row in rows}) > 1}
+        for row in rows:  # and the settings the job's folder and label name (run.variant_settings)
+            named = {WORKLOAD_PREFIX + k for k in str(row.get("variant_settings") or "").split() if k}
+            shown = sorted((varying | named) & set(row))
+            row["variant"] = " ".join([name] + [f"{k[len(WORKLOAD_PREFIX):]}={row.get(k)}" for k in shown])
     variant_of = {row["job"]: row.get("variant") for row in tables.jobs}
     for step in tables.steps:
         step["variant"] = variant_of.get(step["job"])

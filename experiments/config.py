@@ -30,7 +30,7 @@ COMPILE_CACHES = ("fresh", "shared")
 AUTO = "auto"
 # Settings of the sweep as a whole, not of what a job measures: they never change a job's
 # config_hash, so a rerun with more repeats adds only the missing ones.
-SWEEP_ONLY = ("repeat", "repeats", "precision", "max_repeats")
+SWEEP_ONLY = ("repeat", "repeats", "precision", "max_repeats", "variant_settings")
 
 def _require_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
@@ -172,6 +172,9 @@ class RunConfig:
     max_repeats: int = 10
     repeat: int = 1  # which repeat a job is: set by the sweep
     threads: Any = AUTO  # torch's intra-op threads: auto (what torch chooses) or a count
+    # The workload settings that name each job's variant in its folder and progress line,
+    # space-separated: those the sweep sets (conf/config.yaml: `${variant_settings:}`).
+    variant_settings: str = ""
 
     def __post_init__(self) -> None:
         if not (self.repeats == AUTO or (isinstance(self.repeats, int) and not isinstance(self.repeats, bool)
@@ -196,6 +199,10 @@ class RunConfig:
         _require_choice("run.compile_cache", self.compile_cache, COMPILE_CACHES)
         _require_positive_int("run.warmup_iters", self.warmup_iters)
         _require_nonnegative_int("run.job_timeout_s", self.job_timeout_s)
+        if not (isinstance(self.variant_settings, str)
+                and all(key.isidentifier() for key in self.variant_settings.split())):
+            raise ConfigError(f"run.variant_settings={self.variant_settings!r} is not allowed: name workload "
+                              "settings, separated by spaces (e.g. 'hidden dim')")
 
 
 @dataclass
@@ -239,17 +246,14 @@ class JobConfig:
 
     @property
     def label(self) -> str:
-        """The grid values in words, as the progress lines show them; workload settings that
-        differ from the factory's defaults are named (`attention backend=flash size=512 ...`)."""
-        from experiments.seam import defaults
-
-        w = self.workload
-        known = defaults(w.target)
-        changed = [f"{k}={v}" for k, v in w.settings.items() if k not in known or known[k] != v]
+        """The grid values in words, as the progress lines show them: the workload and the
+        settings the sweep sets, whatever their values (`run.variant_settings`: `attention
+        backend=flash size=512 bf16 warm eager`), the same settings for every job of a sweep."""
+        named = [f"{key}={value}" for key, value in named_settings(self.workload.settings, self.run.variant_settings)]
         trained = [f"train {self.optimizer}"] if self.train else []
         repeat = [f"repeat {self.run.repeat}"] if self.run.repeat > 1 else []
-        return " ".join([w.name, *changed, f"size={self.size} {self.dtype} {self.phase} {self.mode}", *trained,
-                         *repeat])
+        return " ".join([self.workload.name, *named, f"size={self.size} {self.dtype} {self.phase} {self.mode}",
+                         *trained, *repeat])
 
 
 # --- plain-data round trip (the child process reads this, not Hydra) --------------------------
@@ -300,8 +304,9 @@ def register_configs() -> None:
 
 
 def register_resolvers() -> None:
-    """`${cold_warm:...}`, `${eager_compile:...}`, `${train_suffix:...}`, `${repeat_suffix:...}`
-    (readable job folder names) and `${short_name:...}` (a custom workload is named after its factory)."""
+    """`${cold_warm:...}`, `${eager_compile:...}`, `${train_suffix:...}`, `${repeat_suffix:...}`,
+    `${variant_settings:}` and `${variant:...}` (readable job folder names) and `${short_name:...}`
+    (a custom workload is named after its factory)."""
     from omegaconf import OmegaConf
 
     OmegaConf.register_new_resolver("cold_warm", lambda warm: "warm" if warm else "cold", replace=True)
@@ -311,6 +316,8 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("short_name", short_name, replace=True)
     OmegaConf.register_new_resolver("train_suffix", lambda train: "_train" if train else "", replace=True)
     OmegaConf.register_new_resolver("repeat_suffix", repeat_suffix, replace=True)
+    OmegaConf.register_new_resolver("variant_settings", variant_settings_of_sweep, replace=True)
+    OmegaConf.register_new_resolver("variant", variant_folder_name, replace=True)
 
 
 def repeat_suffix(repeat: Any) -> str:
@@ -319,6 +326,76 @@ def repeat_suffix(repeat: Any) -> str:
         return f"_r{int(repeat)}" if int(repeat) > 1 else ""
     except (TypeError, ValueError):
         return ""
+
+
+# --- the variant: the workload settings a sweep sets name its jobs -----------------------------
+
+NOT_SETTINGS = ("_target_", "name")  # keys of workload. that are not the factory's settings
+
+
+def overridden_settings(overrides: Any) -> list[str]:
+    """The workload settings among a job's overrides (`workload.hidden=1024`, a preset's swept
+    `workload.backend`), sorted, each once; not `workload._target_` or `workload.name`, and not a
+    deleted one (`~workload.x`)."""
+    found = set()
+    for override in overrides or []:
+        key = str(override).split("=", 1)[0]
+        if key.startswith("~"):
+            continue
+        group, _, setting = key.lstrip("+").partition(".")
+        if group == "workload" and setting.isidentifier() and setting not in NOT_SETTINGS:
+            found.add(setting)
+    return sorted(found)
+
+
+def variant_settings_of_sweep(*, _root_: Any) -> str:
+    """`${variant_settings:}`: the workload settings this job's overrides set (the command line's
+    and the preset's swept ones), space-separated. Every job of a grid has the same overrides'
+    keys, so every job names the same settings, whatever their values (a value equal to the
+    factory's default too). Read from the config's own `hydra` node where it has one (Hydra's
+    job folder names, the sweep's preflight), else from the running job's Hydra config."""
+    from omegaconf import OmegaConf
+
+    overrides = OmegaConf.select(_root_, "hydra.overrides.task", default=None)
+    if overrides is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
+    return " ".join(overridden_settings(overrides))
+
+
+def named_settings(settings: Mapping[str, Any], names: str) -> list[tuple[str, Any]]:
+    """The named settings with their values, in the order named (a name the workload does not
+    have is left out)."""
+    return [(key, settings[key]) for key in names.split() if key in settings]
+
+
+FOLDER_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")  # a folder name's characters, as NAME_PATTERN's
+FOLDER_WORD_MAX = 40
+
+
+def folder_word(key: str, value: Any) -> str:
+    """One setting in a job folder's name: a string by its value (`flash`), a flag by its key
+    (`causal`, `nocausal`), any other value after its key (`hidden1024`, `shape64x128`); only
+    letters, digits, `_`, `.` and `-`."""
+    if isinstance(value, bool):
+        return key if value else f"no{key}"
+    if isinstance(value, (list, tuple)):
+        text = "x".join(str(v) for v in value)
+    else:
+        text = str(value)
+    text = FOLDER_UNSAFE.sub("_", text)[:FOLDER_WORD_MAX]
+    return text if isinstance(value, str) and text else f"{key}{text or 'empty'}"
+
+
+def variant_folder_name(workload: Any, names: str) -> str:
+    """`${variant:${workload},${run.variant_settings}}`: the workload's name and its named
+    settings, joined by `-` (`attention-flash`, `make_block-hidden1024`; `matmul_add` alone when
+    the sweep sets none)."""
+    from omegaconf import OmegaConf
+
+    w = WorkloadConfig.from_node(OmegaConf.to_container(workload, resolve=True))
+    return "-".join([w.name, *(folder_word(key, value) for key, value in named_settings(w.settings, str(names)))])
 
 
 # Launchers that run jobs in other processes (submitit, joblib) resolve each job's folder name

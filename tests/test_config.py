@@ -164,3 +164,143 @@ def test_sweep_parameters_of_a_preset_count_as_overrides(hydra_conf):
     config = compose("config", return_hydra_config=True)
     config.hydra.sweeper.params = {"size": "16,64", "run.isolation": "none,process"}
     assert not jobs_in_own_processes(config)
+
+
+# --- job folders and progress lines name the variant: the workload settings the sweep sets --------
+
+
+def grid_names(overrides: list[str]) -> list[tuple[str, str]]:
+    """(job folder, progress label) of every job of a sweep's grid, each job composed with its own
+    overrides as the sweeper composes it: nothing runs."""
+    from omegaconf import open_dict
+
+    from hydra_plugins.profsweep_grid import grid
+
+    master = compose("config", overrides=[o for o in overrides if "," not in o], return_hydra_config=True)
+    names = []
+    for number, job in enumerate(grid.jobs(grid.axes(grid.arguments(master.hydra.sweeper.params, overrides)))):
+        cfg = compose("config", overrides=list(job), return_hydra_config=True)
+        with open_dict(cfg):
+            cfg.hydra.job.num = number
+        names.append((str(cfg.hydra.sweep.subdir), job_config(cfg).label))
+    return names
+
+
+def test_part3_job_folders_and_progress_lines_name_their_backends(hydra_conf):
+    from experiments.records import artifact_stem
+
+    params = yaml.safe_load((CONF / "experiment" / "part3.yaml").read_text())["hydra"]["sweeper"]["params"]
+    sizes, backends = params["size"].split(","), params["workload.backend"].split(",")
+    names = grid_names(["+experiment=part3"])
+    assert [folder.split("_", 1)[0] for folder, _ in names] == [str(n) for n in range(len(names))]
+    assert {(folder.split("_", 1)[1], label) for folder, label in names} == {
+        (f"attention-{b}_{s}_bf16_warm_eager", f"attention backend={b} size={s} bf16 warm eager")
+        for s in sizes for b in backends
+    }
+    # The files inside keep the article's stem.
+    cfg = compose("config", overrides=["+experiment=part3", "size=128", "workload.backend=flash", "warmup=true"])
+    assert artifact_stem(job_config(cfg)) == "128_bf16_warm_eager"
+
+
+def test_the_own_model_example_names_both_hidden_values(hydra_conf):
+    # README's command; hidden=512 is the factory's default and is named all the same.
+    names = grid_names(["workload=custom", "workload._target_=mybench.blocks:make_block",
+                        "workload.hidden=512,1024", "size=128,512", "compile=true,false"])
+    assert len(names) == 8
+    for hidden in (512, 1024):
+        mine = [(folder, label) for folder, label in names if f"hidden={hidden} " in label]
+        assert len(mine) == 4
+        for folder, label in mine:
+            assert folder.split("_", 1)[1].startswith(f"make_block-hidden{hidden}_")
+            assert label.startswith(f"make_block hidden={hidden} size=")
+    assert names[0] == ("0_make_block-hidden512_128_bf16_cold_compile",
+                        "make_block hidden=512 size=128 bf16 cold compile")
+
+
+def test_default_jobs_keep_their_folder_names(hydra_conf):
+    assert grid_names(["size=8,16", "compile=false,true"]) == [
+        ("0_matmul_add_8_bf16_cold_eager", "matmul_add size=8 bf16 cold eager"),
+        ("1_matmul_add_8_bf16_cold_compile", "matmul_add size=8 bf16 cold compile"),
+        ("2_matmul_add_16_bf16_cold_eager", "matmul_add size=16 bf16 cold eager"),
+        ("3_matmul_add_16_bf16_cold_compile", "matmul_add size=16 bf16 cold compile"),
+    ]
+    run_dir = compose("config", overrides=["size=8"], return_hydra_config=True).hydra.run.dir
+    assert run_dir.endswith("_matmul_add_8_bf16_cold_eager")
+    # A workload chosen by its group, no setting of its own swept: named as before.
+    assert grid_names(["workload=mlp,bmm", "size=8"])[0] == ("0_mlp_8_bf16_cold_eager", "mlp size=8 bf16 cold eager")
+
+
+def test_every_job_names_the_same_settings_whatever_their_values(hydra_conf):
+    names = grid_names(["workload=attention", "workload.causal=true,false", "workload.batch=1",
+                        "workload.backend=math", "size=8"])
+    assert names == [
+        ("0_attention-math-batch1-causal_8_bf16_cold_eager",
+         "attention backend=math batch=1 causal=True size=8 bf16 cold eager"),
+        ("1_attention-math-batch1-nocausal_8_bf16_cold_eager",
+         "attention backend=math batch=1 causal=False size=8 bf16 cold eager"),
+    ]
+    run_dir = compose("config", overrides=["workload=attention", "workload.backend=flash"],
+                      return_hydra_config=True).hydra.run.dir
+    assert run_dir.endswith("_attention-flash_64_bf16_cold_eager")
+
+
+def test_a_running_job_names_its_variant_from_its_own_hydra_config(hydra_conf):
+    # Hydra hands the task its config without the `hydra` node: the job's overrides then come from
+    # HydraConfig, as in experiments.sweep.task.
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides = ["workload=bmm", "workload.batch=8", "size=8"]
+    saved = HydraConfig.instance().cfg
+    try:
+        HydraConfig.instance().set_config(compose("config", overrides=overrides, return_hydra_config=True))
+        config = job_config(compose("config", overrides=overrides))
+    finally:
+        HydraConfig.instance().cfg = saved
+    assert config.label == "bmm batch=8 size=8 bf16 cold eager"  # 8 is bmm's default
+
+
+@pytest.mark.parametrize(
+    "overrides,settings",
+    [
+        (["size=8", "workload=custom", "workload._target_=a.b:c", "workload.name=x", "+experiment=part3"], []),
+        (["workload.hidden=1", "+workload.dim=2", "++workload.depth=3", "~workload.bias", "run.repeat=2"],
+         ["depth", "dim", "hidden"]),
+        (["workload.hidden=1", "workload.hidden=2"], ["hidden"]),
+    ],
+)
+def test_the_settings_named_are_the_workload_settings_among_the_overrides(overrides, settings):
+    from experiments.config import overridden_settings
+
+    assert overridden_settings(overrides) == settings
+
+
+@pytest.mark.parametrize(
+    "key,value,word",
+    [
+        ("backend", "flash", "flash"),
+        ("hidden", 1024, "hidden1024"),
+        ("lr", 0.5, "lr0.5"),
+        ("causal", True, "causal"),
+        ("causal", False, "nocausal"),
+        ("shape", [64, 128], "shape64x128"),
+        ("path", "data/my file.bin", "data_my_file.bin"),
+        ("tag", "", "tagempty"),
+        ("mode", None, "modeNone"),
+    ],
+)
+def test_a_setting_in_a_folder_name_is_folder_safe(key, value, word):
+    from experiments.config import NAME_PATTERN, folder_word
+
+    assert folder_word(key, value) == word
+    assert NAME_PATTERN.match(word)
+
+
+def test_variant_settings_are_not_part_of_the_config_hash():
+    from experiments.records import config_hash
+
+    config = JobConfig(workload=WorkloadConfig.builtin("bmm", batch=2))
+    named = dataclasses.replace(config, run=dataclasses.replace(config.run, variant_settings="batch"))
+    assert named.label == "bmm batch=2 size=64 bf16 cold eager" and config.label == "bmm size=64 bf16 cold eager"
+    assert config_hash(named) == config_hash(config)  # resume finds a job whatever its folder's name
+    with pytest.raises(ConfigError, match="run.variant_settings='batch,size' is not allowed"):
+        dataclasses.replace(config.run, variant_settings="batch,size")

@@ -81,7 +81,7 @@ def test_a_user_module_is_swept_for_inference_and_training(user_code, tmp_path):
     dim, hidden = 32, 16
     for job_dir, m in records.items():
         assert m["status"] == "ok", m["error"]
-        assert job_dir.name.split("_", 1)[1].startswith("make_geglu_")
+        assert job_dir.name.split("_", 1)[1].startswith("make_geglu-hidden16_")  # the setting given
         assert (m["workload"], m["workload_target"]) == ("make_geglu", "mybench.blocks:make_geglu")
         assert (m["workload_hidden"], m["workload_dim"]) == (hidden, dim)  # the default is recorded too
         footer = table_footer((job_dir / m["table_file"]).read_text())

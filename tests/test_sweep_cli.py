@@ -168,7 +168,7 @@ def test_attention_backends_each_run_their_own_kernel(sweep_dir):
     done = run_cli("-m", "workload=attention", "size=16,32", "workload.backend=math,flash",
                    "workload.batch=1", "workload.heads=2", f"hydra.sweep.dir={sweep_dir}")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "[1/4] attention batch=1 heads=2 backend=math size=16 bf16 cold eager ..." in done.stdout
+    assert "[1/4] attention backend=math batch=1 heads=2 size=16 bf16 cold eager ..." in done.stdout
     kernel = {"math": "aten::_scaled_dot_product_attention_math",
               "flash": "aten::_scaled_dot_product_flash_attention_for_cpu"}
     for job_dir in job_dirs(sweep_dir):
@@ -185,6 +185,34 @@ def test_attention_backends_each_run_their_own_kernel(sweep_dir):
     crossovers = pd.read_csv(sweep_dir / "crossovers.csv")
     assert sorted(crossovers["variant"]) == ["attention backend=flash", "attention backend=math"]
     assert set(crossovers["sizes"]) == {"16;32"}
+
+
+OWN_BLOCK = """
+import torch
+from torch import nn
+
+
+def make_block(*, size, dtype, device, hidden: int = 8):
+    block = nn.Sequential(nn.Linear(hidden, 2 * hidden), nn.GELU(), nn.Linear(2 * hidden, hidden))
+    return block.to(device=device, dtype=dtype), (torch.randn(size, hidden, device=device, dtype=dtype),)
+"""
+
+
+def test_own_model_jobs_name_every_swept_value_in_folder_and_progress_line(tmp_path, sweep_dir):
+    # hidden=8 is the factory's default: named all the same, as hidden=16 is.
+    (tmp_path / "ownbench.py").write_text(OWN_BLOCK)
+    done = run_cli("-m", "workload=custom", "workload._target_=ownbench:make_block", "workload.hidden=8,16",
+                   "size=8", f"hydra.sweep.dir={sweep_dir}", env={"PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [d.name for d in job_dirs(sweep_dir)] == ["0_make_block-hidden8_8_bf16_cold_eager",
+                                                      "1_make_block-hidden16_8_bf16_cold_eager"]
+    for n, hidden in ((1, 8), (2, 16)):
+        assert f"[{n}/2] make_block hidden={hidden} size=8 bf16 cold eager ..." in done.stdout
+    for job_dir in job_dirs(sweep_dir):
+        m = read_metrics(job_dir)
+        assert (m["trace_file"], m["table_file"]) == ("8_bf16_cold_eager.json", "8_bf16_cold_eager.txt")
+    summary = pd.read_csv(sweep_dir / "summary.csv")
+    assert sorted(summary["variant"]) == ["make_block hidden=16", "make_block hidden=8"]
 
 
 @pytest.mark.parametrize("device", ["cpu", "auto"])
