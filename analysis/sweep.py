@@ -114,7 +114,8 @@ def name_variants(tables: SweepTables) -> None:
 # What a metrics.json's fields must be: the analysis reads every record as untrusted input.
 TEXT_FIELDS = ("workload", "dtype", "device", "device_requested", "status", "optimizer", "workload_target",
                "device_name", "torch_version", "cuda_version", "hostname", "config_hash", "flops_source",
-               "trace_file", "table_file", "start", "isolation", "compile_cache", "unavailable")
+               "trace_file", "table_file", "start", "isolation", "compile_cache", "unavailable", "ran_dtype",
+               "ran_device", "variant_settings")
 FLAG_FIELDS = ("compile", "warmup", "train")
 COUNT_FIELDS = ("size", "steps", "repeat", "schema_version", "timed_steps", "timed_slow_steps", "torch_threads",
                 "cpu_count", "warmup_iters")

@@ -5,8 +5,10 @@ random weights: nothing is downloaded. `size` is the sequence length.
     python experiments/run.py -m workload=custom workload._target_=examples.hf_causal_lm:make_causal_lm \
         size=128,512 train=false,true
 
-Settings: layers, hidden, heads, vocab (a small Llama-style model by default), batch. In training
-steps the loss is the model's own next-token cross-entropy (labels = the input ids).
+Settings: layers, hidden, heads, vocab (a small Llama-style model by default), batch. The model is
+called as transformers' models are, with keyword inputs: `model(input_ids=..., attention_mask=...,
+labels=...)`; in training steps the loss is the model's own (`.loss`: next-token cross-entropy,
+labels = the input ids). The token ids stay int64 whatever the grid's dtype.
 """
 
 from __future__ import annotations
@@ -23,12 +25,8 @@ def make_causal_lm(*, size: int, dtype: torch.dtype, device: torch.device, layer
     config = LlamaConfig(
         vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=max(size, 128),
+        use_cache=False,  # one forward over the whole sequence, no KV cache
     )
     model = LlamaForCausalLM(config).to(device=device, dtype=dtype)
-    model.config.use_cache = False  # one forward over the whole sequence, no KV cache
     ids = torch.randint(0, vocab, (batch, size), device=device)
-    return Workload(model, (ids,), loss=lambda out: _next_token_loss(out.logits, ids))
-
-
-def _next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
+    return Workload(model, kwargs={"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids})

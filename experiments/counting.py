@@ -16,13 +16,14 @@ reaches above them during one extra call profiled with profile_memory=True (the 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import math
 import os
 import tempfile
 import warnings
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -78,13 +79,17 @@ def count_flops(call: Callable[[], Any]) -> int:
 
 
 def tensors(objects: Iterable[Any]) -> Iterable[torch.Tensor]:
+    """The tensors in `objects`, and in the lists, tuples, mappings and dataclasses among them (a
+    model's output object with `.loss` and `.logits`, keyword inputs)."""
     for obj in objects:
         if isinstance(obj, torch.Tensor):
             yield obj
         elif isinstance(obj, (list, tuple)):
             yield from tensors(obj)
-        elif isinstance(obj, dict):
+        elif isinstance(obj, Mapping):
             yield from tensors(obj.values())
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            yield from tensors(getattr(obj, f.name, None) for f in dataclasses.fields(obj))
 
 
 def storage_bytes(items: Iterable[torch.Tensor]) -> int:

@@ -71,8 +71,8 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-    from experiments import counting
-    from experiments.steps import make_step, optimizer_slots
+    from experiments import counting, placement
+    from experiments.steps import make_step, modules_of, optimizer_slots
 
     from experiments.forkserver import COMPILER_MODULES, settle_garbage_collector
 
@@ -96,6 +96,9 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
         torch_threads=torch.get_num_threads(),
         cpu_count=machine.cpus(),
         lock_wait_s=_float(os.environ.get(records.LOCK_WAIT_ENV)),
+        ran_dtype=None,  # what the factory's parameters and inputs turn out to be (placement.py)
+        ran_device=None,
+        warnings=[],
     )
     _add_cost(out, cost, config)
     _check_memory(out, config, device, free)
@@ -106,6 +109,14 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
 
     with torch.no_grad():
         workload = seam.build(w.target, w.settings, **grid)
+    modules = modules_of(workload.fn)
+    held = placement.of(modules, workload.inputs, dtype=grid["dtype"], device=device,
+                        requested_device=config.device, target=w.target)
+    out.update(ran_dtype=held.dtype, ran_device=held.device, warnings=held.warnings)
+    if held.refusal:
+        raise JobError(held.refusal)
+    for warning in held.warnings:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     if cost is None and workload.cost is not None:
         cost = workload.cost
         _add_cost(out, cost, config)
@@ -129,8 +140,8 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
         if cost is None:
             # A lower bound before the first call: the tensors the factory made, their gradients
             # and optimizer state; the first call's activations are not known yet.
-            resident = counting.storage_bytes([*counting.tensors(workload.args), *step.parameters,
-                                               *_module_tensors(workload.fn)])
+            resident = counting.storage_bytes([*counting.tensors(workload.inputs), *step.parameters,
+                                               *_module_tensors(modules)])
             grads = counting.storage_bytes(step.parameters) * (1 + optimizer_slots(config.optimizer))
             out["memory_estimate_bytes"] = resident + (grads if config.train else 0)
             _check_memory(out, config, device, free)
@@ -139,9 +150,13 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
             """Timed on its own: compilation included, device synchronized before and after."""
             sync()
             start = time.perf_counter()
-            step.call()
+            result = step.call()
             sync()
             out["first_call_ms"] = (time.perf_counter() - start) * 1e3
+            if any(t.is_meta for t in counting.tensors([result])):  # meta tensors the factory hid from the check
+                raise JobError(f"meta tensors are refused: {w.target}'s step returned a tensor on device 'meta' "
+                               "(no data: nothing ran); build the model and its inputs on the device the "
+                               "factory is given")
             if config.compile:
                 out.update(_compile_counters())
                 if not config.warmup and out.get("inductor_cache_hits"):
@@ -206,11 +221,11 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
         if cost is None:
             # No cost model: count FLOPs on one eager call, and the bytes it must move.
             out["flops_per_call"] = counting.count_flops(step.eager)
-            weights = counting.storage_bytes([*step.parameters, *_module_tensors(workload.fn)])
+            weights = counting.storage_bytes([*step.parameters, *_module_tensors(modules)])
             # Inputs read and the output written once; weights read once, and in training also
             # their gradients written and read, and the optimizer state read and written.
             reads = 1 + (2 + 2 * optimizer_slots(config.optimizer) if config.train else 0)
-            out["bytes_per_call"] = counting.moved_bytes(workload.args, [], step.eager()) + reads * weights
+            out["bytes_per_call"] = counting.moved_bytes(workload.inputs, [], step.eager()) + reads * weights
             out["flops_source"] = "counted"
 
     if len(cycles) != p.repeat:
@@ -257,13 +272,9 @@ def _float(text: str | None) -> float | None:
         return None
 
 
-def _module_tensors(fn: Any) -> list[Any]:
-    """An nn.Module's parameters and buffers ([] for a function)."""
-    from torch import nn
-
-    if not isinstance(fn, nn.Module):
-        return []
-    return [*fn.parameters(), *fn.buffers()]
+def _module_tensors(modules: list[Any]) -> list[Any]:
+    """The parameters and buffers of the modules a step runs (steps.modules_of)."""
+    return [t for m in modules for t in (*m.parameters(), *m.buffers())]
 
 
 def _add_cost(out: dict[str, Any], cost: seam.Cost | None, config: JobConfig) -> None:

@@ -11,7 +11,9 @@
 A factory is called with the keyword arguments `size` (int), `dtype` (a torch.dtype), `device`
 (a torch.device) and the workload's own settings (every other key of `workload.`), and returns
 what one step calls: `(fn, args)`, a callable (a function or an nn.Module) and the tuple of its
-arguments, or a `Workload`, which may add a `loss` (for train=true) and a `cost`.
+arguments, or a `Workload`, which may add keyword arguments (`kwargs`, for models such as Hugging
+Face's that take `input_ids=`, `attention_mask=`, `labels=`), a `loss` (for train=true) and a
+`cost`. The step calls `fn(*args, **kwargs)`.
 
 A factory may also carry a cost model as an attribute, `factory.cost(**the same keywords) ->
 Cost`, computed before anything is allocated (the job refuses a grid point that cannot fit);
@@ -28,7 +30,7 @@ import inspect
 import os
 import sys
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 GRID_ARGUMENTS = ("size", "dtype", "device")  # what every factory is given besides its settings
@@ -50,16 +52,27 @@ class Cost:
 
 @dataclass(frozen=True)
 class Workload:
-    """What one step calls, and optionally how to train it and what it costs.
+    """What one step calls, `fn(*args, **kwargs)`, and optionally how to train it and what it costs.
 
-    loss: for train=true, `loss(output) -> scalar tensor`; default: the output's sum.
+    fn: a function, an nn.Module, or any callable; one that closes over modules (a lambda around
+        a model, a functools.partial, a module's bound method) is accounted and trained with
+        their parameters.
+    kwargs: keyword inputs (`input_ids=`, `attention_mask=`, `labels=`), counted like `args`.
+    loss: for train=true, `loss(output) -> scalar tensor`; default: the output's own loss (a
+        scalar tensor, `.loss` or `["loss"]`, a tuple's first scalar), else the output's sum.
     cost: a hand count of one call; without it the job counts FLOPs with FlopCounterMode.
     """
 
     fn: Callable[..., Any]
-    args: tuple[Any, ...]
+    args: tuple[Any, ...] = ()
     loss: Callable[[Any], Any] | None = None
     cost: Cost | None = None
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def inputs(self) -> tuple[Any, ...]:
+        """Every input of the step, positional then keyword: what the job counts and checks."""
+        return (*self.args, *self.kwargs.values())
 
 
 @dataclass(frozen=True)
@@ -290,10 +303,19 @@ def build(target: str, settings: Mapping[str, Any], **grid: Any) -> Workload:
         workload = Workload(made[0], made[1])
     else:
         raise WorkloadError(f"{target} returned a {type(made).__name__}: a workload factory returns "
-                            "(fn, args) or experiments.seam.Workload(fn, args, loss=..., cost=...)")
+                            "(fn, args) or experiments.seam.Workload(fn, args, kwargs=..., loss=..., cost=...)")
     args = workload.args
     if not isinstance(args, (tuple, list)):
         args = (args,)  # one argument, given bare
     if not callable(workload.fn):
         raise WorkloadError(f"{target} returned {type(workload.fn).__name__} as the step's callable")
-    return Workload(workload.fn, tuple(args), workload.loss, workload.cost)
+    kwargs = workload.kwargs if workload.kwargs is not None else {}
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise WorkloadError(f"{target} returned kwargs={_shown(kwargs)}: Workload(kwargs=...) is a mapping "
+                            "of argument names to values, e.g. {'input_ids': ids, 'attention_mask': mask}")
+    return Workload(workload.fn, tuple(args), workload.loss, workload.cost, dict(kwargs))
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

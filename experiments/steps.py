@@ -1,20 +1,24 @@
 """What one profiled step does, apart from the loop that profiles it: an inference call, or a
 training step in three phases.
 
-    inference: fn(*args) under no_grad, an nn.Module in eval()
-    training:  record_function("forward"):   out = fn(*args); loss = loss(out)
+    inference: fn(*args, **kwargs) under no_grad, its modules in eval()
+    training:  record_function("forward"):   out = fn(*args, **kwargs); loss = loss(out)
                record_function("backward"):  loss.backward()
                record_function("optimizer"): optimizer.step(); optimizer.zero_grad()
 
-A training step needs parameters: an nn.Module's own, or, for a plain function (matmul_add),
-its floating-point tensor arguments, which then require gradients and are what the optimizer
-updates (documented in the README). Imported by the job only: it imports torch.
+A training step needs parameters: those of the modules the callable runs (`modules_of`: an
+nn.Module itself, or the modules a lambda, a functools.partial or a bound method closes over),
+or, for a plain function (matmul_add), its floating-point tensor inputs, which then require
+gradients and are what the optimizer updates (documented in the README). Imported by the job
+only: it imports torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+import functools
+import types
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from torch import nn
@@ -42,50 +46,130 @@ class Step:
 
 
 def default_loss(output: Any) -> torch.Tensor:
-    """The output's sum; a model output with a `.loss` (Hugging Face, labels given) uses it, and a
-    tuple, list or mapping its first tensor."""
+    """The output's own loss when it has one: a scalar tensor, a `.loss` (Hugging Face models given
+    `labels=`), a mapping's "loss", a tuple's or list's first tensor when it is a scalar; otherwise
+    the sum of the output (of the first tensor of a tuple, list, mapping or dataclass output)."""
     if isinstance(output, torch.Tensor):
-        return output.sum()
+        return _as_loss(output)
     loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, Mapping):
+        loss = output.get("loss")
     if isinstance(loss, torch.Tensor):
-        return loss
-    values = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
+        return _as_loss(loss)
+    if isinstance(output, Mapping):
+        values: Iterable[Any] = output.values()
+    elif is_dataclass(output) and not isinstance(output, type):
+        values = (getattr(output, f.name, None) for f in fields(output))
+    else:
+        values = output if isinstance(output, (tuple, list)) else ()
     for value in values:
         if isinstance(value, torch.Tensor):
-            return value.sum()
+            return _as_loss(value)
     raise StepError(f"train=true: no loss from an output of type {type(output).__name__}; "
                     "return Workload(fn, args, loss=...) from the factory")
+
+
+def _as_loss(tensor: torch.Tensor) -> torch.Tensor:
+    """A scalar is a loss already; anything else is summed into one."""
+    return tensor if tensor.dim() == 0 else tensor.sum()
 
 
 def make_step(workload: Workload, *, train: bool, optimizer: str, name: str,
               compile_fn: Callable[[Any], Any] | None = None) -> Step:
     """The step of `workload`; `compile_fn` (torch.compile with the job's settings) is applied to
     the model or function, as users do, never to the optimizer."""
-    fn, args = workload.fn, workload.args
-    if isinstance(fn, nn.Module):
-        fn.train(train)
-    parameters = _parameters(fn, args) if train else []
+    fn, args, kwargs = workload.fn, workload.args, dict(workload.kwargs)
+    modules = modules_of(fn)
+    for module in modules:
+        module.train(train)
+    parameters = _parameters(fn, modules, workload.inputs) if train else []
     if train and not parameters:
         raise StepError(
             f"train=true needs parameters: {name} returned a {type(fn).__name__} with none and no "
-            "floating-point tensor arguments; return an nn.Module with parameters"
+            "floating-point tensor arguments; return an nn.Module with parameters, or a callable "
+            "that calls one"
         )
     model = compile_fn(fn) if compile_fn is not None else fn
     if not train:
-        return Step(call=lambda: model(*args), eager=lambda: fn(*args), parameters=[])
+        return Step(call=lambda: model(*args, **kwargs), eager=lambda: fn(*args, **kwargs), parameters=[])
     opt = _optimizer(optimizer, parameters)
     loss_of = workload.loss or default_loss
-    return Step(call=_training(model, args, loss_of, opt), eager=_training(fn, args, loss_of, opt),
+    return Step(call=_training(model, args, kwargs, loss_of, opt), eager=_training(fn, args, kwargs, loss_of, opt),
                 parameters=parameters, optimizer=opt)
 
 
-def _parameters(fn: Any, args: tuple[Any, ...]) -> list[torch.Tensor]:
-    if isinstance(fn, nn.Module):
-        return [p for p in fn.parameters() if p.requires_grad]
-    params = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+def _parameters(fn: Any, modules: list[nn.Module], inputs: tuple[Any, ...]) -> list[torch.Tensor]:
+    """What a training step updates: its modules' parameters; for a function that runs no module,
+    its floating-point tensor inputs."""
+    if modules:
+        params = unique(p for m in modules for p in m.parameters() if p.requires_grad)
+        if params or isinstance(fn, nn.Module):
+            return params
+    params = unique(a for a in inputs if isinstance(a, torch.Tensor) and a.is_floating_point())
     for p in params:
         p.requires_grad_(True)
     return params
+
+
+def unique(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor once (a module shared by two closures, labels given as the input ids)."""
+    return list({id(t): t for t in tensors}.values())
+
+
+# --- the modules a callable runs ----------------------------------------------------------------
+
+REACH_DEPTH = 6  # how many closures, partials, methods and containers deep modules_of looks
+REACH_WIDTH = 256  # how many items of one container it looks at
+_LEAVES = (torch.Tensor, str, bytes, int, float, complex, bool, type(None), type, types.ModuleType)
+
+
+def modules_of(fn: Any) -> list[nn.Module]:
+    """The nn.Modules that calling `fn` runs, by public introspection only: `fn` itself when it is
+    a module; else, recursively (REACH_DEPTH levels, REACH_WIDTH items a container), the modules in
+    a function's closure cells, default arguments and the globals its code names, a
+    functools.partial's func, args and keywords, a bound method's `__self__` and function, and
+    the attributes of a callable object. Each module once, in the order found."""
+    found: dict[int, nn.Module] = {}
+    seen: set[int] = set()
+
+    def visit(obj: Any, depth: int) -> None:
+        if isinstance(obj, nn.Module):
+            found.setdefault(id(obj), obj)
+            return
+        if depth >= REACH_DEPTH or isinstance(obj, _LEAVES) or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        for inner in _reachable(obj):
+            visit(inner, depth + 1)
+
+    visit(fn, 0)
+    return list(found.values())
+
+
+def _reachable(obj: Any) -> list[Any]:
+    """What `obj` holds that a call of it may run (see modules_of)."""
+    if isinstance(obj, functools.partial):
+        return [obj.func, *obj.args, *obj.keywords.values()]
+    if isinstance(obj, (types.MethodType, types.BuiltinMethodType)):
+        return [getattr(obj, "__self__", None), getattr(obj, "__func__", None)]
+    if isinstance(obj, types.FunctionType):
+        cells = []
+        for cell in obj.__closure__ or ():
+            try:
+                cells.append(cell.cell_contents)
+            except ValueError:  # a cell not yet filled
+                continue
+        code_globals = [obj.__globals__[n] for n in obj.__code__.co_names if n in obj.__globals__]
+        return [*cells, *(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values(), *code_globals,
+                getattr(obj, "__wrapped__", None)]
+    if isinstance(obj, Mapping):
+        return list(obj.values())[:REACH_WIDTH]
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return list(obj)[:REACH_WIDTH]
+    if callable(obj):  # an object with __call__: what it holds
+        held = [getattr(obj, f.name, None) for f in fields(obj)] if is_dataclass(obj) else []
+        return [*held, *list(getattr(obj, "__dict__", {}).values())[:REACH_WIDTH]]
+    return []
 
 
 def _optimizer(name: str, parameters: list[torch.Tensor]) -> Any:
@@ -96,11 +180,11 @@ def _optimizer(name: str, parameters: list[torch.Tensor]) -> Any:
     raise StepError(f"optimizer={name!r} is not allowed: choose one of {', '.join(OPTIMIZERS)}")
 
 
-def _training(model: Callable[..., Any], args: tuple[Any, ...], loss_of: Callable[[Any], Any],
-              opt: Any) -> Callable[[], Any]:
+def _training(model: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+              loss_of: Callable[[Any], Any], opt: Any) -> Callable[[], Any]:
     def step() -> Any:
         with record_function("forward"):
-            loss = loss_of(model(*args))
+            loss = loss_of(model(*args, **kwargs))
         with record_function("backward"):
             loss.backward()
         with record_function("optimizer"):

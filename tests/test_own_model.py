@@ -1,0 +1,290 @@
+"""Real models without wrappers: keyword inputs (a Hugging Face-style forward), a callable that
+closes over a module (a lambda, a functools.partial, a bound method), the dtype and device a job
+actually ran, meta tensors refused.
+
+The factories below are what a user writes; the slow tests sweep them through the CLI as
+`workload._target_=tests.test_own_model:<factory>`. Nothing is downloaded: the Hugging Face
+stand-in is a two-layer nn.Module whose forward takes input_ids=, attention_mask=, labels= and
+returns an object with .loss and .logits, as transformers' models do.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from experiments import placement, seam
+from experiments.steps import REACH_DEPTH, StepError, default_loss, make_step, modules_of
+from tests.conftest import job_dirs, read_metrics, run_cli
+
+CPU = torch.device("cpu")
+ADAMW_SLOTS = 2  # AdamW keeps two moments per parameter
+LOSS_BYTES = 4  # a training step's result: the fp32 scalar loss
+
+
+# --- what a user writes ----------------------------------------------------------------------------
+
+
+@dataclass
+class CausalLMOutput:
+    """What transformers' causal LMs return: `.loss` (when given labels) and `.logits`."""
+
+    loss: torch.Tensor | None
+    logits: torch.Tensor
+
+
+class TinyLM(nn.Module):
+    """A stand-in for a Hugging Face causal LM: keyword inputs, an output object with .loss."""
+
+    def __init__(self, vocab: int, hidden: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, input_ids=None, attention_mask=None, labels=None) -> CausalLMOutput:
+        if input_ids.dtype != torch.long:  # an embedding needs integer ids: they must never be cast
+            raise TypeError(f"input_ids are {input_ids.dtype}")
+        h = self.embed(input_ids) * attention_mask.unsqueeze(-1).to(self.head.weight.dtype)
+        logits = self.head(h)
+        loss = None if labels is None else F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+        return CausalLMOutput(loss=loss, logits=logits)
+
+
+def make_lm(*, size: int, dtype: torch.dtype, device: torch.device, vocab: int = 64, hidden: int = 32,
+            batch: int = 2) -> seam.Workload:
+    """A causal LM with keyword inputs, as a Hugging Face model is called."""
+    model = TinyLM(vocab, hidden).to(device=device, dtype=dtype)
+    ids = torch.randint(0, vocab, (batch, size), device=device)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+    return seam.Workload(model, kwargs=inputs)
+
+
+def block(hidden: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(), nn.Linear(4 * hidden, hidden))
+
+
+def make_wrapped(*, size: int, dtype: torch.dtype, device: torch.device, hidden: int = 32):
+    """The obvious lambda around a model: no nn.Module is returned."""
+    model = block(hidden).to(device=device, dtype=dtype)
+    return (lambda x: model(x)), (torch.randn(size, hidden, device=device, dtype=dtype),)
+
+
+def make_float64(*, size: int, dtype: torch.dtype, device: torch.device):
+    """A factory that ignores `dtype`."""
+    x = torch.randn(size, size, device=device, dtype=torch.float64)
+    return torch.mm, (x, x)
+
+
+def make_meta(*, size: int, dtype: torch.dtype, device: torch.device):
+    """A model made on device 'meta' (shapes only, no data) and never materialised."""
+    model = nn.Linear(size, size, device="meta", dtype=dtype)
+    return model, (torch.randn(size, size, device=device, dtype=dtype),)
+
+
+def param_bytes(module: nn.Module) -> int:
+    """The hand count: every parameter's elements times its element size."""
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+# --- finding the modules a callable runs -----------------------------------------------------------
+
+
+class Runner:
+    """A callable object holding a model."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+
+GLOBAL_MODEL = nn.Linear(3, 3)
+
+
+def uses_a_global(x: torch.Tensor) -> torch.Tensor:
+    return GLOBAL_MODEL(x)
+
+
+def test_modules_are_found_in_closures_partials_bound_methods_and_callable_objects():
+    m, other = nn.Linear(4, 4), nn.Linear(4, 2)
+    assert modules_of(m) == [m]
+    assert modules_of(lambda x: m(x)) == [m]
+    assert modules_of(lambda x, model=m: model(x)) == [m]  # a default argument
+    assert modules_of(functools.partial(F.linear, weight=m.weight)) == []  # a bare tensor is no module
+    assert modules_of(functools.partial(lambda a, b, x: b(a(x)), m, other)) == [m, other]
+    assert modules_of(m.forward) == [m]  # a bound method's __self__
+    assert modules_of(Runner(m)) == [m]
+    assert modules_of(uses_a_global) == [GLOBAL_MODEL]
+    assert modules_of(lambda x: [m, m, m][0](x)) == [m]  # each module once
+    assert modules_of(torch.mm) == [] and modules_of(lambda x: x * 2) == []
+
+
+def test_the_search_is_bounded():
+    m = nn.Linear(2, 2)
+    nested = m
+    for _ in range(REACH_DEPTH - 1):
+        nested = functools.partial(lambda f, x: f(x), nested)
+    assert modules_of(nested) == [m]  # REACH_DEPTH levels deep: found
+    assert modules_of(functools.partial(lambda f, x: f(x), [[[[[[[m]]]]]]])) == []  # deeper: not looked at
+    loop: list = []
+    loop.append(loop)  # a container holding itself ends the search, it does not recurse forever
+    assert modules_of(functools.partial(lambda x: x, loop)) == []
+
+
+def test_a_lambda_around_a_module_trains_its_parameters_and_infers_in_eval():
+    model = block(8)
+    x = torch.randn(3, 8)
+    inference = make_step(seam.Workload(lambda x: model(x), (x,)), train=False, optimizer="adamw", name="lam")
+    assert not model.training and inference.parameters == []
+    step = make_step(seam.Workload(lambda x: model(x), (x,)), train=True, optimizer="sgd", name="lam")
+    assert model.training and x.requires_grad is False  # the model's parameters train, not the input
+    assert [id(p) for p in step.parameters] == [id(p) for p in model.parameters()]
+    before = [p.detach().clone() for p in model.parameters()]
+    step.call()
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_keyword_inputs_reach_the_model_and_its_own_loss_trains_it():
+    made = make_lm(size=5, dtype=torch.float32, device=CPU)
+    step = make_step(made, train=True, optimizer="adamw", name="lm")
+    labels = made.kwargs["labels"]
+    with torch.no_grad():
+        expected = made.fn(**made.kwargs).loss  # the model's own cross-entropy, before the update
+    loss = step.call()
+    assert loss.item() == pytest.approx(expected.item())
+    assert made.kwargs["input_ids"].dtype == torch.long and made.kwargs["labels"] is labels
+    assert len(step.optimizer.state) == len(list(made.fn.parameters()))
+
+
+def test_default_loss_takes_a_models_own_loss_in_every_usual_shape():
+    loss, logits = torch.tensor(2.5), torch.ones(2, 3)
+    assert default_loss(CausalLMOutput(loss=loss, logits=logits)) is loss
+    assert default_loss({"logits": logits, "loss": loss}) is loss  # a mapping's "loss", wherever it is
+    assert default_loss((loss, logits)) is loss  # a tuple whose first is the loss
+    assert default_loss(CausalLMOutput(loss=None, logits=logits)).item() == 6  # no labels: the logits' sum
+    with pytest.raises(StepError, match="no loss from an output of type str"):
+        default_loss("text")
+
+
+def test_a_closure_over_a_parameterless_module_and_no_floats_is_refused():
+    counts = seam.Workload(lambda n: nn.Identity()(n) * 2, (torch.arange(4),))
+    with pytest.raises(StepError, match="train=true needs parameters"):
+        make_step(counts, train=True, optimizer="sgd", name="counter")
+
+
+def test_build_keeps_keyword_inputs_and_refuses_a_bad_mapping(monkeypatch):
+    import tests.test_own_model as here
+
+    made = seam.build("tests.test_own_model:make_lm", {}, size=4, dtype=torch.float32, device=CPU)
+    assert made.args == () and sorted(made.kwargs) == ["attention_mask", "input_ids", "labels"]
+    assert len(made.inputs) == 3
+    monkeypatch.setattr(here, "make_lm", lambda **kw: seam.Workload(torch.mm, kwargs=[1, 2]))
+    with pytest.raises(seam.WorkloadError, match="returned kwargs=\\[1, 2\\]: Workload\\(kwargs=...\\) is a mapping"):
+        seam.build("tests.test_own_model:make_lm", {}, size=4, dtype=torch.float32, device=CPU)
+
+
+# --- what ran, against what was asked --------------------------------------------------------------
+
+
+def test_placement_names_both_sides_and_integer_inputs_have_no_say():
+    made = make_lm(size=4, dtype=torch.bfloat16, device=CPU)
+    held = placement.of([made.fn], made.inputs, dtype=torch.bfloat16, device="cpu", requested_device="cpu")
+    assert (held.dtype, held.device, held.warnings, held.refusal) == ("bf16", "cpu", [], None)
+
+    x = torch.randn(4, 4, dtype=torch.float64)
+    held = placement.of([], [x, x], dtype=torch.bfloat16, device="cpu")
+    assert held.dtype == "float64" and held.warnings == ["inputs are float64, the grid asked for bf16"]
+
+    model = nn.Linear(4, 4)  # fp32 parameters, bf16 inputs, all on the CPU where CUDA was chosen
+    held = placement.of([model], [x.bfloat16()], dtype=torch.bfloat16, device="cuda", requested_device="auto")
+    assert held.dtype == "fp32+bf16" and held.device == "cpu"
+    assert held.warnings == ["parameters are fp32, the grid asked for bf16",
+                             "parameters are on cpu, the grid's device=auto chose cuda",
+                             "inputs are on cpu, the grid's device=auto chose cuda"]
+
+
+def test_meta_tensors_are_refused_naming_where_they_are():
+    held = placement.of([nn.Linear(4, 4, device="meta")], [torch.ones(2, 4)], dtype=torch.float32, device="cpu",
+                        target="mine:make")
+    assert held.device == "meta+cpu"  # 80 bytes of parameters on meta, 32 of inputs on the CPU
+    assert held.refusal.startswith("meta tensors are refused: mine:make returned 2 of 2 parameters on device 'meta'")
+
+
+# --- through the CLI, as a person runs it ----------------------------------------------------------
+
+
+def _sweep(tmp_path, factory: str, *overrides: str) -> list[dict]:
+    sweep = tmp_path / factory
+    done = run_cli("-m", "workload=custom", f"workload._target_=tests.test_own_model:{factory}", "device=cpu",
+                   *overrides, f"hydra.sweep.dir={sweep}")
+    records = [read_metrics(d) for d in job_dirs(sweep)] if sweep.exists() else []
+    assert records, done.stdout + done.stderr
+    return records
+
+
+def _trained_phases(job_dir, record: dict) -> list[str]:
+    trace = json.loads((job_dir / record["trace_file"]).read_text())
+    return sorted(e["name"] for e in trace["traceEvents"]
+                  if e.get("cat") == "user_annotation" and e.get("name") in ("forward", "backward", "optimizer"))
+
+
+@pytest.mark.slow
+def test_a_keyword_input_model_runs_inference_and_training_with_its_bytes_counted(tmp_path):
+    size, vocab, hidden, batch = 8, 64, 32, 2
+    records = _sweep(tmp_path, "make_lm", "size=8", "dtype=fp32", "train=false,true")
+    assert len(records) == 2
+    weights = param_bytes(TinyLM(vocab, hidden))  # fp32, as the grid asks
+    inputs = 3 * batch * size * 8  # input_ids, attention_mask, labels: int64, never cast to fp32
+    logits = batch * size * vocab * 4
+    for m in records:
+        assert m["status"] == "ok", m["error"]
+        assert (m["ran_dtype"], m["ran_device"], m["warnings"]) == ("fp32", "cpu", [])
+        if m["train"]:
+            assert _trained_phases(tmp_path / "make_lm" / m["job"], m) == ["backward"] * 3 + ["forward"] * 3 + ["optimizer"] * 3
+            # resident inputs and weights, plus a gradient and two AdamW moments per weight
+            assert m["memory_estimate_bytes"] == inputs + weights * (2 + ADAMW_SLOTS)
+            # inputs read, the loss written; weights read, gradients written and read, moments read and written
+            assert m["bytes_per_call"] == inputs + LOSS_BYTES + weights * (3 + 2 * ADAMW_SLOTS)
+        else:
+            assert m["memory_estimate_bytes"] == inputs + weights
+            assert m["bytes_per_call"] == inputs + weights + logits + LOSS_BYTES  # labels given: a loss too
+
+
+@pytest.mark.slow
+def test_a_lambda_around_a_module_runs_inference_and_training_with_the_modules_bytes(tmp_path):
+    size, hidden = 16, 32
+    records = _sweep(tmp_path, "make_wrapped", f"size={size}", "dtype=fp32", "train=false,true")
+    assert len(records) == 2
+    weights = param_bytes(block(hidden))
+    rows = size * hidden * 4  # the input, and the output of the same shape
+    for m in records:
+        assert m["status"] == "ok", m["error"]
+        assert (m["ran_dtype"], m["ran_device"], m["warnings"]) == ("fp32", "cpu", [])
+        if m["train"]:
+            assert _trained_phases(tmp_path / "make_wrapped" / m["job"], m) == ["backward"] * 3 + ["forward"] * 3 + ["optimizer"] * 3
+            assert m["memory_estimate_bytes"] == rows + weights * (2 + ADAMW_SLOTS)
+            assert m["bytes_per_call"] == rows + LOSS_BYTES + weights * (3 + 2 * ADAMW_SLOTS)
+        else:
+            assert m["memory_estimate_bytes"] == rows + weights
+            assert m["bytes_per_call"] == 2 * rows + weights
+
+
+@pytest.mark.slow
+def test_a_factory_that_ignores_dtype_is_warned_and_meta_tensors_fail(tmp_path):
+    [m] = _sweep(tmp_path, "make_float64", "size=8", "dtype=bf16")
+    assert m["status"] == "ok", m["error"]
+    assert (m["dtype"], m["ran_dtype"]) == ("bf16", "float64")
+    assert m["warnings"] == ["inputs are float64, the grid asked for bf16"]
+
+    [m] = _sweep(tmp_path, "make_meta", "size=8")
+    assert m["status"] == "failed"
+    assert m["error"].startswith("JobError: meta tensors are refused: tests.test_own_model:make_meta returned "
+                                 "2 of 2 parameters on device 'meta'")
+    assert m["ran_device"] == "meta+cpu"  # bf16: 144 bytes of parameters on meta, 128 of input on the CPU
