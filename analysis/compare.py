@@ -39,6 +39,7 @@ from typing import Any, Iterable, Sequence
 
 from analysis.trace import is_op
 from profsweep import stats
+from profsweep.contract import ENVIRONMENT_FILE
 
 MARGIN = 0.05  # what counts as the same: within 5%
 FDR = 0.05  # the false discovery rate controlled across the pairs
@@ -295,7 +296,7 @@ def load_side(folder: Path) -> Side:
         if k["job"] not in on_cpu:  # the CPU's "kernels" are its compute ops, already among the ops
             kernels.setdefault(k["job"], []).append((k["name"], k["calls"], k["total_us"]))
     try:
-        environment = json.loads((folder / "environment.json").read_text(encoding="utf-8"))
+        environment = json.loads((folder / ENVIRONMENT_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         environment = {}
     return Side(folder, points, steps, {j: _op_uses(ops) for j, ops in tables.ops.items()},

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from analysis import points as grid_points
-from analysis.sweep import SERIES_KEYS
 from analysis.trace import is_op
 from profsweep import stats
-from profsweep.contract import TIMED, timed_samples
+from profsweep.contract import SERIES_KEYS, TIMED, timed_samples
 
 TOP = 10  # ops and kernels per grid point in top_ops.csv
 SAID = 3  # of which the conclusions name

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from analysis.trace import FLAT_KEYS, PER_STEP_KEYS, PHASES
+from profsweep.contract import SERIES_KEYS, SUMMARY_FILE
 
 EXPECTATIONS_FILE = "expectations.csv"
 EXPECT_FILE = "expect.json"  # what the sweep was asked to expect, written at its start
@@ -81,7 +82,6 @@ OP_COLUMNS = ("calls", "self_host_us", "self_device_us", "compute_calls")  # ops
 KERNEL_COLUMNS = ("calls", "total_us", "median_us", "min_us", "max_us", "after_occupancy_query", "tensor_cores",
                   "occupancy_pct", "registers_per_thread", "shared_memory_bytes", "block")  # kernels.csv
 RELATIVE = ("smallest", "largest")  # condition values resolved per series
-SERIES_KEYS = ("workload", "variant", "dtype", "compile", "warmup", "train", "device")  # as analysis.sweep
 CUDA_ONLY = "CUDA only: needs the CUDA kernels' trace"
 _CMP = r"(==|!=|<=|>=|<|>)"
 _METRIC_FORM = re.compile(rf"^\s*([\w.]+(?:\s*\+\s*[\w.]+)*)\s*{_CMP}\s*(.+?)\s*$")
@@ -253,7 +253,7 @@ def parse(text: str, known: set[str] | None = None) -> Expectation:
         if not is_known(metric, known):
             close = sorted(k for k in known if metric.split("_")[0] in k)[:6]
             raise ExpectationError(f"expect: {text!r}: unknown metric {metric!r}; metrics are the columns of "
-                                   f"summary.csv" + (f" (e.g. {', '.join(close)})" if close else ""))
+                                   f"{SUMMARY_FILE}" + (f" (e.g. {', '.join(close)})" if close else ""))
     terms = tuple(_column(t) for t in terms)
     return Expectation(text, "metric", " + ".join(terms), m.group(2), _value(m.group(3)), conditions, terms=terms)
 

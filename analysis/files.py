@@ -1,9 +1,11 @@
-"""Atomic writes for the analysis outputs: a reader never sees half a file."""
+"""Atomic writes for the analysis outputs (the contract's), each failure a WriteError naming the
+file."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from profsweep import contract
 
 
 class WriteError(OSError):
@@ -14,28 +16,12 @@ class WriteError(OSError):
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    # Named before anything is created, so an interrupt at any point can still remove it.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        contract.atomic_write_bytes(path, data)
     except OSError as exc:
-        _remove(tmp)
         if isinstance(exc, WriteError):
             raise
         raise WriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
-    except BaseException:
-        _remove(tmp)
-        raise
-
-
-def _remove(path: Path) -> None:
-    try:
-        path.unlink(missing_ok=True)
-    except OSError:  # a read-only folder refuses even to unlink what is not there
-        pass
 
 
 def atomic_write_text(path: Path, text: str) -> None:

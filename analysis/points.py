@@ -12,6 +12,7 @@ import re
 from typing import Any, Iterable
 
 from profsweep import stats
+from profsweep import contract
 from profsweep.contract import TIMED, TIMED_SAMPLES, timed_samples
 
 # summary column -> (where each repeat's samples are, the key there): "steps" = the job's
@@ -42,8 +43,7 @@ PRESSURE = 0.2
 _REPEAT_SUFFIX = re.compile(r"_r\d+$")
 
 
-def usable(row: dict[str, Any]) -> bool:
-    return row.get("status") == "ok" and not row.get("trace_error")
+usable = contract.usable
 
 
 def timing_metrics(rows: Iterable[dict[str, Any]]) -> list[str]:

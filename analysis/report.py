@@ -15,6 +15,7 @@ from analysis import perfetto
 from analysis.conclusions import Conclusion, count, fmt, job_warnings, nbytes, us
 from analysis.points import describe
 from profsweep import stats
+from profsweep.contract import METRICS_FILE, PLAN_FILE
 from analysis.files import atomic_write_text
 from analysis.sweep import SweepTables
 
@@ -342,7 +343,7 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
     points = tables.points
     plan: dict[str, Any] = {}
     try:
-        plan = json.loads((folder / "sweep.json").read_text(encoding="utf-8"))
+        plan = json.loads((folder / PLAN_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         pass
     first = next((j for j in jobs if j.get("status") == "ok"), jobs[0] if jobs else {})
@@ -436,7 +437,7 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
     for j in jobs:
         name = str(j["job"])
         files = [n for key in ("trace_file", "table_file") for n in str(j.get(key) or "").split(";") if n]
-        links = " · ".join(_link(folder, name, n, base) for n in files + ["metrics.json"])
+        links = " · ".join(_link(folder, name, n, base) for n in files + [METRICS_FILE])
         traces = [n for n in str(j.get("trace_file") or "").split(";") if n]
         links += "".join(perfetto.button(f"{name}/{n}" if name != folder.name else n, f"{name} {n}") for n in traces)
         status = escape(str(j.get("status")))

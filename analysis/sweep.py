@@ -17,11 +17,10 @@ from typing import Any, Callable
 from analysis import points as grid_points
 from analysis.peaks import peak_for
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
-from profsweep import stats
+from profsweep import contract, stats
+from profsweep.contract import METRICS_FILE, SCHEMA_VERSION
 
-METRICS_FILE = "metrics.json"
-SCHEMA_VERSION = 1  # of metrics.json, as the job side writes it
-SERIES_KEYS = ["workload", "variant", "dtype", "compile", "warmup", "train", "device"]
+SERIES_KEYS = list(contract.SERIES_KEYS)
 WORKLOAD_PREFIX = "workload_"  # metrics.json's workload settings: workload_batch, workload_backend, ...
 
 

@@ -1,4 +1,5 @@
-"""The job's artifact files: their names, the flat metrics record, and atomic writes.
+"""The job's record: the flat metrics.json fields of a configuration and of the machine (the
+file names and the atomic writes are the contract's, profsweep.contract).
 
 Light on purpose (no torch import): the sweep process uses it to record jobs whose process died.
 """
@@ -7,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import errno
 import functools
 import hashlib
 import json
@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from experiments import seam
+# The contract's names and writes, used through this module by the job side.
+from profsweep.contract import (  # noqa: F401
+    METRICS_FILE, SCHEMA_VERSION, atomic_write_text, disk_full, write_json,
+)
 from experiments.config import SWEEP_ONLY, JobConfig, config_to_dict
 
-SCHEMA_VERSION = 1
-METRICS_FILE = "metrics.json"
 CONFIG_FILE = "job_config.json"
 LOG_FILE = "job.log"
 DISK_FULL = "disk full"  # how a job's error starts when a write failed for lack of space
@@ -35,34 +37,6 @@ def artifact_stem(config: JobConfig) -> str:
     """`<size>_<dtype>_<cold|warm>_<eager|compile>`, the article's file names (`_train` after
     them for training steps)."""
     return f"{config.size}_{config.dtype}_{config.phase}_{config.mode}{'_train' if config.train else ''}"
-
-
-def disk_full(exc: BaseException) -> bool:
-    """A write that failed for lack of space (or of quota)."""
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temp file in the same folder, then rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Named before anything is created, so an interrupt at any point can still remove it.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:  # a read-only folder refuses even to unlink what is not there
-            pass
-        raise
-
-
-def write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def settings_record(config: JobConfig) -> dict[str, Any]:

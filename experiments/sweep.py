@@ -25,14 +25,12 @@ from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryV
 
 from experiments import records, refusals
 from experiments import seam
-from profsweep.contract import SWEEP_LOCK_FILE
+from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SWEEP_LOCK_FILE
 from experiments.config import SWEEP_ONLY, ConfigError, JobConfig, config_from_dict
 from experiments.launch import Interrupted, Progress, warm_start
 from hydra_plugins.profsweep_grid import grid
 from hydra_plugins.profsweep_grid.grid import Axis
 
-PLAN_FILE = "sweep.json"
-ENVIRONMENT_FILE = "environment.json"
 EXIT_BAD_INPUT = 2
 EXIT_FAILED_JOBS = 1
 EXIT_INTERRUPTED = 130

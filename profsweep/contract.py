@@ -1,14 +1,86 @@
-"""Names both sides of the artifact contract agree on, and what can be read from them alone."""
+"""The artifact contract: what the job side writes and the analysis reads, declared once.
+
+Both sides (experiments/, analysis/) and the grid sweeper import this module and nothing of each
+other for it: the files a sweep leaves, the schema of metrics.json, how they are written (atomic,
+fsync'd), the keys that make a series and the predicate of a usable job.
+"""
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import json
 import os
 from pathlib import Path
+from typing import Any
 
+# --- the files ------------------------------------------------------------------------------------
+METRICS_FILE = "metrics.json"  # a job's record (one per job folder)
+PLAN_FILE = "sweep.json"  # a sweep's plan: jobs, grid points, repeats, axes, rounds, command
+ENVIRONMENT_FILE = "environment.json"  # a sweep's machine and software
+SUMMARY_FILE = "summary.csv"  # the analysis: one row per grid point
 SWEEP_LOCK_FILE = ".profsweep.lock"  # in a sweep folder: held (flock) by the live sweep, naming its pid
+SCHEMA_VERSION = 1  # of metrics.json
+
+# --- the record -----------------------------------------------------------------------------------
 TIMED = "timed_us_per_step"  # a job's un-profiled median step (metrics.json) ...
 TIMED_SAMPLES = "timed_samples_us"  # ... and its samples
+# A series: the grid points that differ only in size (crossovers, plots, conclusions).
+SERIES_KEYS = ("workload", "variant", "dtype", "compile", "warmup", "train", "device")
+
+
+def usable(row: dict[str, Any]) -> bool:
+    """A job (or grid point) whose figures can be used: it finished ok and its trace was read."""
+    return row.get("status") == "ok" and not row.get("trace_error")
+
+
+def trace_files(record: dict[str, Any]) -> list[str]:
+    """A record's trace files (one per profiler cycle): a list, or the `a;b` text older records
+    and the CSV tables hold."""
+    found = record.get("trace_file")
+    if isinstance(found, (list, tuple)):
+        return [str(n) for n in found if n]
+    return [n for n in str(found or "").split(";") if n]
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def disk_full(exc: BaseException) -> bool:
+    """A write that failed for lack of space (or of quota)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temp file in the same folder, fsync it, then rename: a reader never sees half a
+    file, and a crash right after leaves the whole file or the old one."""
+    path = Path(path)
+    # Named before anything is created, so an interrupt at any point can still remove it.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # a read-only folder refuses even to unlink what is not there
+            pass
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+# --- reading --------------------------------------------------------------------------------------
 
 
 def timed_samples(record: dict) -> list[float]:

@@ -174,8 +174,7 @@ class Repeats:
         round's order."""
         import json
 
-        from experiments import records
-        from experiments.sweep import PLAN_FILE
+        from profsweep.contract import PLAN_FILE, write_json
 
         path = self.sweep_dir / PLAN_FILE
         try:
@@ -188,7 +187,7 @@ class Repeats:
         rounds.append({"round": round_number, "order": how, "jobs": len(order),
                        **({"points": list(order)} if how.startswith("shuffled") or len(order) < points else {})})
         plan["rounds"] = rounds
-        records.write_json(path, plan)
+        write_json(path, plan)
 
 
 def stopped() -> bool:
