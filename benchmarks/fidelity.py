@@ -20,8 +20,8 @@ import torch.utils.benchmark as tb
 
 from analysis.trace import analyse_trace
 from experiments.config import JobConfig, ProfilerConfig, RunConfig
-from experiments.job import run_job
-from experiments.workloads import build
+from experiments import seam
+from experiments.job import DTYPES, run_job
 
 WINDOW_S = 0.5  # seconds of calls behind each side's median
 MAX_STEPS = 2000
@@ -29,22 +29,26 @@ MAX_STEPS = 2000
 
 def reference_us(config: JobConfig, device: str) -> float:
     """Median time of one call without the profiler."""
-    fn, args = build(config, device)
+    w = config.workload
+    made = seam.build(w.target, w.settings, size=config.size, dtype=getattr(torch, DTYPES[config.dtype]),
+                      device=torch.device(device))
+    fn, args, kwargs = made.fn, made.args, made.kwargs
     with torch.no_grad():
         for _ in range(3):
-            fn(*args)
+            fn(*args, **kwargs)
         if device == "cuda":
             torch.cuda.synchronize()
             times = []
             for _ in range(20):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                fn(*args)
+                fn(*args, **kwargs)
                 end.record()
                 end.synchronize()
                 times.append(start.elapsed_time(end) * 1e3)
             return statistics.median(times)
-        timer = tb.Timer(stmt="fn(*args)", globals={"fn": fn, "args": args}, num_threads=torch.get_num_threads())
+        timer = tb.Timer(stmt="fn(*args, **kwargs)", globals={"fn": fn, "args": args, "kwargs": kwargs},
+                         num_threads=torch.get_num_threads())
         return timer.blocked_autorange(min_run_time=WINDOW_S).median * 1e6
 
 

@@ -26,7 +26,6 @@ from torch.profiler import record_function
 
 from experiments.seam import Workload
 
-PHASES = ("forward", "backward", "optimizer")
 OPTIMIZERS = ("adamw", "sgd")
 LEARNING_RATE = 1e-3  # the step's cost does not depend on it
 

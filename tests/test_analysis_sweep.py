@@ -327,3 +327,15 @@ def test_a_reader_that_goes_away_is_not_an_error(tmp_path):
     done = subprocess.run(f"{sys.executable} -m analysis trace {job / 't.json'} --json | head -c 100",
                           shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert len(done.stdout) == 100 and done.stderr == ""
+
+
+def test_each_gpu_gets_its_own_peak_however_its_name_nests():
+    from analysis.peaks import peak_for
+
+    # nvidia-smi's names; "NVIDIA GH200 480GB" holds "H200", so the table order matters
+    assert peak_for("NVIDIA GH200 480GB").bandwidth_gbps == 4000.0
+    assert peak_for("NVIDIA H200").bandwidth_gbps == 4800.0
+    assert peak_for("NVIDIA H100 80GB HBM3").bandwidth_gbps == 3350.0
+    assert peak_for("NVIDIA H100 PCIe").bandwidth_gbps == 2000.0
+    assert peak_for("NVIDIA A100-SXM4-80GB").bandwidth_gbps == 2039.0
+    assert peak_for("Intel(R) Xeon(R) Processor") is None
