@@ -117,7 +117,6 @@ def test_cpu_self_total_equals_torch_footer(tmp_path, name, fn, steps, kwargs):
     assert m["platform"] == "cpu" and m["self_device_total_us"] is None
     assert m["self_cpu_total_us"] == pytest.approx(table_footer(table)["CPU"], rel=0.01)
     assert m["window"] == ("steps" if steps else "whole trace")
-    assert m["compute_us"] + m["overhead_us"] == pytest.approx(m["self_cpu_total_us"])
     if steps:
         assert m["steps"] == 2 and m["dead_window_us"] is not None and m["dead_window_us"] >= 0
 
