@@ -358,12 +358,14 @@ def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[
         for kind, of_job, time_key in (("op", lambda j: ops.get(j, []), "self_host_us"),
                                        (kernel_kind, lambda j: kernels_of.get(j, []), "total_us")):
             per: dict[str, list[tuple[float, float, float]]] = {}
+            held: list[float] = []  # per repeat: the share of the step all its ops take together
             for name in names:
                 steps = stats.number(by_job[name].get("steps"))
                 every = of_job(name)
                 total = sum(stats.number(o.get(time_key)) or 0.0 for o in every)  # the step's, annotations too
                 if not steps or not total:
                     continue
+                held.append(sum(stats.number(o.get(time_key)) or 0.0 for o in filter(is_op, every)) / total)
                 for o in filter(is_op, every):
                     t = stats.number(o.get(time_key)) or 0.0
                     per.setdefault(str(o["name"]), []).append(
@@ -376,13 +378,14 @@ def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[
                     "us_per_step": stats.median([x[0] for x in values]),
                     "share": stats.median([x[1] for x in values]),
                     "calls_per_step": stats.median([x[2] for x in values]),
+                    "all_ops_share": stats.median(held),
                     "repeats": len(values),
                 })
     return rows
 
 
 TOP_OPS_COLUMNS = [*SERIES_KEYS, "size", "point", "kind", "rank", "name", "us_per_step", "share",
-                   "calls_per_step", "repeats"]
+                   "calls_per_step", "all_ops_share", "repeats"]
 
 
 def _where_time_goes(points: list[dict[str, Any]], top: list[dict[str, Any]]) -> list[Conclusion]:
@@ -399,8 +402,11 @@ def _where_time_goes(points: list[dict[str, Any]], top: list[dict[str, Any]]) ->
             found = [r for r in by_point.get(grid_points.describe(p) + "|" + str(p.get("device")), [])
                      if r["kind"] == kind][:SAID]
             if found:
+                outside = 1 - (stats.number(found[0].get("all_ops_share")) or 1)
+                rest = (f" (ops {100 - outside * 100:.0f}% of the step; the rest is Python and the profiler's "
+                        "annotations)" if kind == "op" and outside >= 0.2 else "")
                 said.append(f"at {p['size']} " + ", ".join(
-                    f"{r['name']} {r['share'] * 100:.0f}% ({us(r['us_per_step'])})" for r in found))
+                    f"{r['name']} {r['share'] * 100:.0f}% ({us(r['us_per_step'])})" for r in found) + rest)
         if said:
             what = "device time by kernel" if kind == "kernel" else "host self time by op"
             out.append(Conclusion("time", f"where the time goes, {series_name(rows[0])} ({what}, share of the "

@@ -499,8 +499,10 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int], templat
 
 
 def run_child(argv: list[str]) -> NoReturn:
-    """Run a command other than a job in a forked child (tests run scripts so), and exit."""
-    os._exit(_run_python(argv))
+    """Run a command other than a job in a forked child (tests run scripts so), and exit as the
+    interpreter exits: its own shutdown joins the threads left running and runs the atexit
+    handlers (logging's, torch's own)."""
+    sys.exit(_run_python(argv))
 
 
 def _own_memory() -> int:
@@ -539,10 +541,15 @@ def _own_memory() -> int:
 
 
 def _run_python(argv: list[str]) -> int:
-    """What the interpreter does for `python ARGV`: run as __main__, then exit as it would."""
+    """What the interpreter does for `python ARGV`: run as __main__; the exit code (SystemExit
+    raised from here lets the interpreter end the process as it would)."""
     import atexit
     import runpy
 
+    interrupted: list[bool] = []
+    # Registered before the script's own: atexit runs handlers last in, first out, so this one
+    # runs after them, as Python ends on an uncaught Ctrl-C: by the signal, once all is done.
+    atexit.register(_end_by_sigint, interrupted)
     try:
         if argv[0] == "-m":
             sys.argv = ["-m", *argv[2:]]  # runpy puts the module's file in argv[0]
@@ -560,20 +567,22 @@ def _run_python(argv: list[str]) -> int:
         while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):
             tb = tb.tb_next
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)
-        code = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
-    # What the interpreter does at exit: join the threads left running, then the atexit handlers
-    # (logging's, torch's own).
-    getattr(threading, "_shutdown", lambda: None)()
-    atexit._run_exitfuncs()
+        code = 1
+        if isinstance(exc, KeyboardInterrupt):
+            interrupted.append(True)
+    return code
+
+
+def _end_by_sigint(interrupted: list[bool]) -> None:
+    if not interrupted:
+        return
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
-    if code == -signal.SIGINT:  # as Python ends on an uncaught Ctrl-C: by the signal
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    return code
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _exit_code(value: Any) -> int:

@@ -100,6 +100,7 @@ def test_where_the_time_goes_per_grid_point_in_top_ops_csv(tmp_path):
     assert list(ops["us_per_step"]) == [200.0, 100.0]
     assert list(ops["share"]) == [200 / 400, 100 / 400]
     assert list(ops["calls_per_step"]) == [1.0, 1.0]
+    assert list(ops["all_ops_share"]) == [300 / 400] * 2  # the ops together; the rest is the annotation's
     assert set(top["kind"]) == {"op", "compute op"}  # a CPU sweep: its "kernels" are the compute ops
     assert "where the time goes" in conclusions_html(folder)
 

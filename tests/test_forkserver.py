@@ -190,6 +190,30 @@ def test_a_job_that_dies_with_its_parent_follows_the_template(server, tmp_path):
     assert (tmp_path / "log").read_text().split() == [str(server.pid)] * 2
 
 
+@pytest.mark.parametrize("ending, code", [("", 0), ("sys.exit(3)", 3), ("raise KeyboardInterrupt", -signal.SIGINT),
+                                          ("raise ValueError('x')", 1)])
+def test_a_forked_command_ends_as_a_fresh_interpreter_does(server, tmp_path, ending, code):
+    """Threads left running are joined, then the atexit handlers run (last registered first),
+    then the exit code or, after an uncaught Ctrl-C, death by SIGINT: as `python SCRIPT`."""
+    job = script(tmp_path, "ends.py", f"""\
+        import atexit, sys, threading, time
+        atexit.register(print, "atexit first registered", flush=True)
+        atexit.register(print, "atexit last registered", flush=True)
+        threading.Thread(target=lambda: (time.sleep(0.2), print("thread done", flush=True))).start()
+        print("main done", flush=True)
+        {ending}
+        """)
+    assert fresh([str(job)], tmp_path / "fresh.log", {}) == code
+    assert server.run_python([str(job)], tmp_path / "fork.log", {}, 60) == code
+    said = [line for line in (tmp_path / "fork.log").read_text().splitlines() if not line.startswith(("Traceback", " "))]
+    expected = [line for line in (tmp_path / "fresh.log").read_text().splitlines()
+                if not line.startswith(("Traceback", " "))]
+    assert said == expected
+    ours = [line for line in said if line in ("main done", "thread done", "atexit last registered",
+                                              "atexit first registered")]
+    assert ours == ["main done", "thread done", "atexit last registered", "atexit first registered"], said
+
+
 def test_an_environment_read_while_importing_torch_restarts_the_template(server, tmp_path):
     job = script(tmp_path, "threads.py", "import torch; print(torch.get_num_threads())\n")
     assert server.run_python([str(job)], tmp_path / "log", {}, 60) == 0

@@ -26,8 +26,9 @@ from hydra_plugins.profsweep_grid import grid
 
 log = logging.getLogger(__name__)
 
-# Compared as a string: importing it would be importing hydra._internal.
-BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+# Hydra's own launcher (conf/hydra/launcher/basic.yaml), known by its class name: importing it, or
+# naming its module, would be reaching into Hydra's private package.
+BASIC_LAUNCHER = "BasicLauncher"
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -76,7 +77,7 @@ class GridSweeper(Sweeper):
         """The grid round by round (run.repeats), each round in its own order; job numbers count
         the jobs launched, so folder names are the same on a rerun."""
         assert self.launcher is not None
-        one_by_one = target == BASIC_LAUNCHER
+        one_by_one = target.rsplit(".", 1)[-1] == BASIC_LAUNCHER
         launched = 0
         round_number = 0
         while True:
