@@ -8,14 +8,15 @@ from __future__ import annotations
 import base64
 import json
 from html import escape
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from analysis import perfetto
 from analysis.conclusions import Conclusion, count, fmt, job_warnings, nbytes, us
 from analysis.points import describe
 from profsweep import stats
-from profsweep.contract import METRICS_FILE, PLAN_FILE
+from profsweep.contract import METRICS_FILE, PLAN_FILE, trace_files
 from analysis.files import atomic_write_text
 from analysis.sweep import SweepTables
 
@@ -330,145 +331,211 @@ def _cell(point: dict[str, Any], key: str) -> str:
     return _value(point, key)
 
 
+@dataclass
+class Page:
+    """What the report's sections read: the sweep's tables, built once, and where the page goes."""
+
+    tables: SweepTables
+    plots: list[Path]
+    data: dict[str, Any]
+    claims: Any
+    expectations: Any
+    conclusions: list[Conclusion]
+    out: Path
+    base: str  # the sweep folder as seen from the page's folder ('' when they are one)
+    plan: dict[str, Any]
+
+    @property
+    def folder(self) -> Path:
+        return self.tables.folder
+
+
 def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], claims: Any,
                  expectations: Any = None, out: Path | None = None,
                  conclusions: list[Conclusion] | None = None) -> Path:
-    """report.html in `out` (default: the sweep folder), its links to the jobs' files relative to it."""
+    """report.html in `out` (default: the sweep folder), its links to the jobs' files relative to
+    it: the SECTIONS in order, conclusions first."""
     import os
 
     folder = tables.folder
     out = Path(out) if out is not None else folder
     base = "" if out.resolve() == folder.resolve() else os.path.relpath(folder.resolve(), out.resolve()) + "/"
-    jobs = tables.jobs
-    points = tables.points
     plan: dict[str, Any] = {}
     try:
         plan = json.loads((folder / PLAN_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         pass
-    first = next((j for j in jobs if j.get("status") == "ok"), jobs[0] if jobs else {})
-    ok = sum(1 for j in jobs if j.get("status") == "ok")
-    parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(folder.name)} · profiling sweep</title>",
-        f"<style>{CSS}</style></head><body>",
-        f"<h1>Profiling sweep <code>{escape(str(folder))}</code></h1>",
-        f"<p>{len(jobs)} jobs: {ok} ok, {len(jobs) - ok - len([j for j in jobs if j.get('status') == 'skipped'])} failed"
-        + (f", {len([j for j in jobs if j.get('status') == 'skipped'])} skipped" if any(j.get("status") == "skipped" for j in jobs) else "")
-        + (f", measuring {len(points)} grid points (each in up to "
-           f"{max(int(p.get('repeats') or 0) for p in points)} processes: repeats)" if len(points) != len(jobs) else "")
-        + ".",
-    ]
-    if plan.get("command"):
-        parts.append(f" Command: <code>python {escape(' '.join(map(str, plan['command'])))}</code>")
-    parts.append("</p>")
-    parts += _conclusions(conclusions or [], {p.stem for p in plots})
-    parts += _noise(points)
-    if expectations is not None:
-        parts += _expectations(expectations)
-
-    env_rows = [
-        (escape(key), escape(fmt(first.get(key))))
-        for key in ("device_name", "device", "torch_version", "cuda_version", "python_version",
-                    "hostname", "git_commit", "git_dirty")
-    ]
-    parts += ["<h2>Environment</h2>", _table(["", "value"], env_rows)]
-
-    left_out = [j for j in jobs if j.get("status") == "skipped"]
-    if left_out:
-        parts.append(f"<h2>Left out on this machine</h2><p>{len(left_out)} job{'s' if len(left_out) != 1 else ''} "
-                     "not run (<code>run.unavailable=skip</code>):</p><ul>")
-        parts += [f"<li><b>{escape(str(j['job']))}</b>: {escape(str(j.get('error')))}</li>" for j in left_out]
-        parts.append("</ul>")
-    warned = [(str(j["job"]), job_warnings(j)) for j in jobs]
-    warned = [(name, found) for name, found in warned if found]
-    if warned:
-        parts.append("<h2 id='warnings' class='bad'>Warnings: jobs that ran other than asked</h2><ul>")
-        parts += [f"<li class='bad'><b>{escape(name)}</b>: {escape('; '.join(found))}</li>" for name, found in warned]
-        parts.append("</ul>")
-    problems = tables.problems
-    if problems:
-        parts.append("<h2 class='bad'>Problems</h2><ul>")
-        for job, what in problems:
-            parts.append(f"<li class='bad'><b>{escape(job)}</b>: {escape(what)}</li>")
-        parts.append("</ul>")
-
-    parts.append("<h2 id='crossovers'>Crossovers</h2><p>Per series over size: where device time overtakes host time "
-                 "(on the CPU: compute overtakes framework overhead), interpolated on log axes between the "
-                 "medians over repeats of work / host within each step; uncertain where that ratio's interval "
-                 "holds 1 at a size that brackets it. Without the "
-                 "profiler: the same with the host (overhead) time less what the profiler added to a step "
-                 "(the profiled step less the un-profiled one).</p>")
-    parts.append(_table(
-        ["workload", "dtype", "compile", "warmup", "device", "sizes", "crossover size", "status",
-         "without the profiler", "status"],
-        ([escape(fmt(c[k])) for k in ("variant", "dtype", "compile", "warmup", "device", "sizes")]
-         + [escape(fmt(c["crossover_size"])), escape(c["status"]), escape(fmt(c.get("crossover_size_unprofiled"))),
-            escape(str(c.get("status_unprofiled") or ""))] for c in tables.crossovers),
-        left=5,
-    ))
-
-    parts += _where_time_goes(data.get("top_ops"))
-    parts += _training_phases(points)
-    if len(claims):
-        parts += _article_check(folder, data, claims)
-
-    parts.append("<h2>Plots</h2>")
-    parts += [_image(p) for p in plots] or ["<p>No plots: no job finished with a readable trace.</p>"]
-
-    parts.append("<h2 id='summary'>Summary</h2><p>One row per grid point: the median over its repeats (each "
-                 "repeat's median step) with a 95% interval from a hierarchical bootstrap in brackets; the regime "
-                 "by measured time within a step (work / host: device or compute time against host or framework "
-                 "overhead). Columns that mean nothing on this sweep's devices are left out here; all columns are in "
-                 "<code>summary.csv</code> (<code>summary.parquet</code>); one row per job in "
-                 "<code>repeats.csv</code>, per-step values in <code>steps.csv</code>, per-kernel statistics in "
-                 "<code>kernels.csv</code>.</p>")
-    shown, detail = _columns(points, SUMMARY_COLUMNS), _columns(points, DETAIL_COLUMNS)
-    parts.append(_table([label for _, label in shown], ([_cell(p, k) for k, _ in shown] for p in points)))
-    parts.append("<details><summary>More columns</summary>" + _table(
-        ["grid point"] + [label for _, label in detail],
-        ([escape(describe(p))] + [_cell(p, k) for k, _ in detail] for p in points)) + "</details>")
-
-    parts.append("<h2>Jobs</h2><p>The <b>Perfetto</b> button opens a trace in "
-                 "<a href='https://ui.perfetto.dev'>ui.perfetto.dev</a> when this page is served "
-                 f"(<code>python -m analysis serve {escape(str(folder))}</code>); or open the file there "
-                 "(“Open trace file”) or in <code>chrome://tracing</code>. The table next to it is "
-                 "torch's <code>key_averages().table()</code>.</p>")
-    parts.append(f"<p>{_trace_sizes(jobs)}</p>")
-    for j in jobs:
-        name = str(j["job"])
-        files = [n for key in ("trace_file", "table_file") for n in str(j.get(key) or "").split(";") if n]
-        links = " · ".join(_link(folder, name, n, base) for n in files + [METRICS_FILE])
-        traces = [n for n in str(j.get("trace_file") or "").split(";") if n]
-        links += "".join(perfetto.button(f"{name}/{n}" if name != folder.name else n, f"{name} {n}") for n in traces)
-        status = escape(str(j.get("status")))
-        extra = ""
-        if j.get("error"):
-            extra += f"<p class='bad'>{escape(str(j['error']))}</p>"
-            if j.get("stderr_tail"):
-                extra += f"<pre>{escape(str(j['stderr_tail']))}</pre>"
-        if j.get("trace_error"):
-            extra += f"<p class='bad'>{escape(str(j['trace_error']))}</p>"
-        kernels = [k for k in tables.kernels if k["job"] == name][:10] if j.get("platform") not in (None, "cpu") else []
-        if kernels:
-            cores = {True: "tensor cores", False: "CUDA cores"}
-            extra += _table(
-                ["kernel", "calls", "median µs", "tensor cores (from the name)", "est. occupancy %",
-                 "registers/thread", "shared memory B", "block"],
-                ([escape(str(k["name"])[:110]), escape(fmt(k["calls"])), escape(fmt(k["median_us"])),
-                  escape(cores.get(k.get("tensor_cores"), "unknown")), escape(fmt(k.get("occupancy_pct"))),
-                  escape(fmt(k.get("registers_per_thread"))), escape(fmt(k.get("shared_memory_bytes"))),
-                  escape(fmt(k.get("block")))] for k in kernels),
-            )
-        ops = tables.ops.get(name, [])[:15]
-        if ops:
-            extra += _table(
-                ["op", "calls", "self host µs", "self device µs"],
-                ([escape(o["name"]), escape(fmt(o["calls"])), escape(fmt(o["self_host_us"])),
-                  escape(fmt(o["self_device_us"]))] for o in ops),
-            )
-        parts.append(f"<details><summary><b>{escape(name)}</b> ({status}) {links}</summary>{extra}</details>")
-    parts.append(perfetto.script(str(folder)))
-    parts.append("</body></html>")
+    page = Page(tables, plots, data, claims, expectations, conclusions or [], out, base,
+                plan if isinstance(plan, dict) else {})
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(folder.name)} · profiling sweep"
+             f"</title><style>{CSS}</style></head><body>"]
+    for section in SECTIONS:
+        parts += section(page)
+    parts += [perfetto.script(str(folder)), "</body></html>"]
     path = out / "report.html"
     atomic_write_text(path, "\n".join(parts))
     return path
+
+
+def _header(page: Page) -> list[str]:
+    jobs, points = page.tables.jobs, page.tables.points
+    ok = sum(1 for j in jobs if j.get("status") == "ok")
+    skipped = sum(1 for j in jobs if j.get("status") == "skipped")
+    text = f"{len(jobs)} jobs: {ok} ok, {len(jobs) - ok - skipped} failed" + (f", {skipped} skipped" if skipped else "")
+    if len(points) != len(jobs):
+        text += (f", measuring {len(points)} grid points (each in up to "
+                 f"{max(int(p.get('repeats') or 0) for p in points)} processes: repeats)")
+    command = page.plan.get("command")
+    said = f" Command: <code>python {escape(' '.join(map(str, command)))}</code>" if isinstance(command, list) else ""
+    return [f"<h1>Profiling sweep <code>{escape(str(page.folder))}</code></h1>", f"<p>{escape(text)}.{said}</p>"]
+
+
+def _conclusions_section(page: Page) -> list[str]:
+    return _conclusions(page.conclusions, {p.stem for p in page.plots})
+
+
+def _noise_section(page: Page) -> list[str]:
+    return _noise(page.tables.points)
+
+
+def _expectations_section(page: Page) -> list[str]:
+    return _expectations(page.expectations) if page.expectations is not None else []
+
+
+def _environment(page: Page) -> list[str]:
+    jobs = page.tables.jobs
+    first = next((j for j in jobs if j.get("status") == "ok"), jobs[0] if jobs else {})
+    rows = [(escape(key), escape(fmt(first.get(key))))
+            for key in ("device_name", "device", "torch_version", "cuda_version", "python_version",
+                        "hostname", "git_commit", "git_dirty")]
+    return ["<h2>Environment</h2>", _table(["", "value"], rows)]
+
+
+def _left_out(page: Page) -> list[str]:
+    left_out = [j for j in page.tables.jobs if j.get("status") == "skipped"]
+    if not left_out:
+        return []
+    return ([f"<h2>Left out on this machine</h2><p>{len(left_out)} job{'s' if len(left_out) != 1 else ''} "
+             "not run (<code>run.unavailable=skip</code>):</p><ul>"]
+            + [f"<li><b>{escape(str(j['job']))}</b>: {escape(str(j.get('error')))}</li>" for j in left_out]
+            + ["</ul>"])
+
+
+def _warnings(page: Page) -> list[str]:
+    warned = [(str(j["job"]), job_warnings(j)) for j in page.tables.jobs]
+    warned = [(name, found) for name, found in warned if found]
+    if not warned:
+        return []
+    return (["<h2 id='warnings' class='bad'>Warnings: jobs that ran other than asked</h2><ul>"]
+            + [f"<li class='bad'><b>{escape(name)}</b>: {escape('; '.join(found))}</li>" for name, found in warned]
+            + ["</ul>"])
+
+
+def _problems(page: Page) -> list[str]:
+    problems = page.tables.problems
+    if not problems:
+        return []
+    return (["<h2 class='bad'>Problems</h2><ul>"]
+            + [f"<li class='bad'><b>{escape(job)}</b>: {escape(what)}</li>" for job, what in problems] + ["</ul>"])
+
+
+def _crossovers(page: Page) -> list[str]:
+    return ["<h2 id='crossovers'>Crossovers</h2><p>Per series over size: where device time overtakes host time "
+            "(on the CPU: compute overtakes framework overhead), interpolated on log axes between the "
+            "medians over repeats of work / host within each step; uncertain where that ratio's interval "
+            "holds 1 at a size that brackets it. Without the profiler: the same with the host (overhead) time "
+            "less what the profiler added to a step (the profiled step less the un-profiled one).</p>",
+            _table(["workload", "dtype", "compile", "warmup", "device", "sizes", "crossover size", "status",
+                    "without the profiler", "status"],
+                   ([escape(fmt(c[k])) for k in ("variant", "dtype", "compile", "warmup", "device", "sizes")]
+                    + [escape(fmt(c["crossover_size"])), escape(c["status"]),
+                       escape(fmt(c.get("crossover_size_unprofiled"))), escape(str(c.get("status_unprofiled") or ""))]
+                    for c in page.tables.crossovers), left=5)]
+
+
+def _where_time_goes_section(page: Page) -> list[str]:
+    return _where_time_goes(page.data.get("top_ops"))
+
+
+def _training_section(page: Page) -> list[str]:
+    return _training_phases(page.tables.points)
+
+
+def _article_section(page: Page) -> list[str]:
+    return _article_check(page.folder, page.data, page.claims) if len(page.claims) else []
+
+
+def _plots(page: Page) -> list[str]:
+    return ["<h2>Plots</h2>", *([_image(p) for p in page.plots]
+                                or ["<p>No plots: no job finished with a readable trace.</p>"])]
+
+
+def _summary(page: Page) -> list[str]:
+    points = page.tables.points
+    shown, detail = _columns(points, SUMMARY_COLUMNS), _columns(points, DETAIL_COLUMNS)
+    return ["<h2 id='summary'>Summary</h2><p>One row per grid point: the median over its repeats (each "
+            "repeat's median step) with a 95% interval from a hierarchical bootstrap in brackets; the regime "
+            "by measured time within a step (work / host: device or compute time against host or framework "
+            "overhead). Columns that mean nothing on this sweep's devices are left out here; all columns are in "
+            "<code>summary.csv</code> (<code>summary.parquet</code>); one row per job in "
+            "<code>repeats.csv</code>, per-step values in <code>steps.csv</code>, per-kernel statistics in "
+            "<code>kernels.csv</code>.</p>",
+            _table([label for _, label in shown], ([_cell(p, k) for k, _ in shown] for p in points)),
+            "<details><summary>More columns</summary>" + _table(
+                ["grid point"] + [label for _, label in detail],
+                ([escape(describe(p))] + [_cell(p, k) for k, _ in detail] for p in points)) + "</details>"]
+
+
+def _jobs(page: Page) -> list[str]:
+    folder = page.folder
+    parts = ["<h2>Jobs</h2><p>The <b>Perfetto</b> button opens a trace in "
+             "<a href='https://ui.perfetto.dev'>ui.perfetto.dev</a> when this page is served "
+             f"(<code>python -m analysis serve {escape(str(folder))}</code>); or open the file there "
+             "(“Open trace file”) or in <code>chrome://tracing</code>. The table next to it is "
+             "torch's <code>key_averages().table()</code>.</p>", f"<p>{_trace_sizes(page.tables.jobs)}</p>"]
+    for j in page.tables.jobs:
+        name = str(j["job"])
+        traces = trace_files(j)
+        files = traces + [n for n in str(j.get("table_file") or "").split(";") if n]
+        links = " · ".join(_link(folder, name, n, page.base) for n in files + [METRICS_FILE])
+        links += "".join(perfetto.button(f"{name}/{n}" if name != folder.name else n, f"{name} {n}") for n in traces)
+        parts.append(f"<details><summary><b>{escape(name)}</b> ({escape(str(j.get('status')))}) {links}</summary>"
+                     f"{_job_detail(page, j)}</details>")
+    return parts
+
+
+def _job_detail(page: Page, j: dict[str, Any]) -> str:
+    """A job's error, its top kernels (on a GPU) and its top ops."""
+    name = str(j["job"])
+    extra = ""
+    if j.get("error"):
+        extra += f"<p class='bad'>{escape(str(j['error']))}</p>"
+        if j.get("stderr_tail"):
+            extra += f"<pre>{escape(str(j['stderr_tail']))}</pre>"
+    if j.get("trace_error"):
+        extra += f"<p class='bad'>{escape(str(j['trace_error']))}</p>"
+    kernels = [k for k in page.tables.kernels if k["job"] == name][:10] if j.get("platform") not in (None, "cpu") else []
+    if kernels:
+        cores = {True: "tensor cores", False: "CUDA cores"}
+        extra += _table(
+            ["kernel", "calls", "median µs", "tensor cores (from the name)", "est. occupancy %",
+             "registers/thread", "shared memory B", "block"],
+            ([escape(str(k["name"])[:110]), escape(fmt(k["calls"])), escape(fmt(k["median_us"])),
+              escape(cores.get(k.get("tensor_cores"), "unknown")), escape(fmt(k.get("occupancy_pct"))),
+              escape(fmt(k.get("registers_per_thread"))), escape(fmt(k.get("shared_memory_bytes"))),
+              escape(fmt(k.get("block")))] for k in kernels),
+        )
+    ops = page.tables.ops.get(name, [])[:15]
+    if ops:
+        extra += _table(["op", "calls", "self host µs", "self device µs"],
+                        ([escape(o["name"]), escape(fmt(o["calls"])), escape(fmt(o["self_host_us"])),
+                          escape(fmt(o["self_device_us"]))] for o in ops))
+    return extra
+
+
+# The page, top to bottom: what the sweep shows first, then what to distrust, then the evidence.
+SECTIONS: list[Callable[[Page], list[str]]] = [
+    _header, _conclusions_section, _noise_section, _expectations_section, _environment, _left_out, _warnings,
+    _problems, _crossovers, _where_time_goes_section, _training_section, _article_section, _plots, _summary,
+    _jobs,
+]
