@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from html import escape
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from analysis.conclusions import fmt
 from analysis.expect import CUDA_ONLY, EXPECT_FILE, INCONCLUSIVE, ClaimSpec, ExpectationError, judge, parse_claims
+from analysis.html import pre_pair, read_text, table
 from profsweep import stats
 
 PRESETS = Path(__file__).resolve().parent.parent / "conf" / "experiment"
@@ -377,3 +380,88 @@ def evaluate(summary: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, kern
         if code is not None and workloads & needs:
             claims += code(d)
     return pd.DataFrame([asdict(c) for c in claims], columns=list(Claim.__dataclass_fields__))
+
+
+# --- the article's figures on the report page --------------------------------------------------
+
+
+def article_section(folder: Path, data: dict[str, Any], claims: Any) -> list[str]:
+    """Each claim beside the article's number, and the article's figures from this run's data."""
+    import pandas as pd
+
+    from analysis.trace import TraceError, op_tree
+
+    parts = ["<h2 id='article-check'>Article check</h2><p>The claims of the Hugging Face series “Profiling in PyTorch” "
+             "(its numbers: an A100, bf16) against this run (<code>claims.csv</code>).</p>"]
+    verdict = {"true": "<span class='ok'>holds</span>", "false": "<span class='bad'>does not hold</span>",
+               "n/a": "n/a"}
+    parts.append(table(
+        ["part", "claim", "article", "this run", "verdict"],
+        ([escape(c["part"]), escape(c["claim"]), escape(c["expected"]), escape(c["measured"]),
+          verdict.get(c["holds"], escape(c["holds"]))] for _, c in claims.iterrows()),
+        left=4,
+    ))
+    summary = data["summary"]
+    ok = summary[(summary["status"] == "ok") & summary["trace_error"].isna()] if "trace_error" in summary else summary.iloc[0:0]
+    eager = ok[(ok["workload"] == "matmul_add") & (~ok["compile"].astype(bool))].sort_values(["warmup", "size"])
+    if eager.empty:
+        return parts
+    cold = eager[~eager["warmup"].astype(bool)]
+    series = (cold if not cold.empty else eager)
+    series = series[series["dtype"] == series["dtype"].iloc[0]]
+    small, big = series.iloc[0], series.iloc[-1]
+
+    parts.append("<h3>Figs 1–2: the profiler table at the smallest and the largest size</h3>")
+    parts.append(pre_pair(
+        (f"size {small['size']} ({small['job']})", read_text(folder / small["job"] / str(small["table_file"]).split(";")[0])),
+        (f"size {big['size']} ({big['job']})", read_text(folder / big["job"] / str(big["table_file"]).split(";")[0])),
+    ))
+
+    parts.append(f"<h3>Fig 12: the dispatch chain of one step (first profiled step, size {small['size']})</h3>")
+    try:
+        tree = op_tree([folder / small["job"] / n for n in str(small["trace_file"]).split(";")])
+        lines = [f"{'  ' * r['depth']}{r['name']}  {r['dur_us']:,.1f} µs (at +{r['start_us']:,.1f})" for r in tree]
+        parts.append(f"<pre style='font-size:12px'>{escape(chr(10).join(lines))}</pre>")
+    except TraceError as exc:
+        parts.append(f"<p class='bad'>{escape(str(exc))}</p>")
+
+    steps = data["steps"]
+    same = eager[eager["size"] == small["size"]]
+    if not steps.empty and same["warmup"].nunique() == 2:
+        parts.append(f"<h3>Figs 5–7: cold vs warm, step by step (size {small['size']})</h3>")
+        rows = []
+        for _, job in same.iterrows():
+            for _, st in steps[steps["job"] == job["job"]].sort_values("step").iterrows():
+                device_us = st.get("device_us") if pd.notna(job.get("device_us_per_step")) else None
+                rows.append([escape("warm" if job["warmup"] else "cold"), escape(str(st["step_name"])),
+                             escape(fmt(st["host_us"])), escape(fmt(device_us)),
+                             escape(fmt(job["dead_window_us"]) if st["step"] == 1 else "")])
+        parts.append(table(["phase", "step", "host µs", "device µs", "dead window µs"], rows, left=2))
+
+    compiled = ok[(ok["workload"] == "matmul_add") & ok["compile"].astype(bool) & (ok["size"] == small["size"])
+                  & (ok["dtype"] == small["dtype"]) & (ok["warmup"] == small["warmup"])]
+    if not compiled.empty:
+        parts.append(f"<h3>Eager vs compile (size {small['size']})</h3>")
+        ops = data["ops"]
+        gpu = small.get("platform") not in (None, "cpu")
+        counts = [("step_aten_ops_median", "aten ops/step")] + (
+            [("step_kernels_median", "kernels/step"), ("step_launches_median", "launches/step")] if gpu else [])
+        rows = []
+        for label, job in (("eager", small), ("compile", compiled.iloc[0])):
+            names = ops[ops["job"] == job["job"]]["name"]
+            aten = ", ".join(sorted(n for n in names if str(n).startswith("aten::")))
+            rows.append([label, escape(aten)] + [escape(fmt(job.get(k))) for k, _ in counts]
+                        + [escape(fmt(job["host_us_per_step"]))])
+        parts.append(table(["mode", "aten ops", *(label for _, label in counts), "host µs/step"], rows, left=2))
+
+    kernels = data["kernels"]
+    if not kernels.empty:
+        k = kernels[kernels["job"] == big["job"]].head(5)
+        parts.append(f"<h3>Figs 17–18: the same kernel, step to step (size {big['size']})</h3>")
+        parts.append(table(
+            ["kernel (CPU: compute op)", "calls", "median µs", "min µs", "max µs", "max / median"],
+            ([escape(str(r["name"])[:100]), escape(fmt(r["calls"])), escape(fmt(r["median_us"])),
+              escape(fmt(r["min_us"])), escape(fmt(r["max_us"])),
+              escape(fmt(r["max_us"] / r["median_us"]) if r["median_us"] else "")] for _, r in k.iterrows()),
+        ))
+    return parts

@@ -82,7 +82,9 @@ def pairing_columns(rows: Iterable[dict[str, Any]], ignore: Sequence[str]) -> li
 PAIR_DEFAULTS = {"threads": "auto"}
 
 
-def _identity(row: dict[str, Any], columns: list[str]) -> tuple:
+def identity(row: dict[str, Any], columns: list[str]) -> tuple:
+    """What a grid point measured, by the pairing columns: equal identities pair (compare, history)."""
+
     def norm(c: str) -> Any:
         v = row.get(c)
         if isinstance(v, float) and math.isnan(v):
@@ -353,11 +355,11 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
     columns = pairing_columns(base.jobs + new.jobs, wanted)
     by_key: dict[tuple, list[dict[str, Any]]] = {}
     for job in base.jobs:
-        by_key.setdefault(_identity(job, columns), []).append(job)
+        by_key.setdefault(identity(job, columns), []).append(job)
     pairs, unmatched_new = [], []
     used: set[str] = set()
     for job in new.jobs:
-        candidates = [b for b in by_key.get(_identity(job, columns), []) if b["job"] not in used]
+        candidates = [b for b in by_key.get(identity(job, columns), []) if b["job"] not in used]
         if not candidates:
             unmatched_new.append(job["job"])
             continue
@@ -490,7 +492,9 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
     from html import escape
 
     from analysis import perfetto
-    from analysis.report import CSS, _image, _table
+    from analysis.html import CSS
+    from analysis.html import image as _image
+    from analysis.html import table as _table
     from analysis.conclusions import fmt as _fmt
 
     pairs = result["pairs"]
@@ -582,7 +586,7 @@ def _diff_tables(pair: dict[str, Any]) -> str:
     """A pair's ops (self host time) and kernels (device time) ranked by the change per step."""
     from html import escape
 
-    from analysis.report import _table
+    from analysis.html import table as _table
 
     style = {"slower": "bad", "faster": "ok"}
     parts = []

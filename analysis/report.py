@@ -5,34 +5,20 @@ Every string that comes from a trace, a config or an error is HTML-escaped.
 
 from __future__ import annotations
 
-import base64
 import json
 from html import escape
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from analysis import perfetto
+from analysis.html import CSS, image, table
 from analysis.conclusions import Conclusion, count, fmt, job_warnings, nbytes, us
 from analysis.points import describe
 from profsweep import stats
 from profsweep.contract import METRICS_FILE, PLAN_FILE, trace_files
 from analysis.files import atomic_write_text
 from analysis.sweep import SweepTables
-
-CSS = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1400px;padding:0 1em;color:#222}
-table{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}
-th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
-th{background:#f0f0f0}td.l,th.l{text-align:left}
-.bad{color:#b00020}.ok{color:#0a7a2f}.noisy{background:#fff1c2}img{max-width:100%;border:1px solid #ddd;margin:.5em 0}
-code{background:#f5f5f5;padding:1px 4px}details{margin:.3em 0}
-button.perfetto{font-size:12px;margin:0 .2em;padding:1px 6px;cursor:pointer}
-p.note{position:sticky;bottom:0;background:#fff8d6;border:1px solid #e0c860;padding:.5em 1em;margin:0}
-div.wide{overflow-x:auto;max-width:100%}pre{overflow-x:auto;max-width:100%}
-#conclusions{background:#f4f8ff;border:1px solid #c5d5f0;padding:.2em 1.2em .6em;margin:1em 0}
-#conclusions li{margin:.35em 0;line-height:1.4}#conclusions a{font-size:12px;margin-left:.3em}
-"""
 
 SUMMARY_COLUMNS = [  # the summary table on the page; every column is in summary.csv
     ("point", "grid point"), ("repeats", "repeats"), ("noisy", "noisy"),
@@ -103,123 +89,10 @@ def _noise(points: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _table(header: Iterable[str], rows: Iterable[Iterable[str]], left: int = 1) -> str:
-    """Cells are already HTML; the first `left` columns are left-aligned."""
-    head = "".join(f'<th class="{"l" if i < left else ""}">{escape(h)}</th>' for i, h in enumerate(header))
-    body = "".join(
-        "<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(row)) + "</tr>"
-        for row in rows
-    )
-    return f"<div class='wide'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
-
-
-def _image(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return (f'<h3 id="plot-{escape(path.stem, quote=True)}">{escape(path.name)}</h3>'
-            f'<img alt="{escape(path.stem)}" src="data:image/png;base64,{data}">')
-
-
 def _link(folder: Path, job: str, name: str, base: str = "") -> str:
     """A link to a job's file; `base`: the sweep folder as seen from the report's folder."""
     target = f"{job}/{name}" if job != folder.name else name
     return f'<a href="{escape(base + target, quote=True)}">{escape(name)}</a>'
-
-
-def _pre_pair(left: tuple[str, str], right: tuple[str, str]) -> str:
-    cells = "".join(
-        f"<div style='flex:1;min-width:0'><h4>{escape(title)}</h4><pre style='font-size:11px;overflow-x:auto'>"
-        f"{escape(text)}</pre></div>" for title, text in (left, right)
-    )
-    return f"<div style='display:flex;gap:1em'>{cells}</div>"
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        return f"(cannot read {path.name}: {exc})"
-
-
-def _article_check(folder: Path, data: dict[str, Any], claims: Any) -> list[str]:
-    """Each claim beside the article's number, and the article's figures from this run's data."""
-    import pandas as pd
-
-    from analysis.trace import TraceError, op_tree
-
-    parts = ["<h2 id='article-check'>Article check</h2><p>The claims of the Hugging Face series “Profiling in PyTorch” "
-             "(its numbers: an A100, bf16) against this run (<code>claims.csv</code>).</p>"]
-    verdict = {"true": "<span class='ok'>holds</span>", "false": "<span class='bad'>does not hold</span>",
-               "n/a": "n/a"}
-    parts.append(_table(
-        ["part", "claim", "article", "this run", "verdict"],
-        ([escape(c["part"]), escape(c["claim"]), escape(c["expected"]), escape(c["measured"]),
-          verdict.get(c["holds"], escape(c["holds"]))] for _, c in claims.iterrows()),
-        left=4,
-    ))
-    summary = data["summary"]
-    ok = summary[(summary["status"] == "ok") & summary["trace_error"].isna()] if "trace_error" in summary else summary.iloc[0:0]
-    eager = ok[(ok["workload"] == "matmul_add") & (~ok["compile"].astype(bool))].sort_values(["warmup", "size"])
-    if eager.empty:
-        return parts
-    cold = eager[~eager["warmup"].astype(bool)]
-    series = (cold if not cold.empty else eager)
-    series = series[series["dtype"] == series["dtype"].iloc[0]]
-    small, big = series.iloc[0], series.iloc[-1]
-
-    parts.append("<h3>Figs 1–2: the profiler table at the smallest and the largest size</h3>")
-    parts.append(_pre_pair(
-        (f"size {small['size']} ({small['job']})", _read(folder / small["job"] / str(small["table_file"]).split(";")[0])),
-        (f"size {big['size']} ({big['job']})", _read(folder / big["job"] / str(big["table_file"]).split(";")[0])),
-    ))
-
-    parts.append(f"<h3>Fig 12: the dispatch chain of one step (first profiled step, size {small['size']})</h3>")
-    try:
-        tree = op_tree([folder / small["job"] / n for n in str(small["trace_file"]).split(";")])
-        lines = [f"{'  ' * r['depth']}{r['name']}  {r['dur_us']:,.1f} µs (at +{r['start_us']:,.1f})" for r in tree]
-        parts.append(f"<pre style='font-size:12px'>{escape(chr(10).join(lines))}</pre>")
-    except TraceError as exc:
-        parts.append(f"<p class='bad'>{escape(str(exc))}</p>")
-
-    steps = data["steps"]
-    same = eager[eager["size"] == small["size"]]
-    if not steps.empty and same["warmup"].nunique() == 2:
-        parts.append(f"<h3>Figs 5–7: cold vs warm, step by step (size {small['size']})</h3>")
-        rows = []
-        for _, job in same.iterrows():
-            for _, st in steps[steps["job"] == job["job"]].sort_values("step").iterrows():
-                device_us = st.get("device_us") if pd.notna(job.get("device_us_per_step")) else None
-                rows.append([escape("warm" if job["warmup"] else "cold"), escape(str(st["step_name"])),
-                             escape(fmt(st["host_us"])), escape(fmt(device_us)),
-                             escape(fmt(job["dead_window_us"]) if st["step"] == 1 else "")])
-        parts.append(_table(["phase", "step", "host µs", "device µs", "dead window µs"], rows, left=2))
-
-    compiled = ok[(ok["workload"] == "matmul_add") & ok["compile"].astype(bool) & (ok["size"] == small["size"])
-                  & (ok["dtype"] == small["dtype"]) & (ok["warmup"] == small["warmup"])]
-    if not compiled.empty:
-        parts.append(f"<h3>Eager vs compile (size {small['size']})</h3>")
-        ops = data["ops"]
-        gpu = small.get("platform") not in (None, "cpu")
-        counts = [("step_aten_ops_median", "aten ops/step")] + (
-            [("step_kernels_median", "kernels/step"), ("step_launches_median", "launches/step")] if gpu else [])
-        rows = []
-        for label, job in (("eager", small), ("compile", compiled.iloc[0])):
-            names = ops[ops["job"] == job["job"]]["name"]
-            aten = ", ".join(sorted(n for n in names if str(n).startswith("aten::")))
-            rows.append([label, escape(aten)] + [escape(fmt(job.get(k))) for k, _ in counts]
-                        + [escape(fmt(job["host_us_per_step"]))])
-        parts.append(_table(["mode", "aten ops", *(label for _, label in counts), "host µs/step"], rows, left=2))
-
-    kernels = data["kernels"]
-    if not kernels.empty:
-        k = kernels[kernels["job"] == big["job"]].head(5)
-        parts.append(f"<h3>Figs 17–18: the same kernel, step to step (size {big['size']})</h3>")
-        parts.append(_table(
-            ["kernel (CPU: compute op)", "calls", "median µs", "min µs", "max µs", "max / median"],
-            ([escape(str(r["name"])[:100]), escape(fmt(r["calls"])), escape(fmt(r["median_us"])),
-              escape(fmt(r["min_us"])), escape(fmt(r["max_us"])),
-              escape(fmt(r["max_us"] / r["median_us"]) if r["median_us"] else "")] for _, r in k.iterrows()),
-        ))
-    return parts
 
 
 def _training_phases(jobs: list[dict[str, Any]]) -> list[str]:
@@ -240,7 +113,7 @@ def _training_phases(jobs: list[dict[str, Any]]) -> list[str]:
             + [_value(j, k) for k in keys] for j in trained)
     return ["<h2 id='training'>Training steps: time per phase</h2><p>Medians over the profiled steps. Host: the "
             "phase's <code>record_function</code> span; device (CPU: compute) time counts the work that "
-            "starts inside the phase on any thread, autograd's own included.</p>", _table(header, rows, left=3)]
+            "starts inside the phase on any thread, autograd's own included.</p>", table(header, rows, left=3)]
 
 
 def _expectations(expectations: Any) -> list[str]:
@@ -269,7 +142,7 @@ def _expectations(expectations: Any) -> list[str]:
            "(a value the sweep has no job or column for).")
     return [title, f"<p>{len(held)} of {len(expectations)} checks hold (<code>expectations.csv</code>); "
             f"a mismatch is the finding: look at that job's trace.{why}</p>",
-            _table(["expectation", "job", "expected", "measured", "verdict"], rows, left=2)]
+            table(["expectation", "job", "expected", "measured", "verdict"], rows, left=2)]
 
 
 def _conclusions(found: list[Conclusion], plots: set[str]) -> list[str]:
@@ -307,7 +180,7 @@ def _where_time_goes(top: Any) -> list[str]:
     return ["<h2 id='where-the-time-goes'>Where the time goes</h2><p>Per grid point: the ops by host self "
             "time, and the kernels by device time (on the CPU: the compute ops by their time), each as a share "
             "of the step's total of its kind; medians over the repeats. Ten of each in "
-            "<code>top_ops.csv</code>.</p>", _table(header, rows, left=len(header))]
+            "<code>top_ops.csv</code>.</p>", table(header, rows, left=len(header))]
 
 
 def _columns(points: list[dict[str, Any]], columns: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -408,7 +281,7 @@ def _environment(page: Page) -> list[str]:
     rows = [(escape(key), escape(fmt(first.get(key))))
             for key in ("device_name", "device", "torch_version", "cuda_version", "python_version",
                         "hostname", "git_commit", "git_dirty")]
-    return ["<h2>Environment</h2>", _table(["", "value"], rows)]
+    return ["<h2>Environment</h2>", table(["", "value"], rows)]
 
 
 def _left_out(page: Page) -> list[str]:
@@ -445,7 +318,7 @@ def _crossovers(page: Page) -> list[str]:
             "medians over repeats of work / host within each step; uncertain where that ratio's interval "
             "holds 1 at a size that brackets it. Without the profiler: the same with the host (overhead) time "
             "less what the profiler added to a step (the profiled step less the un-profiled one).</p>",
-            _table(["workload", "dtype", "compile", "warmup", "device", "sizes", "crossover size", "status",
+            table(["workload", "dtype", "compile", "warmup", "device", "sizes", "crossover size", "status",
                     "without the profiler", "status"],
                    ([escape(fmt(c[k])) for k in ("variant", "dtype", "compile", "warmup", "device", "sizes")]
                     + [escape(fmt(c["crossover_size"])), escape(c["status"]),
@@ -462,11 +335,13 @@ def _training_section(page: Page) -> list[str]:
 
 
 def _article_section(page: Page) -> list[str]:
-    return _article_check(page.folder, page.data, page.claims) if len(page.claims) else []
+    from analysis.claims import article_section
+
+    return article_section(page.folder, page.data, page.claims) if len(page.claims) else []
 
 
 def _plots(page: Page) -> list[str]:
-    return ["<h2>Plots</h2>", *([_image(p) for p in page.plots]
+    return ["<h2>Plots</h2>", *([image(p) for p in page.plots]
                                 or ["<p>No plots: no job finished with a readable trace.</p>"])]
 
 
@@ -480,8 +355,8 @@ def _summary(page: Page) -> list[str]:
             "<code>summary.csv</code> (<code>summary.parquet</code>); one row per job in "
             "<code>repeats.csv</code>, per-step values in <code>steps.csv</code>, per-kernel statistics in "
             "<code>kernels.csv</code>.</p>",
-            _table([label for _, label in shown], ([_cell(p, k) for k, _ in shown] for p in points)),
-            "<details><summary>More columns</summary>" + _table(
+            table([label for _, label in shown], ([_cell(p, k) for k, _ in shown] for p in points)),
+            "<details><summary>More columns</summary>" + table(
                 ["grid point"] + [label for _, label in detail],
                 ([escape(describe(p))] + [_cell(p, k) for k, _ in detail] for p in points)) + "</details>"]
 
@@ -517,7 +392,7 @@ def _job_detail(page: Page, j: dict[str, Any]) -> str:
     kernels = [k for k in page.tables.kernels if k["job"] == name][:10] if j.get("platform") not in (None, "cpu") else []
     if kernels:
         cores = {True: "tensor cores", False: "CUDA cores"}
-        extra += _table(
+        extra += table(
             ["kernel", "calls", "median µs", "tensor cores (from the name)", "est. occupancy %",
              "registers/thread", "shared memory B", "block"],
             ([escape(str(k["name"])[:110]), escape(fmt(k["calls"])), escape(fmt(k["median_us"])),
@@ -527,7 +402,7 @@ def _job_detail(page: Page, j: dict[str, Any]) -> str:
         )
     ops = page.tables.ops.get(name, [])[:15]
     if ops:
-        extra += _table(["op", "calls", "self host µs", "self device µs"],
+        extra += table(["op", "calls", "self host µs", "self device µs"],
                         ([escape(o["name"]), escape(fmt(o["calls"])), escape(fmt(o["self_host_us"])),
                           escape(fmt(o["self_device_us"]))] for o in ops))
     return extra
