@@ -37,20 +37,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from analysis.points import (  # noqa: F401  (what a grid point is: compare's and history's pairing)
+    NOT_PAIRING, PAIR_DEFAULTS, PAIR_KEYS, PAIR_PREFIXES, identity, pairing_columns,
+)
 from analysis.trace import is_op
 from profsweep import stats
 from profsweep.contract import ENVIRONMENT_FILE
 
 MARGIN = 0.05  # what counts as the same: within 5%
 FDR = 0.05  # the false discovery rate controlled across the pairs
-PAIR_KEYS = ("workload", "size", "dtype", "compile", "warmup", "train", "optimizer", "device",
-             "isolation", "compile_cache", "warmup_iters", "threads")
-PAIR_PREFIXES = ("workload_", "profiler_", "compile_")
-# How many steps were profiled, how much of the table was printed and whether the trace was
-# gzipped do not change what a step measures: a sweep rerun with profiler.active=20 for tighter
-# verdicts still pairs with the first.
-NOT_PAIRING = ("profiler_active", "profiler_repeat", "profiler_row_limit", "profiler_gzip",
-               "profiler_overhead_ratio")  # (a measurement, not a setting)
 ENVIRONMENT_KEYS = ("torch_version", "cuda_build", "driver_version", "gpus", "cpu_model", "cpu_count",
                     "hostname", "git_commit", "git_dirty", "command", "python_version", "platform")
 VERDICT_ORDER = {"slower": 0, "faster": 1, "inconclusive": 2, "same": 3}
@@ -68,30 +63,6 @@ def pair_key_of(column: str) -> str:
         if column.startswith(group):
             return prefix + column[len(group):]
     return column
-
-
-def pairing_columns(rows: Iterable[dict[str, Any]], ignore: Sequence[str]) -> list[str]:
-    found = {k for r in rows for k in r if (k in PAIR_KEYS or k.startswith(PAIR_PREFIXES)) and k not in NOT_PAIRING
-             and not k.startswith(tuple(f"{n}_" for n in NOT_PAIRING))}
-    # the grid keys first, in the order of PAIR_KEYS, then the settings by name
-    columns = sorted(found, key=lambda k: (PAIR_KEYS.index(k) if k in PAIR_KEYS else len(PAIR_KEYS), k))
-    return [c for c in columns if c not in set(ignore)]
-
-
-# A pairing key a sweep from before it existed does not record, and the value that sweep had.
-PAIR_DEFAULTS = {"threads": "auto"}
-
-
-def identity(row: dict[str, Any], columns: list[str]) -> tuple:
-    """What a grid point measured, by the pairing columns: equal identities pair (compare, history)."""
-
-    def norm(c: str) -> Any:
-        v = row.get(c)
-        if isinstance(v, float) and math.isnan(v):
-            v = None
-        return PAIR_DEFAULTS.get(c) if v is None else v
-
-    return tuple(norm(c) for c in columns)
 
 
 # --- verdicts ------------------------------------------------------------------------------------

@@ -101,9 +101,12 @@ def _yes(value: Any) -> bool:
 
 
 def series_name(row: dict[str, Any], leave_out: Iterable[str] = ()) -> str:
-    """`matmul_add bf16 cold eager`: a series in words (a grid point less its size)."""
+    """`matmul_add bf16 cold eager`: a series in words (a grid point less its size), with the
+    settings that make it a series of its own (`compile_mode=max-autotune`)."""
     leave = set(leave_out)
     words = [str(row.get("variant") or row.get("workload") or "?")]
+    if row.get(SETTINGS):
+        words.append(str(row[SETTINGS]))
     if "dtype" not in leave and row.get("dtype"):
         words.append(str(row["dtype"]))
     if "warmup" not in leave:
@@ -115,13 +118,16 @@ def series_name(row: dict[str, Any], leave_out: Iterable[str] = ()) -> str:
     return " ".join(words)
 
 
+SETTINGS = "series_settings"  # a grid point's varying settings in words, set by conclude()
+
+
 def _series(points: list[dict[str, Any]], without: str | None = None) -> dict[tuple, list[dict[str, Any]]]:
     """Usable grid points with a size, by series (less the key `without`), each sorted by size."""
     keys = [k for k in SERIES_KEYS if k != without]
     found: dict[tuple, list[dict[str, Any]]] = {}
     for p in points:
         if grid_points.usable(p) and stats.number(p.get("size")) is not None:
-            found.setdefault(tuple(str(p.get(k)) for k in keys), []).append(p)
+            found.setdefault((*(str(p.get(k)) for k in keys), str(p.get(SETTINGS) or "")), []).append(p)
     for rows in found.values():
         rows.sort(key=lambda r: stats.number(r["size"]) or 0)
     return found
@@ -138,8 +144,10 @@ def conclude(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], job
              top: list[dict[str, Any]], claims: Any = None, expectations: Any = None) -> list[Conclusion]:
     """Every conclusion of a sweep, most telling first: per series the regime and the crossover,
     then compile, cold vs warm, where the time goes, training phases, memory, and noise."""
+    settings = grid_points.series_settings(points)
+    points = [{**p, SETTINGS: grid_points.settings_text(p, settings)} for p in points]
     out: list[Conclusion] = _ran_otherwise(jobs)
-    crossing = {tuple(str(c.get(k)) for k in SERIES_KEYS): c for c in crossovers}
+    crossing = {(*(str(c.get(k)) for k in SERIES_KEYS), str(c.get("settings") or "")): c for c in crossovers}
     for key, rows in _series(points).items():
         out += _regime(rows, crossing.get(key))
     out += _compile(points, jobs)

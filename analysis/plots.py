@@ -38,7 +38,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from analysis.compare import pairing_columns  # noqa: E402
+from analysis.points import pairing_columns  # noqa: E402
 from analysis.files import atomic_write_bytes  # noqa: E402
 
 MODES = ["eager", "compile"]

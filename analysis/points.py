@@ -8,12 +8,13 @@ repeat a job is and how many the sweep made); a job without one is a point of it
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from profsweep import stats
 from profsweep import contract
-from profsweep.contract import TIMED, TIMED_SAMPLES, timed_samples
+from profsweep.contract import SERIES_KEYS, TIMED, TIMED_SAMPLES, timed_samples
 
 # summary column -> (where each repeat's samples are, the key there): "steps" = the job's
 # per-step rows (steps.csv), "record" = a list in its metrics.json, "value" = one value a repeat.
@@ -44,6 +45,62 @@ _REPEAT_SUFFIX = re.compile(r"_r\d+$")
 
 
 usable = contract.usable
+
+
+# --- what a grid point is: the settings that pair it across sweeps and make its series ----------
+
+PAIR_KEYS = ("workload", "size", "dtype", "compile", "warmup", "train", "optimizer", "device",
+             "isolation", "compile_cache", "warmup_iters", "threads")
+PAIR_PREFIXES = ("workload_", "profiler_", "compile_")
+# How many steps were profiled, how much of the table was printed and whether the trace was
+# gzipped do not change what a step measures: a sweep rerun with profiler.active=20 for tighter
+# verdicts still pairs with the first.
+NOT_PAIRING = ("profiler_active", "profiler_repeat", "profiler_row_limit", "profiler_gzip",
+               "profiler_overhead_ratio")  # (a measurement, not a setting)
+
+
+def pairing_columns(rows: Iterable[dict[str, Any]], ignore: Sequence[str]) -> list[str]:
+    found = {k for r in rows for k in r if (k in PAIR_KEYS or k.startswith(PAIR_PREFIXES)) and k not in NOT_PAIRING
+             and not k.startswith(tuple(f"{n}_" for n in NOT_PAIRING))}
+    # the grid keys first, in the order of PAIR_KEYS, then the settings by name
+    columns = sorted(found, key=lambda k: (PAIR_KEYS.index(k) if k in PAIR_KEYS else len(PAIR_KEYS), k))
+    return [c for c in columns if c not in set(ignore)]
+
+
+# A pairing key a sweep from before it existed does not record, and the value that sweep had.
+PAIR_DEFAULTS = {"threads": "auto"}
+
+
+def identity(row: dict[str, Any], columns: list[str]) -> tuple:
+    """What a grid point measured, by the pairing columns: equal identities pair (compare, history)."""
+
+    def norm(c: str) -> Any:
+        v = row.get(c)
+        if isinstance(v, float) and math.isnan(v):
+            v = None
+        return PAIR_DEFAULTS.get(c) if v is None else v
+
+    return tuple(norm(c) for c in columns)
+
+
+def series_settings(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The settings beyond the series keys (and size, and the workload's own, which `variant`
+    names) whose values differ between these grid points: compile_mode, threads, a profiler
+    setting... Each of their values makes a series of its own, never merged with another."""
+    rows = [r for r in rows if usable(r)]
+    columns = [c for c in pairing_columns(rows, ()) if c not in SERIES_KEYS and c != "size"
+               and not c.startswith("workload_")]
+    return [c for c in columns if len({repr(identity(r, [c])) for r in rows}) > 1]
+
+
+def series_key(row: dict[str, Any], settings: Sequence[str] = ()) -> tuple:
+    """The series a grid point belongs to: its series keys and the varying `settings`."""
+    return tuple(str(row.get(k)) for k in SERIES_KEYS) + identity(row, list(settings))
+
+
+def settings_text(row: dict[str, Any], settings: Sequence[str]) -> str:
+    """`compile_mode=max-autotune threads=1`: a series' varying settings in words ('' for none)."""
+    return " ".join(f"{c}={identity(row, [c])[0]}" for c in settings)
 
 
 def timing_metrics(rows: Iterable[dict[str, Any]]) -> list[str]:

@@ -352,12 +352,13 @@ def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     holds 1 at either size that brackets it. Also from un-profiled timing
     (`crossover_size_unprofiled`): the host (or overhead) time less what the profiler added to a
     step (profiled minus un-profiled step)."""
+    settings = grid_points.series_settings(rows)
     series: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         if grid_points.usable(row) and row.get("host_us_per_step") is not None and row.get("size") is not None:
-            series.setdefault(tuple(row.get(k) for k in SERIES_KEYS), []).append(row)
+            series.setdefault(grid_points.series_key(row, settings), []).append(row)
     out = []
-    for key, found in series.items():
+    for found in series.values():
         found.sort(key=lambda r: r["size"])
         host_key, work_key = _curves(found[0])
         sizes = [r["size"] for r in found]
@@ -381,7 +382,7 @@ def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             unprofiled, status_unprofiled = None, "no un-profiled timing"
         out.append({
-            **dict(zip(SERIES_KEYS, key)),
+            **{k: found[0].get(k) for k in SERIES_KEYS}, "settings": grid_points.settings_text(found[0], settings),
             "host_metric": host_key, "work_metric": work_key,
             "sizes": ";".join(str(s) for s in sizes),
             "crossover_size": size, "status": status, "uncertain": uncertain,
@@ -465,9 +466,9 @@ def frames(tables: SweepTables) -> dict[str, Any]:
         "kernels": pd.DataFrame(tables.kernels),
         "ops": pd.DataFrame(
             [{"job": job, **op} for job, ops in tables.ops.items() for op in ops],
-            columns=["job", "name", "calls", "self_host_us", "self_device_us", "compute_calls"]),
+            columns=["job", "name", "calls", "self_host_us", "self_device_us", "compute_calls", "category"]),
         "crossovers": pd.DataFrame(tables.crossovers, columns=[
-            *SERIES_KEYS, "host_metric", "work_metric", "sizes", "crossover_size", "status", "uncertain",
+            *SERIES_KEYS, "settings", "host_metric", "work_metric", "sizes", "crossover_size", "status", "uncertain",
             "crossover_size_unprofiled", "status_unprofiled"]),
     }
 

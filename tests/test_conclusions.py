@@ -17,7 +17,7 @@ from tests.test_compare import jitter
 
 
 def job(folder: Path, num: int, *, size: int, compile: bool, step_us: float, mm_us: float, timed_us: float,
-        repeat: int = 1, steps: int = 5, add_us: float = 0.0) -> Path:
+        repeat: int = 1, steps: int = 5, add_us: float = 0.0, **settings) -> Path:
     """One finished CPU job: `steps` ProfilerStep# spans of step_us, each with an aten::mm of mm_us
     (compute) and, if add_us, an aten::add; the rest of the step is framework overhead. Its
     un-profiled steps lie around timed_us."""
@@ -39,7 +39,7 @@ def job(folder: Path, num: int, *, size: int, compile: bool, step_us: float, mm_
         "job": name, "workload": "matmul_add", "size": size, "dtype": "bf16", "compile": compile, "warmup": False,
         "train": False, "device": "cpu", "status": "ok", "error": None, "steps": steps, "repeat": repeat,
         "self_cpu_total_us": float(step_us * steps), "trace_file": "t.json", "table_file": "t.txt",
-        "config_hash": f"size={size} compile={compile}", "schema_version": 1, "first_call_ms": 700.0 if compile else 2.0,
+        "config_hash": f"size={size} compile={compile} {settings}", "schema_version": 1, **settings, "first_call_ms": 700.0 if compile else 2.0,
         "timed_samples_us": samples, "timed_us_per_step": sorted(samples)[len(samples) // 2],
         "peak_memory_bytes": size * size * 4, "flops_per_call": 2 * size ** 3, "bytes_per_call": 6 * size * size,
     }))
@@ -175,3 +175,24 @@ def test_a_job_that_ran_another_dtype_is_said_first_and_listed(tmp_path):
     assert "1 of 12 jobs did not run what the grid asked: inputs are float64, the grid asked for bf16" in said
     page = (folder / "report.html").read_text()
     assert "<h2 id='warnings' class='bad'>" in page and f"<b>{record['job']}</b>: inputs are float64" in page
+
+
+def test_a_setting_that_differs_between_grid_points_makes_series_of_their_own(tmp_path):
+    """compile.mode swept on eager jobs (a setting outside the series keys): two series, each with
+    its own crossover, never one mixed series."""
+    folder = tmp_path / "sweep"
+    num = 0
+    for mode, ratios in (("default", (0.5, 2.0)), ("max-autotune", (0.25, 0.5))):
+        for size, ratio in zip((64, 1024), ratios):
+            step = 300.0 * (1 if size == 64 else 10)
+            job(folder, num, size=size, compile=False, step_us=step, mm_us=step * ratio / (1 + ratio), timed_us=100,
+                compile_mode=mode)
+            num += 1
+    analyse_folder(folder)
+    crossovers = pd.read_csv(folder / "crossovers.csv").set_index("settings")
+    assert sorted(crossovers.index) == ["compile_mode=default", "compile_mode=max-autotune"]
+    assert abs(crossovers.loc["compile_mode=default", "crossover_size"] - 256) < 1e-6
+    assert pd.isna(crossovers.loc["compile_mode=max-autotune", "crossover_size"])
+    said = conclusions_html(folder)
+    assert "matmul_add compile_mode=default bf16 cold eager: compute time overtakes overhead time at size ≈256.0" in said
+    assert "matmul_add compile_mode=max-autotune bf16 cold eager: no crossover between sizes 64 and 1024" in said
