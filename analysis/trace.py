@@ -4,6 +4,12 @@ Works on any torch.profiler trace: `.json` or `.json.gz`, with or without `Profi
 (without, the whole trace is one window), with or without `distributedInfo`, CUDA, ROCm or
 CPU-only. Standard library only: the single-trace path stays light.
 
+How it reads: `parse_trace` streams the file once into a `Trace` of named `HostEvent`s and
+`DeviceEvent`s, each nested (parent, depth, self time), marked compute or not, and placed in
+its step and training phase; each `analyse_*` function computes one family of metrics from
+that (timing, device, launches, phases, ops, kernels, dead window); `analyse_trace` runs them
+all and returns the one dict the rest of the project reads (FLAT_KEYS, PER_STEP_KEYS).
+
 Definitions (all times in µs):
 - host events: complete (`X`) events on host threads (cpu_op, user_annotation, runtime and
   driver calls, ...). Self time = duration minus direct children on the same thread, with
@@ -21,7 +27,7 @@ Definitions (all times in µs):
 - per-step statistics: one window per `ProfilerStep#N` event when there are any, else the
   whole trace is one window.
 - compute on the CPU: the self time of leaf operators that touch data (see NOT_COMPUTE_OPS and
-  compute_flags); everything else is framework overhead. Where there are no kernels, the
+  mark_compute); everything else is framework overhead. Where there are no kernels, the
   per-kernel statistics are those of the compute ops, each call timed by its self time.
 - training steps: the `forward`, `backward` and `optimizer` annotations inside each step; work
   on any thread that starts inside a phase (autograd's own threads too) belongs to it.
@@ -31,12 +37,14 @@ from __future__ import annotations
 
 import bisect
 import gzip
+import itertools
 import json
 import re
 import statistics
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 # Device-side events: these categories (CUDA and ROCm's, MTIA's), and every event of a process
 # or stream the trace labels as a device ("GPU 0", "MTIA 0", "stream 7"), whatever its category.
@@ -113,18 +121,19 @@ def may_compute(name: str) -> bool:
     return COMPUTE_MARK in name or (is_operator(name) and name not in NOT_COMPUTE_OPS)
 
 
-def compute_flags(names: Sequence[str], parents: Sequence[int]) -> list[bool]:
-    """For events with their parent indexes (-1: none): which are compute by the rule above."""
-    candidate = [may_compute(n) for n in names]
-    wraps = [False] * len(names)
-    for i, c in enumerate(candidate):
-        if not c or names[i] in INITIALISERS:
-            continue
-        p = parents[i]
-        while p >= 0 and not wraps[p]:
-            wraps[p] = True
-            p = parents[p]
-    return [c and not w for c, w in zip(candidate, wraps)]
+def mark_compute(host: Sequence[HostEvent]) -> None:
+    """Set `compute` on nested host events (each after its parent) by the rule above: an operator
+    that touches data, with no such operator (initialisers aside) anywhere inside it."""
+    candidate: dict[str, bool] = {}  # name -> may_compute(name), decided once per name
+    wraps: set[int] = set()  # ids of the events that hold a data-touching operator
+    for h in reversed(host):  # children before their parents
+        touches = candidate.get(h.name)
+        if touches is None:
+            touches = candidate[h.name] = may_compute(h.name)
+        wrapper = id(h) in wraps
+        h.compute = touches and not wrapper
+        if h.parent is not None and (wrapper or (touches and h.name not in INITIALISERS)):
+            wraps.add(id(h.parent))
 
 
 try:  # orjson parses big traces about 3x faster than the standard library
@@ -145,31 +154,88 @@ class TraceError(ValueError):
     """A trace that cannot be read; the message starts with the file's path."""
 
 
-@dataclass
-class Step:
+# --- the trace parsed once: named events, nested, in steps and phases --------------------------
+
+
+@dataclass(slots=True, eq=False)
+class HostEvent:
+    """A complete event on a host thread: an op, an annotation, a runtime call, a Python frame.
+    Times are integer ns from the trace's base. Read from the event: name to correlation; set
+    by parse_trace: the rest."""
+
+    name: str
+    cat: str
+    ts: int
+    dur: int
+    correlation: Any = None  # a runtime call's id, shared with the device work it starts
+    tid: tuple[Any, Any] = (None, None)  # (pid, tid)
+    parent: HostEvent | None = field(default=None, repr=False)  # the innermost event around it
+    depth: int = 0  # 0 for a root, parent's + 1
+    self_ns: int = 0  # dur minus the dur of its direct children
+    compute: bool = False  # compute on the CPU (mark_compute)
+    step: int | None = None  # index in Trace.steps of the step it starts in
+    phase: str | None = None  # the training phase it starts in (PHASES)
+
+
+@dataclass(slots=True, eq=False)
+class DeviceEvent:
+    """Work on a device (kernel, memcpy, memset). Read: name to correlation; set by parse_trace:
+    the rest. It belongs to the step and phase of the runtime call that launched it, else of its
+    start."""
+
+    name: str
+    cat: str
+    ts: int
+    dur: int
+    correlation: Any = None
+    kind: str = "kernel"  # kernel, memcpy or memset (_device_kind)
+    launch: HostEvent | None = field(default=None, repr=False)  # the runtime call with its correlation
+    step: int | None = None
+    phase: str | None = None
+
+
+class Window(NamedTuple):
+    """A span of host time: a `ProfilerStep#N` (or the whole trace), a phase annotation."""
+
     name: str
     start: int  # ns
     end: int
     tid: tuple[Any, Any]
-    host_self_ns: int = 0
-    compute_ns: int = 0
-    phase_host_ns: dict[str, int] = field(default_factory=dict)
-    phase_device_ns: dict[str, int] = field(default_factory=dict)
-    phase_compute_ns: dict[str, int] = field(default_factory=dict)
-    kernels: int = 0
-    launches: int = 0
-    memcpys: int = 0
-    memsets: int = 0
-    occupancy_queries: int = 0
-    aten_ops: int = 0
-    sync_ns: int = 0
-    device_ns: int = 0
-    lags_ns: list[int] = field(default_factory=list)
-    device_intervals: list[tuple[int, int]] = field(default_factory=list)
-    kernel_ns: dict[str, list[int]] = field(default_factory=dict)
-    compute_calls: dict[str, list[int]] = field(default_factory=dict)  # self ns per call
-    kernels_after_occupancy: dict[str, int] = field(default_factory=dict)
 
+
+@dataclass
+class Trace:
+    """One trace (or the cycles of one run) parsed once; every analyzer reads only this."""
+
+    host: list[HostEvent]  # thread by thread, each in time order: a parent before its children
+    device: list[DeviceEvent]  # in time order
+    steps: list[Window]  # by start: one per ProfilerStep#N, else one for the whole trace
+    windowed: bool  # the steps are ProfilerStep#N events
+    phases: list[Window]  # the phase annotations (PHASES) on any thread, by start
+    meta: dict[str, Any]  # the document without its events (deviceProperties, ...)
+    malformed: dict[str, int]  # name -> events with a missing or negative duration
+    kernel_args: dict[str, dict[str, Any]]  # kernel name -> what CUPTI recorded of its launches
+    _step_starts: list[int] = field(init=False, repr=False)
+    _phase_starts: list[int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._step_starts = [s.start for s in self.steps]
+        self._phase_starts = [p.start for p in self.phases]
+
+    def step_at(self, t: int) -> int | None:
+        """The index of the step running at `t` (in the whole trace, any time after its start)."""
+        i = bisect.bisect_right(self._step_starts, t) - 1
+        if i < 0:
+            return None
+        return i if t < self.steps[i].end or not self.windowed else None
+
+    def phase_at(self, t: int) -> str | None:
+        """The phase whose annotation started last at or before `t`, while it lasts."""
+        i = bisect.bisect_right(self._phase_starts, t) - 1
+        return self.phases[i].name if i >= 0 and t < self.phases[i].end else None
+
+
+# --- the streaming reader -----------------------------------------------------------------------
 
 CHUNK_BYTES = 1 << 20
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")  # between two objects of the events array (usually)
@@ -304,18 +370,170 @@ def load_trace(path: Path) -> dict[str, Any]:
     return {**batches.meta, "traceEvents": events}
 
 
-def analyse_trace(paths: Path | Sequence[Path]) -> dict[str, Any]:
-    """Metrics of one trace, or of the cycles of one run (same clock) taken together."""
-    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    readers = [_EventBatches(p) for p in paths]
+def _paths(paths: Path | Sequence[Path]) -> list[Path]:
+    return [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+
+
+@contextmanager
+def _malformed_events(path: Path) -> Iterator[None]:
+    """An event with a field of the wrong type or missing is a TraceError that names the file."""
     try:
-        result = _analyse((batch for reader in readers for batch in reader), readers)
+        yield
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, TraceError):
             raise
-        raise TraceError(f"{paths[0]}: malformed events ({type(exc).__name__}: {exc})") from None
-    result["files"] = [str(p) for p in paths]
-    return result
+        raise TraceError(f"{path}: malformed events ({type(exc).__name__}: {exc})") from None
+
+
+def parse_trace(paths: Path | Sequence[Path]) -> Trace:
+    """One trace (or the cycles of one run, same clock), read as it streams into host and device
+    events, then nested, marked compute, and placed in steps and phases."""
+    paths = _paths(paths)
+    readers = [_EventBatches(p) for p in paths]
+    with _malformed_events(paths[0]):
+        read = _read(batch for reader in readers for batch in reader)
+        _move_device_threads(read.threads, read.labels, read.device)
+        host = _nest_threads(read.threads)
+        mark_compute(host)
+        read.device.sort(key=lambda d: (d.ts, d.dur, d.cat, d.name, d.correlation))
+        steps = sorted((Window(h.name, h.ts, h.ts + h.dur, h.tid) for h in host if h.name.startswith("ProfilerStep#")),
+                       key=lambda s: s.start)
+        windowed = bool(steps)
+        if not windowed:
+            starts = itertools.chain((h.ts for h in host), (d.ts for d in read.device))
+            ends = itertools.chain((h.ts + h.dur for h in host), (d.ts + d.dur for d in read.device))
+            steps = [Window("whole trace", min(starts, default=0), max(ends, default=0), (None, None))]
+        phases = sorted((Window(h.name, h.ts, h.ts + h.dur, h.tid) for h in host
+                         if h.cat == "user_annotation" and h.name in PHASES), key=lambda p: (p.start, p.end, p.name))
+        malformed = dict(sorted(read.malformed.items(), key=lambda kv: -kv[1]))
+        meta = readers[0].meta if readers else {}
+        trace = Trace(host, read.device, steps, windowed, phases, meta, malformed, read.kernel_args)
+        _place(trace)
+    return trace
+
+
+class _Read(NamedTuple):
+    threads: dict[tuple[Any, Any], list[HostEvent]]  # (pid, tid) -> its events, as read
+    device: list[DeviceEvent]
+    labels: list[dict[str, Any]]  # process and thread labels (metadata events)
+    malformed: dict[str, int]
+    kernel_args: dict[str, dict[str, Any]]
+
+
+def _read(batches: Iterable[list[dict[str, Any]]]) -> _Read:
+    """Each complete event as a host event (by thread) or a device event, batch by batch."""
+    threads: dict[tuple[Any, Any], list[HostEvent]] = {}
+    device: list[DeviceEvent] = []
+    strings: dict[str, str] = {}  # one copy of each name: 100k events share a few thousand
+    # Timestamps are µs with 3 decimals, ~1e12 or more: multiplied by 1000 as they are, a double
+    # can be 1 ns off, enough to break the nesting. Relative to a base ~1000 s earlier they
+    # convert to ns exactly.
+    base: int | None = None
+    labels: list[dict[str, Any]] = []
+    malformed: dict[str, int] = {}
+    kernel_args: dict[str, dict[str, Any]] = {}
+    for batch in batches:
+        for e in batch:  # the hot loop: ~100k events in a 35 MB trace; _ns() inlined
+            if e.get("ph") != "X":
+                if e.get("ph") == "M":
+                    labels.append(e)
+                continue
+            if base is None:
+                base = int(float(e["ts"])) - 10**9
+            dur = e.get("dur")
+            if dur is None or float(dur) < 0:
+                name = str(e.get("name", ""))
+                malformed[name] = malformed.get(name, 0) + 1
+                continue
+            cat = e.get("cat")
+            if cat in DEVICE_CATEGORIES:
+                args = e.get("args") or {}
+                name = e.get("name", "")
+                device.append(DeviceEvent(strings.setdefault(name, name), strings.setdefault(cat, cat),
+                                          int((float(e["ts"]) - base) * 1000.0 + 0.5),
+                                          int(float(dur) * 1000.0 + 0.5), args.get("correlation")))
+                if cat == "kernel" and "registers per thread" in args:
+                    _add_kernel_args(kernel_args, name, args)
+            elif cat not in NOT_HOST:
+                args = e.get("args") or {}
+                name = e.get("name", "")
+                threads.setdefault((e.get("pid"), e.get("tid")), []).append(
+                    HostEvent(strings.setdefault(name, name), strings.setdefault(cat, cat),
+                              int((float(e["ts"]) - base) * 1000.0 + 0.5), int(float(dur) * 1000.0 + 0.5),
+                              args.get("correlation")))
+    return _Read(threads, device, labels, malformed, kernel_args)
+
+
+def _move_device_threads(threads: dict[tuple[Any, Any], list[HostEvent]], labels: list[dict[str, Any]],
+                         device: list[DeviceEvent]) -> None:
+    """Events on a process or stream the trace labels as a device are device events, whatever
+    their category (an accelerator whose categories this module does not know)."""
+    processes, streams = set(), set()
+    for e in labels:
+        text = str((e.get("args") or {}).get("labels") or (e.get("args") or {}).get("name") or "")
+        if e.get("name") == "process_labels" and DEVICE_LABEL.search(text) and "CPU" not in text:
+            processes.add(e.get("pid"))
+        elif e.get("name") == "thread_name" and STREAM_LABEL.match(text):
+            streams.add((e.get("pid"), e.get("tid")))
+    for key in [k for k in threads if k[0] in processes or k in streams]:
+        device.extend(DeviceEvent(h.name, h.cat, h.ts, h.dur, h.correlation) for h in threads.pop(key))
+
+
+def _nest(events: list[HostEvent]) -> None:
+    """Sort one thread's events in place and set each one's parent, depth and self time, by
+    torch's rule: a child starts before its parent ends and ends within it."""
+    events.sort(key=lambda h: (h.ts, -h.dur))
+    stack: list[HostEvent] = []
+    for h in events:
+        start, end = h.ts, h.ts + h.dur
+        while stack:
+            parent_end = stack[-1].ts + stack[-1].dur
+            if start >= parent_end or end > parent_end:
+                stack.pop()
+            else:
+                break
+        h.self_ns = h.dur
+        if stack:
+            parent = h.parent = stack[-1]
+            h.depth = parent.depth + 1
+            parent.self_ns -= h.dur
+        stack.append(h)
+
+
+def _nest_threads(threads: dict[tuple[Any, Any], list[HostEvent]]) -> list[HostEvent]:
+    """Every thread's events, nested, one thread after the other."""
+    host: list[HostEvent] = []
+    for key, events in threads.items():
+        _nest(events)
+        for h in events:
+            h.tid = key
+        host.extend(events)
+    return host
+
+
+def _place(trace: Trace) -> None:
+    """Each event's step and phase (a device event's: its launch's), its kind and launch."""
+    phased = bool(trace.phases)
+    step_at, phase_at = trace.step_at, trace.phase_at
+    launches: dict[Any, HostEvent] = {}  # correlation -> the runtime call (the last, if several)
+    for h in trace.host:
+        h.step = step_at(h.ts)
+        if phased:
+            h.phase = phase_at(h.ts)
+        if h.correlation is not None and h.cat.endswith(RUNTIME_SUFFIXES):
+            launches[h.correlation] = h
+    kinds: dict[tuple[str, str], str] = {}
+    for d in trace.device:
+        kind = kinds.get((d.cat, d.name))
+        if kind is None:
+            kind = kinds[d.cat, d.name] = _device_kind(d.cat, d.name)
+        d.kind = kind
+        launch = launches.get(d.correlation) if d.correlation is not None else None
+        if launch is not None:
+            d.launch, d.step, d.phase = launch, launch.step, launch.phase
+        else:
+            d.step = step_at(d.ts)
+            d.phase = phase_at(d.ts) if phased else None
 
 
 def _ns(value: Any) -> int:
@@ -342,190 +560,6 @@ _KERNEL_ARGS = (("est. achieved occupancy %", "occupancy_pct"), ("registers per 
                 ("shared memory", "shared_memory_bytes"), ("block", "block"))
 
 
-def _analyse(batches: Iterable[list[dict[str, Any]]], readers: list[_EventBatches]) -> dict[str, Any]:
-    """Metrics of the events, read batch by batch (the readers' `meta` is set at the end)."""
-    # --- split: host events per thread, device events, launch calls by correlation id --------
-    threads: dict[tuple[Any, Any], list[list[Any]]] = {}
-    device: list[tuple[int, int, str, str, Any]] = []  # start, dur, cat, name, correlation
-    strings: dict[str, str] = {}  # one copy of each name: 100k events share a few thousand
-    # Timestamps are µs with 3 decimals, ~1e12 or more: multiplied by 1000 as they are, a double
-    # can be 1 ns off, enough to break the nesting. Relative to a base ~1000 s earlier they
-    # convert to ns exactly.
-    base: int | None = None
-    labels: list[dict[str, Any]] = []  # process and thread labels (metadata events)
-    malformed: dict[str, int] = {}  # name -> events with a missing or negative duration
-    kernel_args: dict[str, dict[str, Any]] = {}  # kernel name -> what its launches record
-    for batch in batches:
-        for e in batch:  # the hot loop: ~100k events in a 35 MB trace; _ns() inlined
-            if e.get("ph") != "X":
-                if e.get("ph") == "M":
-                    labels.append(e)
-                continue
-            if base is None:
-                base = int(float(e["ts"])) - 10**9
-            dur = e.get("dur")
-            if dur is None or float(dur) < 0:
-                name = str(e.get("name", ""))
-                malformed[name] = malformed.get(name, 0) + 1
-                continue
-            cat = e.get("cat")
-            if cat in DEVICE_CATEGORIES:
-                args = e.get("args") or {}
-                name = e.get("name", "")
-                device.append((int((float(e["ts"]) - base) * 1000.0 + 0.5),
-                               int(float(dur) * 1000.0 + 0.5),
-                               cat, strings.setdefault(name, name), args.get("correlation")))
-                if cat == "kernel" and "registers per thread" in args:
-                    _add_kernel_args(kernel_args, name, args)
-            elif cat not in NOT_HOST:
-                args = e.get("args") or {}
-                name = e.get("name", "")
-                # [start, dur, name, cat, correlation, self, parent index]
-                threads.setdefault((e.get("pid"), e.get("tid")), []).append(
-                    [int((float(e["ts"]) - base) * 1000.0 + 0.5), int(float(e.get("dur", 0)) * 1000.0 + 0.5),
-                     strings.setdefault(name, name), strings.setdefault(cat, cat), args.get("correlation"), 0, -1]
-                )
-    meta = readers[0].meta if readers else {}
-    _move_device_threads(threads, labels, device)
-
-    host: list[list[Any]] = []
-    for thread_events in threads.values():
-        offset = len(host)
-        for h, parent in zip(thread_events, _nest(thread_events)):
-            h[5] = h[1]
-            if parent >= 0:
-                thread_events[parent][5] -= h[1]
-                h[6] = offset + parent
-        host.extend(thread_events)
-    # thread of each host event, for the dead window
-    thread_of: list[tuple[Any, Any]] = []
-    for key, thread_events in threads.items():
-        thread_of.extend([key] * len(thread_events))
-
-    # --- window and steps --------------------------------------------------------------------
-    steps = sorted(
-        (Step(h[2], h[0], h[0] + h[1], thread_of[i]) for i, h in enumerate(host) if h[2].startswith("ProfilerStep#")),
-        key=lambda s: s.start,
-    )
-    windowed = bool(steps)
-    if not steps:
-        starts = [h[0] for h in host] + [d[0] for d in device]
-        ends = [h[0] + h[1] for h in host] + [d[0] + d[1] for d in device]
-        steps = [Step("whole trace", min(starts, default=0), max(ends, default=0), (None, None))]
-    step_starts = [s.start for s in steps]
-
-    def step_of(t: int) -> Step | None:
-        i = bisect.bisect_right(step_starts, t) - 1
-        if i < 0:
-            return None
-        s = steps[i]
-        return s if t < s.end or not windowed else None
-
-    # --- host events into steps --------------------------------------------------------------
-    launch_step: dict[Any, tuple[Step | None, int, int]] = {}  # correlation -> (step, start, host index)
-    ops: dict[str, list[Any]] = {}  # name -> [calls, self host ns, self device ns, compute calls, category]
-    totals = {"self": 0, "compute": 0, "launches": 0, "occupancy": 0}
-    occupancy_pending: dict[Any, bool] = {}  # thread -> an occupancy query since its last launch
-    after_occupancy: set[Any] = set()  # correlation ids of launches that followed one
-    computes = compute_flags([h[2] for h in host], [h[6] for h in host])
-    phases = sorted(
-        (h[0], h[0] + h[1], h[2]) for h in host if h[3] == "user_annotation" and h[2] in PHASES
-    )
-    phase_starts = [p[0] for p in phases]
-
-    def phase_of(t: int) -> str | None:
-        i = bisect.bisect_right(phase_starts, t) - 1
-        return phases[i][2] if i >= 0 and t < phases[i][1] else None
-
-    for start, end, name in phases:
-        s = step_of(start)
-        if s is not None:
-            s.phase_host_ns[name] = s.phase_host_ns.get(name, 0) + end - start
-    for i, h in enumerate(host):
-        start, dur, name, cat, corr, self_ns = h[0], h[1], h[2], h[3], h[4], h[5]
-        compute = computes[i]
-        totals["self"] += self_ns
-        totals["compute"] += self_ns if compute else 0
-        totals["launches"] += name in LAUNCHES
-        totals["occupancy"] += name.startswith(OCCUPANCY_PREFIXES)
-        op = ops.setdefault(name, [0, 0, 0, 0, cat])
-        op[0] += 1
-        op[1] += self_ns
-        op[3] += compute
-        s = step_of(start)
-        if cat.endswith(RUNTIME_SUFFIXES):
-            if name.startswith(OCCUPANCY_PREFIXES):
-                occupancy_pending[thread_of[i]] = True
-            elif name in LAUNCHES:
-                if occupancy_pending.pop(thread_of[i], False):
-                    after_occupancy.add(corr)
-            if corr is not None:
-                launch_step[corr] = (s, start, i)
-        if s is None:
-            continue
-        s.host_self_ns += self_ns
-        if compute:
-            s.compute_ns += self_ns
-            s.compute_calls.setdefault(name, []).append(self_ns)
-            phase = phase_of(start) if phases else None
-            if phase is not None:
-                s.phase_compute_ns[phase] = s.phase_compute_ns.get(phase, 0) + self_ns
-        if name.startswith("aten::"):
-            s.aten_ops += 1
-        if name in LAUNCHES:
-            s.launches += 1
-        elif name in SYNCS:
-            s.sync_ns += dur
-        elif name.startswith(OCCUPANCY_PREFIXES):
-            s.occupancy_queries += 1
-
-    # --- device events into the steps that launched them --------------------------------------
-    device.sort()
-    for start, dur, cat, name, corr in device:
-        launched = launch_step.get(corr) if corr is not None else None
-        if launched is not None:
-            s, launch_start, host_index = launched
-            parent = host[host_index][6]
-            owner = host[parent][2] if parent >= 0 else host[host_index][2]
-            ops.setdefault(owner, [0, 0, 0, 0, None])[2] += dur
-            if s is not None:
-                s.lags_ns.append(start - launch_start)
-            phase = phase_of(launch_start) if phases else None
-        else:
-            s = step_of(start)
-            phase = phase_of(start) if phases else None
-        if s is None:
-            continue
-        s.device_ns += dur
-        if phase is not None:
-            s.phase_device_ns[phase] = s.phase_device_ns.get(phase, 0) + dur
-        kind = _device_kind(cat, name)
-        if kind == "kernel":
-            s.kernels += 1
-            s.kernel_ns.setdefault(name, []).append(dur)
-            if corr in after_occupancy:
-                s.kernels_after_occupancy[name] = s.kernels_after_occupancy.get(name, 0) + 1
-        elif kind == "memcpy":
-            s.memcpys += 1
-        else:
-            s.memsets += 1
-    union = _union((d[0], d[0] + d[1]) for d in device)
-    for s in steps:
-        s.device_intervals = _clip(union, s.start, s.end)
-
-    result = _summarise(steps, windowed, host, device, ops, meta, thread_of, totals)
-    for row in result["kernels"]:
-        recorded = kernel_args.get(row["name"], {})
-        occupancy = recorded.get("occupancy_pct") or []
-        row["tensor_cores"] = tensor_cores(row["name"]) if result["platform"] != "cpu" else None
-        row["occupancy_pct"] = statistics.median(occupancy) if occupancy else None
-        for key in ("registers_per_thread", "shared_memory_bytes", "block"):
-            row[key] = recorded.get(key)
-    result["malformed_events"] = sum(malformed.values())
-    result["malformed"] = dict(sorted(malformed.items(), key=lambda kv: -kv[1]))
-    return result
-
-
 def _add_kernel_args(found: dict[str, dict[str, Any]], name: str, args: dict[str, Any]) -> None:
     """What CUPTI recorded of a kernel's launch: occupancy (every launch), registers, shared
     memory and block size (the first launch's)."""
@@ -538,67 +572,312 @@ def _add_kernel_args(found: dict[str, dict[str, Any]], name: str, args: dict[str
             row[column] = "x".join(str(v) for v in value) if isinstance(value, list) else value
 
 
-def _move_device_threads(threads: dict[tuple[Any, Any], list[list[Any]]], labels: list[dict[str, Any]],
-                         device: list[tuple[int, int, str, str, Any]]) -> None:
-    """Events on a process or stream the trace labels as a device are device events, whatever
-    their category (an accelerator whose categories this module does not know)."""
-    processes, streams = set(), set()
-    for e in labels:
-        text = str((e.get("args") or {}).get("labels") or (e.get("args") or {}).get("name") or "")
-        if e.get("name") == "process_labels" and DEVICE_LABEL.search(text) and "CPU" not in text:
-            processes.add(e.get("pid"))
-        elif e.get("name") == "thread_name" and STREAM_LABEL.match(text):
-            streams.add((e.get("pid"), e.get("tid")))
-    for key in [k for k in threads if k[0] in processes or k in streams]:
-        for h in threads.pop(key):  # [start, dur, name, cat, correlation, ...]
-            device.append((h[0], h[1], h[3], h[2], h[4]))
+# --- the analyzers: one metric family each, over the parsed trace ------------------------------
+# Each returns Part(totals, per_step): totals over every recorded event, as torch's footer is;
+# per-step lists with one value per step (in µs where the key says so).
+
+US = 1e-3  # ns -> µs
 
 
-def _nest(events: list[list[Any]]) -> list[int]:
-    """Sort one thread's [start, dur, ...] events in place and return each one's parent index
-    (-1 for none), by torch's rule: a child starts before its parent ends and ends within it."""
-    events.sort(key=lambda h: (h[0], -h[1]))
-    parents = []
-    stack: list[int] = []
-    for i, h in enumerate(events):
-        start, end = h[0], h[0] + h[1]
-        while stack:
-            parent = events[stack[-1]]
-            parent_end = parent[0] + parent[1]
-            if start >= parent_end or end > parent_end:
-                stack.pop()
-            else:
-                break
-        parents.append(stack[-1] if stack else -1)
-        stack.append(i)
-    return parents
+class Part(NamedTuple):
+    """What one analyzer found: result keys (totals, tables) and per-step lists by key."""
+
+    totals: dict[str, Any]
+    per_step: dict[str, list[Any]]
+
+
+def analyse_timing(trace: Trace) -> Part:
+    """Host time: each step's span, and the self time of host events split into compute and
+    framework overhead."""
+    self_ns, compute_ns = [0] * len(trace.steps), [0] * len(trace.steps)
+    total_self = total_compute = 0
+    for h in trace.host:
+        total_self += h.self_ns
+        if h.compute:
+            total_compute += h.self_ns
+        if h.step is not None:
+            self_ns[h.step] += h.self_ns
+            if h.compute:
+                compute_ns[h.step] += h.self_ns
+    self_cpu, compute = total_self * US, total_compute * US
+    return Part(
+        {"self_cpu_total_us": self_cpu, "compute_us": compute, "overhead_us": self_cpu - compute},
+        {
+            "host_us": [(s.end - s.start) * US for s in trace.steps],
+            "self_cpu_us": [v * US for v in self_ns],
+            "compute_us": [v * US for v in compute_ns],
+            "overhead_us": [(a - b) * US for a, b in zip(self_ns, compute_ns)],
+        },
+    )
+
+
+def analyse_device(trace: Trace) -> Part:
+    """Device time and work: kernels, memcpys, memsets; the share of each step the device is busy
+    (the union of every device event, clipped to the step)."""
+    n = len(trace.steps)
+    device_ns, kernels, memcpys = [0] * n, [0] * n, [0] * n
+    totals = {"kernel": 0, "memcpy": 0, "memset": 0}
+    for d in trace.device:
+        totals[d.kind] += 1
+        if d.step is not None:
+            device_ns[d.step] += d.dur
+            if d.kind == "kernel":
+                kernels[d.step] += 1
+            elif d.kind == "memcpy":
+                memcpys[d.step] += 1
+    union = _union((d.ts, d.ts + d.dur) for d in trace.device)
+    busy = []
+    for s in trace.steps:
+        covered = sum(b - a for a, b in _clip(union, s.start, s.end))
+        busy.append(covered / (s.end - s.start) if s.end > s.start else 0.0)
+    return Part(
+        {"self_device_total_us": sum(d.dur for d in trace.device) * US, "kernels_total": totals["kernel"],
+         "memcpys_total": totals["memcpy"], "memsets_total": totals["memset"]},
+        {"device_us": [v * US for v in device_ns], "kernels": kernels, "memcpys": memcpys, "gpu_busy": busy},
+    )
+
+
+def analyse_launches(trace: Trace) -> Part:
+    """Runtime calls: kernel launches, occupancy queries, synchronisations; the lag from each
+    launch to the start of its work (median per step)."""
+    n = len(trace.steps)
+    launches, queries, sync_ns = [0] * n, [0] * n, [0] * n
+    lags: list[list[int]] = [[] for _ in range(n)]
+    total_launches = total_queries = 0
+    for h in trace.host:
+        if h.name in LAUNCHES:
+            total_launches += 1
+            if h.step is not None:
+                launches[h.step] += 1
+        elif h.name.startswith(OCCUPANCY_PREFIXES):
+            total_queries += 1
+            if h.step is not None:
+                queries[h.step] += 1
+        elif h.name in SYNCS and h.step is not None:
+            sync_ns[h.step] += h.dur
+    for d in trace.device:
+        if d.launch is not None and d.step is not None:
+            lags[d.step].append(d.ts - d.launch.ts)
+    return Part(
+        {"launches_total": total_launches, "occupancy_queries_total": total_queries},
+        {"launches": launches, "occupancy_queries": queries, "sync_us": [v * US for v in sync_ns],
+         "launch_lag_us": [statistics.median(v) * US if v else None for v in lags]},
+    )
+
+
+def kernels_after_occupancy_query(trace: Trace) -> dict[str, int]:
+    """Kernel name -> its launches (in steps) that followed an occupancy query on the same thread."""
+    pending: set[tuple[Any, Any]] = set()  # threads with a query since their last launch
+    after: set[Any] = set()  # correlation ids of those launches
+    for h in trace.host:
+        if h.cat.endswith(RUNTIME_SUFFIXES):
+            if h.name.startswith(OCCUPANCY_PREFIXES):
+                pending.add(h.tid)
+            elif h.name in LAUNCHES and h.tid in pending:
+                pending.discard(h.tid)
+                after.add(h.correlation)
+    counts: dict[str, int] = {}
+    for d in trace.device:
+        if d.kind == "kernel" and d.step is not None and d.correlation in after:
+            counts[d.name] = counts.get(d.name, 0) + 1
+    return counts
+
+
+def analyse_phases(trace: Trace) -> Part:
+    """A training step's phases (forward, backward, optimizer): the annotation's span, the compute
+    and the device work that start in it (a kernel in its launch's phase); no keys without them."""
+    n = len(trace.steps)
+    host_ns = {p: [0] * n for p in PHASES}
+    found = False
+    for p in trace.phases:
+        i = trace.step_at(p.start)
+        if i is not None:
+            host_ns[p.name][i] += p.end - p.start
+            found = True
+    if not found:
+        return Part({}, {})
+    compute_ns = {p: [0] * n for p in PHASES}
+    device_ns = {p: [0] * n for p in PHASES}
+    for h in trace.host:
+        if h.compute and h.phase is not None and h.step is not None:
+            compute_ns[h.phase][h.step] += h.self_ns
+    for d in trace.device:
+        if d.phase is not None and d.step is not None:
+            device_ns[d.phase][d.step] += d.dur
+    per_step = {}
+    for p in PHASES:
+        per_step[f"{p}_host_us"] = [v * US for v in host_ns[p]]
+        per_step[f"{p}_compute_us"] = [v * US for v in compute_ns[p]]
+        if trace.device:
+            per_step[f"{p}_device_us"] = [v * US for v in device_ns[p]]
+    return Part({}, per_step)
+
+
+@dataclass(slots=True)
+class _Op:
+    category: str | None
+    calls: int = 0
+    self_host_ns: int = 0
+    self_device_ns: int = 0  # of the device work its runtime calls launched
+    compute_calls: int = 0
+
+
+def analyse_ops(trace: Trace) -> Part:
+    """The op table (every host event name: calls, self host and device time, compute calls,
+    most expensive first) and aten:: calls per step."""
+    table: dict[str, _Op] = {}
+    aten = [0] * len(trace.steps)
+    for h in trace.host:
+        op = table.get(h.name)
+        if op is None:
+            op = table[h.name] = _Op(h.cat)
+        op.calls += 1
+        op.self_host_ns += h.self_ns
+        op.compute_calls += h.compute
+        if h.step is not None and h.name.startswith("aten::"):
+            aten[h.step] += 1
+    for d in trace.device:
+        if d.launch is not None:  # the op whose runtime call launched it (or the call itself)
+            owner = d.launch.parent.name if d.launch.parent is not None else d.launch.name
+            table.setdefault(owner, _Op(None)).self_device_ns += d.dur
+    rows = sorted(
+        ({"name": name, "calls": op.calls, "self_host_us": op.self_host_ns * US,
+          "self_device_us": op.self_device_ns * US, "compute_calls": op.compute_calls, "category": op.category}
+         for name, op in table.items()),
+        key=lambda r: -(r["self_host_us"] + r["self_device_us"]),
+    )
+    return Part({"top_ops": rows}, {"aten_ops": aten})
+
+
+def analyse_kernels(trace: Trace, platform: str) -> Part:
+    """The kernel table (calls, total, median, min, max; tensor cores, occupancy, registers,
+    shared memory, block), the largest first; the top kernel's time per step. On the CPU the
+    "kernels" are the compute ops, each call timed by its self time."""
+    calls: list[dict[str, list[int]]] = [{} for _ in trace.steps]  # per step: name -> ns per call
+    if platform != "cpu":
+        for d in trace.device:
+            if d.kind == "kernel" and d.step is not None:
+                calls[d.step].setdefault(d.name, []).append(d.dur)
+    else:
+        for h in trace.host:
+            if h.compute and h.step is not None:
+                calls[h.step].setdefault(h.name, []).append(h.self_ns)
+    merged: dict[str, list[int]] = {}
+    for step_calls in calls:
+        for name, durs in step_calls.items():
+            merged.setdefault(name, []).extend(durs)
+    after = kernels_after_occupancy_query(trace)
+    rows = sorted((_kernel_row(trace, platform, name, durs, after.get(name, 0)) for name, durs in merged.items()),
+                  key=lambda r: -r["total_us"])
+    top = rows[0]["name"] if rows else None
+    return Part({"kernels": rows}, {"top_kernel_us": [sum(c.get(top, [])) * US for c in calls] if top else []})
+
+
+def _kernel_row(trace: Trace, platform: str, name: str, durs: list[int], after_query: int) -> dict[str, Any]:
+    recorded = trace.kernel_args.get(name, {})
+    occupancy = recorded.get("occupancy_pct") or []
+    return {
+        "name": name, "calls": len(durs), "total_us": sum(durs) * US, "median_us": statistics.median(durs) * US,
+        "min_us": min(durs) * US, "max_us": max(durs) * US, "after_occupancy_query": after_query,
+        "tensor_cores": tensor_cores(name) if platform != "cpu" else None,
+        "occupancy_pct": statistics.median(occupancy) if occupancy else None,
+        **{key: recorded.get(key) for key in ("registers_per_thread", "shared_memory_bytes", "block")},
+    }
+
+
+def analyse_dead_window(trace: Trace) -> Part:
+    """The first step's dead window: from the start of the first annotation inside it (else of
+    the step) to the first aten:: op; None without steps or ops."""
+    if not trace.windowed:
+        return Part({"dead_window_us": None}, {})
+    step = trace.steps[0]
+    inside = sorted((h for h in trace.host if step.start <= h.ts < step.end
+                     and (step.tid == (None, None) or h.tid == step.tid)), key=lambda h: h.ts)
+    annotation = next(
+        (h for h in inside if h.cat == "user_annotation" and not h.name.startswith("ProfilerStep#")), None)
+    begin = annotation.ts if annotation else step.start
+    first_op = next((h for h in inside if h.name.startswith("aten::") and h.ts >= begin), None)
+    return Part({"dead_window_us": None if first_op is None else (first_op.ts - begin) * US}, {})
+
+
+def platform_of(trace: Trace) -> str:
+    """cpu, cuda, rocm, or the accelerator the runtime's category names (mtia_runtime: mtia)."""
+    runtime = {(h.cat, h.name) for h in trace.host if h.cat.endswith(RUNTIME_SUFFIXES)}
+    if not trace.device and not runtime:
+        return "cpu"
+    # CUDA's and ROCm's runtimes share a category; hip* calls say ROCm.
+    families = {cat.rsplit("_", 1)[0] for cat, _ in runtime} - {"cuda", "hip"}
+    if any(name.startswith("hip") for _, name in runtime):
+        return "rocm"
+    if families and not any(cat.startswith("cuda") for cat, _ in runtime):
+        return sorted(families)[0]
+    return "cuda"
+
+
+# --- the facade ---------------------------------------------------------------------------------
+
+
+def analyse_trace(paths: Path | Sequence[Path]) -> dict[str, Any]:
+    """Metrics of one trace, or of the cycles of one run (same clock) taken together."""
+    paths = _paths(paths)
+    trace = parse_trace(paths)
+    with _malformed_events(paths[0]):
+        result = summarise(trace)
+    result["files"] = [str(p) for p in paths]
+    return result
+
+
+def summarise(trace: Trace) -> dict[str, Any]:
+    """Every analyzer over one parsed trace, as the dict analyse_trace returns (FLAT_KEYS and
+    more; per-step statistics in PER_STEP_KEYS order, a training step's phases before the top
+    kernel's time)."""
+    platform = platform_of(trace)
+    timing, device, launches = analyse_timing(trace), analyse_device(trace), analyse_launches(trace)
+    ops, kernels, phases = analyse_ops(trace), analyse_kernels(trace, platform), analyse_phases(trace)
+    totals = {**timing.totals, **device.totals, **launches.totals, **analyse_dead_window(trace).totals}
+    values = {**timing.per_step, **device.per_step, **launches.per_step, **ops.per_step}
+    per_step = {key: values[key] for key in PER_STEP_KEYS if key != "top_kernel_us"}
+    per_step.update(phases.per_step)
+    per_step.update(kernels.per_step)
+    devices = trace.meta.get("deviceProperties") or []
+    result: dict[str, Any] = {
+        "window": "steps" if trace.windowed else "whole trace",
+        "platform": platform,
+        "device_name": devices[0].get("name") if devices and isinstance(devices[0], dict) else None,
+        "steps": len(trace.steps) if trace.windowed else 0,
+        "step_names": [s.name for s in trace.steps] if trace.windowed else [],
+        **{key: totals[key] for key in (
+            "self_cpu_total_us", "self_device_total_us", "compute_us", "overhead_us", "kernels_total",
+            "launches_total", "memcpys_total", "memsets_total", "occupancy_queries_total", "dead_window_us")},
+        "per_step": {key: _stats([v for v in vs if v is not None]) for key, vs in per_step.items()},
+        "per_step_values": per_step,
+        "kernels": kernels.totals["kernels"],
+        "top_ops": ops.totals["top_ops"],
+    }
+    if platform == "cpu":
+        result["self_device_total_us"] = None
+    result["regime"] = regime(result)
+    result["malformed_events"] = sum(trace.malformed.values())
+    result["malformed"] = dict(trace.malformed)
+    return result
 
 
 def op_tree(paths: Path | Sequence[Path], max_rows: int = 80) -> list[dict[str, Any]]:
     """The first profiled step as an indented tree of host events: the dispatch chain."""
-    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    events = [
-        e for e in load_trace(paths[0])["traceEvents"]
+    raw = [
+        e for batch in _EventBatches(_paths(paths)[0]) for e in batch
         if e.get("ph") == "X" and e.get("cat") not in NOT_HOST and e.get("cat") != "python_function"
     ]
-    base = int(float(events[0]["ts"])) - 10**9 if events else 0
-    events = [
-        [_ns(float(e["ts"]) - base), _ns(e.get("dur", 0)), e.get("name", ""), (e.get("pid"), e.get("tid"))]
-        for e in events
-    ]
-    steps = sorted((h for h in events if h[2].startswith("ProfilerStep#")), key=lambda h: h[0])
+    base = int(float(raw[0]["ts"])) - 10**9 if raw else 0
+    events = [HostEvent(e.get("name", ""), e.get("cat"), _ns(float(e["ts"]) - base), _ns(e.get("dur", 0)),
+                        tid=(e.get("pid"), e.get("tid"))) for e in raw]
+    steps = sorted((h for h in events if h.name.startswith("ProfilerStep#")), key=lambda h: h.ts)
     if steps:
         first = steps[0]
-        events = [h for h in events if h[3] == first[3] and first[0] <= h[0] < first[0] + first[1]]
-    parents = _nest(events)
-    depth: list[int] = []
-    rows = []
-    for h, parent in zip(events, parents):
-        depth.append(depth[parent] + 1 if parent >= 0 else 0)
-        if len(rows) < max_rows:
-            rows.append({"depth": depth[-1], "name": h[2], "start_us": (h[0] - events[0][0]) * 1e-3,
-                         "dur_us": h[1] * 1e-3})
-    return rows
+        events = [h for h in events if h.tid == first.tid and first.ts <= h.ts < first.ts + first.dur]
+    _nest(events)
+    return [{"depth": h.depth, "name": h.name, "start_us": (h.ts - events[0].ts) * 1e-3, "dur_us": h.dur * 1e-3}
+            for h in events[:max_rows]]
 
 
 def _union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -630,135 +909,6 @@ def _stats(values: Sequence[float]) -> dict[str, float | None]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def _dead_window_ns(step: Step, host: list[list[Any]], thread_of: list[Any]) -> int | None:
-    """First step: from the start of the annotation inside it to the first aten:: op."""
-    inside = [
-        h for i, h in enumerate(host)
-        if step.start <= h[0] < step.end and (step.tid == (None, None) or thread_of[i] == step.tid)
-    ]
-    inside.sort(key=lambda h: h[0])
-    annotation = next(
-        (h for h in inside if h[3] == "user_annotation" and not h[2].startswith("ProfilerStep#")),
-        None,
-    )
-    begin = annotation[0] if annotation else step.start
-    first_op = next((h for h in inside if h[2].startswith("aten::") and h[0] >= begin), None)
-    return None if first_op is None else first_op[0] - begin
-
-
-def _summarise(
-    steps: list[Step],
-    windowed: bool,
-    host: list[list[Any]],
-    device: list[tuple[int, int, str, str, Any]],
-    ops: dict[str, list[Any]],
-    meta: dict[str, Any],
-    thread_of: list[Any],
-    totals: dict[str, int],
-) -> dict[str, Any]:
-    us = 1e-3
-    has_device = bool(device)
-    runtime = {(h[3], h[2]) for h in host if h[3].endswith(RUNTIME_SUFFIXES)}
-    platform = "cpu"
-    if has_device or runtime:
-        # The runtime's category names the accelerator (mtia_runtime: mtia); CUDA's and ROCm's
-        # share theirs, and hip* calls say ROCm.
-        families = {cat.rsplit("_", 1)[0] for cat, _ in runtime} - {"cuda", "hip"}
-        if any(name.startswith("hip") for _, name in runtime):
-            platform = "rocm"
-        elif families and not any(cat.startswith("cuda") for cat, _ in runtime):
-            platform = sorted(families)[0]
-        else:
-            platform = "cuda"
-
-    # On the CPU the "kernels" are the compute ops, timed by their self time per call.
-    per_call = (lambda s: s.kernel_ns) if platform != "cpu" else (lambda s: s.compute_calls)
-    kernels: dict[str, list[int]] = {}
-    after_occupancy: dict[str, int] = {}
-    for s in steps:
-        for name, durs in per_call(s).items():
-            kernels.setdefault(name, []).extend(durs)
-        for name, n in s.kernels_after_occupancy.items():
-            after_occupancy[name] = after_occupancy.get(name, 0) + n
-    kernel_rows = sorted(
-        (
-            {
-                "name": name,
-                "calls": len(durs),
-                "total_us": sum(durs) * us,
-                "median_us": statistics.median(durs) * us,
-                "min_us": min(durs) * us,
-                "max_us": max(durs) * us,
-                "after_occupancy_query": after_occupancy.get(name, 0),
-            }
-            for name, durs in kernels.items()
-        ),
-        key=lambda r: -r["total_us"],
-    )
-    op_rows = sorted(
-        (
-            {"name": name, "calls": int(v[0]), "self_host_us": v[1] * us, "self_device_us": v[2] * us,
-             "compute_calls": int(v[3]), "category": v[4]}
-            for name, v in ops.items()
-        ),
-        key=lambda r: -(r["self_host_us"] + r["self_device_us"]),
-    )
-
-    per_step = {
-        "host_us": [(s.end - s.start) * us for s in steps],
-        "self_cpu_us": [s.host_self_ns * us for s in steps],
-        "compute_us": [s.compute_ns * us for s in steps],
-        "overhead_us": [(s.host_self_ns - s.compute_ns) * us for s in steps],
-        "device_us": [s.device_ns * us for s in steps],
-        "kernels": [s.kernels for s in steps],
-        "launches": [s.launches for s in steps],
-        "memcpys": [s.memcpys for s in steps],
-        "occupancy_queries": [s.occupancy_queries for s in steps],
-        "aten_ops": [s.aten_ops for s in steps],
-        "sync_us": [s.sync_ns * us for s in steps],
-        "gpu_busy": [
-            sum(b - a for a, b in s.device_intervals) / (s.end - s.start) if s.end > s.start else 0.0
-            for s in steps
-        ],
-        "launch_lag_us": [statistics.median(s.lags_ns) * us if s.lags_ns else None for s in steps],
-    }
-    if any(s.phase_host_ns for s in steps):  # a training step's phases
-        for phase in PHASES:
-            per_step[f"{phase}_host_us"] = [s.phase_host_ns.get(phase, 0) * us for s in steps]
-            per_step[f"{phase}_compute_us"] = [s.phase_compute_ns.get(phase, 0) * us for s in steps]
-            if has_device:
-                per_step[f"{phase}_device_us"] = [s.phase_device_ns.get(phase, 0) * us for s in steps]
-    top = kernel_rows[0]["name"] if kernel_rows else None
-    per_step["top_kernel_us"] = [sum(per_call(s).get(top, [])) * us for s in steps] if top else []
-
-    self_cpu = totals["self"] * us
-    compute = totals["compute"] * us
-    self_device = sum(d[1] for d in device) * us
-    dead = _dead_window_ns(steps[0], host, thread_of) if windowed else None
-    devices = meta.get("deviceProperties") or []
-    result: dict[str, Any] = {
-        "window": "steps" if windowed else "whole trace",
-        "platform": platform,
-        "device_name": devices[0].get("name") if devices and isinstance(devices[0], dict) else None,
-        "steps": len(steps) if windowed else 0,
-        "step_names": [s.name for s in steps] if windowed else [],
-        "self_cpu_total_us": self_cpu,
-        "self_device_total_us": self_device if platform != "cpu" else None,
-        "compute_us": compute,
-        "overhead_us": self_cpu - compute,
-        "kernels_total": sum(1 for d in device if _device_kind(d[2], d[3]) == "kernel"),
-        "launches_total": totals["launches"],
-        "memcpys_total": sum(1 for d in device if _device_kind(d[2], d[3]) == "memcpy"),
-        "memsets_total": sum(1 for d in device if _device_kind(d[2], d[3]) == "memset"),
-        "occupancy_queries_total": totals["occupancy"],
-        "dead_window_us": dead * us if dead is not None else None,
-        "per_step": {key: _stats([v for v in values if v is not None]) for key, values in per_step.items()},
-        "per_step_values": per_step,
-        "kernels": kernel_rows,
-        "top_ops": op_rows,
-    }
-    result["regime"] = regime(result)
-    return result
 
 
 def regime(m: dict[str, Any], flops: float | None = None, bytes_moved: float | None = None,

@@ -425,3 +425,124 @@ def test_the_trace_is_streamed_in_pieces_that_split_anywhere(tmp_path, monkeypat
     for chunk in (7, 64, 1000, 1 << 20):
         monkeypatch.setattr(trace_module, "CHUNK_BYTES", chunk)
         assert load_trace(path) == doc, chunk
+
+
+# --- the parsed events and each analyzer, on a trace small enough to count by hand ----------------
+
+
+def _hand_counted_trace(path: Path) -> Path:
+    """Two steps on one thread, times in µs. Nesting (torch's rule: a child ends within its
+    parent), with each event's self time = dur - its direct children's:
+
+        ProfilerStep#1 [0, 100)                     self 100 - 90 = 10
+          body (annotation) [5, 95)                 self 90 - 50 = 40
+            aten::linear [20, 70)                   self 50 - 4 - 30 = 16  (wraps addmm: overhead)
+              aten::t [22, 26)                      self 4                 (a view: overhead)
+              aten::addmm [30, 60)                  self 30 - 6 - 1 - 5 = 18  (compute)
+                aten::copy_ [32, 38)                self 6                 (an initialiser: compute)
+                cudaOccupancy... [38, 39)           self 1
+                cudaLaunchKernel [40, 45) corr 1    self 5   -> k1 [50, 80) on the GPU
+        ProfilerStep#2 [100, 200)                   self 100 - 20 - 20 - 8 = 52
+          aten::relu [110, 130)                     self 20 - 15 = 5       (wraps clamp_min)
+            aten::clamp_min [112, 127)              self 15 - 4 = 11       (compute)
+              cudaLaunchKernel [115, 119) corr 2    self 4   -> k2 [205, 215): after its step ends
+          aten::add [125, 145)                      self 20  (ends after relu: relu's sibling)
+          cudaDeviceSynchronize [180, 188)          self 8
+        aten::mul [250, 260)                        self 10  (in no step; compute)
+
+    and a memcpy [150, 160) with no launch (in step 2 by its start)."""
+    def host(name, ts, dur, cat="cpu_op", corr=None):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                **({"args": {"correlation": corr}} if corr is not None else {})}
+
+    events = [
+        host("ProfilerStep#1", 0, 100, "user_annotation"), host("body", 5, 90, "user_annotation"),
+        host("aten::linear", 20, 50), host("aten::t", 22, 4), host("aten::addmm", 30, 30),
+        host("aten::copy_", 32, 6), host("cudaOccupancyMaxActiveBlocksPerMultiprocessor", 38, 1, "cuda_runtime"),
+        host("cudaLaunchKernel", 40, 5, "cuda_runtime", corr=1),
+        host("ProfilerStep#2", 100, 100, "user_annotation"), host("aten::relu", 110, 20),
+        host("aten::clamp_min", 112, 15), host("cudaLaunchKernel", 115, 4, "cuda_runtime", corr=2),
+        host("aten::add", 125, 20), host("cudaDeviceSynchronize", 180, 8, "cuda_runtime"),
+        host("aten::mul", 250, 10),
+        {"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 50, "dur": 30,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 205, "dur": 10,
+         "args": {"correlation": 2}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 8, "ts": 150, "dur": 10},
+    ]
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_parse_nests_the_events_and_places_them_in_steps(tmp_path):
+    from analysis.trace import parse_trace
+
+    trace = parse_trace(_hand_counted_trace(tmp_path / "t.json"))
+    host = {h.name: h for h in trace.host if h.name != "cudaLaunchKernel"}
+    parent = {name: h.parent.name if h.parent else None for name, h in host.items()}
+    assert parent["aten::copy_"] == "aten::addmm" and parent["aten::addmm"] == "aten::linear"
+    assert parent["aten::add"] == "ProfilerStep#2"  # it ends after aten::relu does
+    assert parent["aten::mul"] is None and host["aten::copy_"].depth == 4
+    self_us = {name: h.self_ns / 1000 for name, h in host.items()}
+    assert self_us == {"ProfilerStep#1": 10, "body": 40, "aten::linear": 16, "aten::t": 4, "aten::addmm": 18,
+                       "aten::copy_": 6, "cudaOccupancyMaxActiveBlocksPerMultiprocessor": 1, "ProfilerStep#2": 52,
+                       "aten::relu": 5, "aten::clamp_min": 11, "aten::add": 20, "cudaDeviceSynchronize": 8,
+                       "aten::mul": 10}
+    assert {name for name, h in host.items() if h.compute} == {"aten::addmm", "aten::copy_", "aten::clamp_min",
+                                                               "aten::add", "aten::mul"}
+    assert [s.name for s in trace.steps] == ["ProfilerStep#1", "ProfilerStep#2"] and trace.windowed
+    assert (host["aten::t"].step, host["aten::add"].step, host["aten::mul"].step) == (0, 1, None)
+    device = {d.name: d for d in trace.device}
+    launch = device["k2"].launch  # times are ns from the trace's base; the step starts at 0 µs
+    assert device["k2"].step == 1 and launch.ts - trace.steps[0].start == 115_000  # its launch's step
+    assert device["Memcpy HtoD"].step == 1 and device["Memcpy HtoD"].launch is None
+    assert [d.kind for d in trace.device] == ["kernel", "memcpy", "kernel"]  # in time order
+
+
+def test_each_analyzer_on_the_hand_counted_trace(tmp_path):
+    from analysis.trace import (analyse_dead_window, analyse_device, analyse_kernels, analyse_launches,
+                                analyse_ops, analyse_timing, parse_trace)
+
+    trace = parse_trace(_hand_counted_trace(tmp_path / "t.json"))
+    timing = analyse_timing(trace)
+    assert timing.totals == pytest.approx({"self_cpu_total_us": 210, "compute_us": 24 + 31 + 10,
+                                           "overhead_us": 210 - 65})  # the roots' spans: 100 + 100 + 10
+    assert timing.per_step["self_cpu_us"] == pytest.approx([100, 100])
+    assert timing.per_step["compute_us"] == pytest.approx([18 + 6, 11 + 20])
+    # From the annotation inside the first step (5) to its first aten:: op (20).
+    assert analyse_dead_window(trace).totals["dead_window_us"] == pytest.approx(15)
+
+    device = analyse_device(trace)
+    assert device.totals == pytest.approx({"self_device_total_us": 50, "kernels_total": 2, "memcpys_total": 1,
+                                           "memsets_total": 0})
+    assert device.per_step["device_us"] == pytest.approx([30, 20])
+    assert device.per_step["gpu_busy"] == pytest.approx([30 / 100, 10 / 100])  # k2 runs after step 2
+
+    launches = analyse_launches(trace)
+    assert launches.totals == {"launches_total": 2, "occupancy_queries_total": 1}
+    assert (launches.per_step["launches"], launches.per_step["occupancy_queries"]) == ([1, 1], [1, 0])
+    assert launches.per_step["sync_us"] == pytest.approx([0, 8])
+    assert launches.per_step["launch_lag_us"] == pytest.approx([50 - 40, 205 - 115])
+
+    ops = {row["name"]: row for row in analyse_ops(trace).totals["top_ops"]}
+    assert (ops["aten::addmm"]["self_device_us"], ops["aten::clamp_min"]["self_device_us"]) == pytest.approx((30, 10))
+    assert analyse_ops(trace).per_step["aten_ops"] == [4, 3]
+
+    kernels = analyse_kernels(trace, "cuda")
+    assert [(k["name"], k["calls"], k["after_occupancy_query"]) for k in kernels.totals["kernels"]] == [
+        ("k1", 1, 1), ("k2", 1, 0)]
+    assert kernels.per_step["top_kernel_us"] == pytest.approx([30, 0])
+
+
+def test_per_step_keys_keep_their_order(tmp_path):
+    """summary.csv's columns follow PER_STEP_KEYS; a training step's phases come before the top
+    kernel's time."""
+    from analysis.trace import PER_STEP_KEYS
+
+    m = analyse_trace(_hand_counted_trace(tmp_path / "t.json"))
+    assert list(m["per_step"]) == list(PER_STEP_KEYS)
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    events.append({"ph": "X", "cat": "user_annotation", "name": "forward", "pid": 1, "tid": 1, "ts": 10, "dur": 80})
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": events}))
+    phases = [f"{p}_{kind}_us" for p in ("forward", "backward", "optimizer") for kind in ("host", "compute", "device")]
+    assert list(analyse_trace(tmp_path / "t.json")["per_step"]) == list(PER_STEP_KEYS[:-1]) + phases + ["top_kernel_us"]
