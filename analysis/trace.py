@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
+from profsweep.columns import FLAT_KEYS, PER_STEP_KEYS, PHASES  # noqa: F401  (re-exported: the analysis reads them here)
+
 # Device-side events: these categories (CUDA and ROCm's, MTIA's), and every event of a process
 # or stream the trace labels as a device ("GPU 0", "MTIA 0", "stream 7"), whatever its category.
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events"})
@@ -106,7 +108,6 @@ NOT_COMPUTE_OPS = frozenset(
 INITIALISERS = frozenset({"aten::copy_", "aten::fill_", "aten::zero_"})
 NOT_OPERATOR_NAMESPACES = ("autograd::", "torch::", "profiler::")
 COMPUTE_MARK = "cpp_fused"  # Inductor's C++ kernels, e.g. graph_0_cpp_fused_gelu_mul_0
-PHASES = ("forward", "backward", "optimizer")  # a training step's record_function phases
 
 
 def is_operator(name: str) -> bool:
@@ -935,18 +936,6 @@ NOT_OP_CATEGORIES = frozenset({"user_annotation", "python_function"})
 def is_op(row: dict[str, Any]) -> bool:
     """A row of a trace's op table (`top_ops`) that is an op, not an annotation or a Python frame."""
     return row.get("category") not in NOT_OP_CATEGORIES and not str(row["name"]).startswith("ProfilerStep#")
-
-
-FLAT_KEYS = (
-    "window", "platform", "steps", "self_cpu_total_us", "self_device_total_us",
-    "compute_us", "overhead_us", "kernels_total", "launches_total", "memcpys_total",
-    "memsets_total", "occupancy_queries_total", "dead_window_us", "malformed_events",
-)
-# Per-step statistics (step_<key>_median/min/max in summary.csv; phases add <phase>_host_us, ...).
-PER_STEP_KEYS = (
-    "host_us", "self_cpu_us", "compute_us", "overhead_us", "device_us", "kernels", "launches", "memcpys",
-    "occupancy_queries", "aten_ops", "sync_us", "gpu_busy", "launch_lag_us", "top_kernel_us",
-)
 
 
 def flat(m: dict[str, Any]) -> dict[str, Any]:
