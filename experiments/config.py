@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any, List, Mapping
+from typing import Any, List, Mapping, NamedTuple
 
 from experiments.seam import short_name
 
@@ -21,7 +21,6 @@ class ConfigError(ValueError):
 
 DTYPES = ("bf16", "fp16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
-OPTIMIZERS = ("adamw", "sgd")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 ISOLATIONS = ("process", "none")
 STARTS = ("fork", "fresh")
@@ -31,6 +30,20 @@ AUTO = "auto"
 # Settings of the sweep as a whole, not of what a job measures: they never change a job's
 # config_hash, so a rerun with more repeats adds only the missing ones.
 SWEEP_ONLY = ("repeat", "repeats", "precision", "max_repeats", "variant_settings")
+
+
+class Optimizer(NamedTuple):
+    """A training step's optimizer: its class in torch.optim, and how many tensors of state it
+    keeps per parameter (the cost counts them: read and written every step)."""
+
+    torch_class: str
+    state_slots: int
+
+
+# The optimizers a training step may use, one declaration each: the config check, the cost and
+# the step (experiments.steps) read it. AdamW keeps two moments, plain SGD no state.
+OPTIMIZERS = {"adamw": Optimizer("AdamW", state_slots=2), "sgd": Optimizer("SGD", state_slots=0)}
+
 
 def _require_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
@@ -234,7 +247,7 @@ class JobConfig:
         _require_bool("compile", self.compile)
         _require_bool("warmup", self.warmup)
         _require_bool("train", self.train)
-        _require_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _require_choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
 
     @property
     def phase(self) -> str:

@@ -58,10 +58,10 @@ from experiments.records import LOCK_WAIT_ENV
 # (experiments.lifeline); pytest rewrites PYTEST_CURRENT_TEST at every phase of every test.
 LAZY_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_VISIBLE_DEVICES", PARENT_ENV, "PYTEST_CURRENT_TEST",
             LOCK_WAIT_ENV)
-# What the job imports at module level and in _profile, pure imports without side effects. Not
-# experiments.job itself: it runs as __main__, as under `python -m`.
+# What the job imports at module level and while it prepares (job._settle_process), pure imports
+# without side effects. Not experiments.job itself: it runs as __main__, as under `python -m`.
 PRELOAD = ("torch", "torch.profiler", "experiments.records", "experiments.seam", "experiments.config",
-           "experiments.counting", "experiments.steps", "experiments.workloads")
+           "experiments.counting", "experiments.steps", "experiments.profiling", "experiments.workloads")
 # Modules the template must not hold: those that read their configuration or choose caches when
 # imported, and the job's own module (it runs as __main__, as under `python -m`).
 FIRST_USE_MODULES = ("triton", "experiments.job")

@@ -3,30 +3,36 @@
     python -m experiments.job <job_dir>/job_config.json
 
 is how the sweep runs each job in a fresh interpreter (and how a person reruns one by hand).
-Order of work: validate, check memory, build inputs, time the first call on its own (cold: as
-the profiler's first wait step; warm: as the first warm-up call), warm up (when asked), profile
-with the configured schedule, export the Chrome trace and the key_averages() table, write
-metrics.json. Every file is written atomically.
+The job's work is in parts, each filling its part of the record (`_profile`): prepare (device,
+cost, memory guard, build, compile), the first call timed on its own (cold: as the profiler's
+first wait step; warm: as the first warm-up call), warm-up (when asked), the profiled steps
+(experiments.profiling: the configured schedule, the Chrome trace and key_averages() table of
+each cycle), un-profiled timing, then peak memory and, without a cost model, FLOPs and bytes
+counted. `run_job` turns any failure into the record and writes metrics.json. Every file is
+written atomically.
 """
 
 from __future__ import annotations
 
-import errno
 import faulthandler
-import gc
 import importlib
 import json
 import os
-import shutil
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from experiments import machine, records, seam
 from experiments.config import AUTO, ConfigError, JobConfig, config_from_dict
 from experiments.lifeline import die_with_parent
+from experiments.records import JobError
+
+if TYPE_CHECKING:  # both import torch: the job imports them once it runs (_settle_process)
+    from experiments.profiling import ProfilingSession
+    from experiments.steps import Step
 
 MEMORY_HEADROOM = 0.9  # a job may plan to use at most this share of the free memory
 # Un-profiled timing after the profiled steps: at least TIMED_MIN_STEPS steps and TIMED_MIN_S
@@ -34,10 +40,6 @@ MEMORY_HEADROOM = 0.9  # a job may plan to use at most this share of the free me
 TIMED_MIN_STEPS, TIMED_MIN_S = 20, 0.2
 TIMED_FLOOR, TIMED_MAX_S, TIMED_MAX_STEPS = 3, 0.5, 20_000
 TIMED_SAMPLES_KEPT = 201  # more steps are kept as this many evenly spaced order statistics (the median among them)
-
-
-class JobError(RuntimeError):
-    """A job that cannot run as configured; the message is what the user reads."""
 
 
 def run_job(config: JobConfig, job_dir: Path) -> dict[str, Any]:
@@ -66,20 +68,60 @@ def run_job(config: JobConfig, job_dir: Path) -> dict[str, Any]:
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
+@dataclass
+class Prepared:
+    """What the parts of a job share once it is prepared: the device, the workload built on it,
+    its step (compiled when asked), and the cost model's numbers (None: counted after profiling)."""
+
+    config: JobConfig
+    device: str
+    free: int | None  # memory available where the tensors live, when the job started
+    workload: seam.Workload
+    modules: list[Any]  # the nn.Modules the step runs (steps.modules_of)
+    step: Step
+    cost: seam.Cost | None
+    sync: Callable[[], None]  # synchronise the device before reading a clock
+
+    def grad_mode(self) -> Any:
+        import torch
+
+        return torch.enable_grad() if self.config.train else torch.no_grad()
+
+
 def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
-    """Do the job's work, adding each measurement to `out` as soon as it is known."""
+    """Do the job's work in its parts, each adding its measurements to `out` as soon as they are
+    known: prepare, first call, warm-up, the profiled steps, un-profiled timing, the post-counts."""
+    job = _prepare(config, out)
+    with job.grad_mode():
+        if job.cost is None:
+            _guard_memory_of_what_was_built(job, out)
+        # As in the article, no call is added to time the first one: cold, it is the profiler's
+        # first wait step (never recorded); warm, the first of the run.warmup_iters warm-up calls.
+        first_in_profiler = not config.warmup and config.profiler.wait >= 1
+        if not first_in_profiler:
+            _first_call(job, out)
+        if config.warmup:
+            _warm_up(job, out)
+        session = _profiled_steps(job, job_dir, out, first_in_profiler)
+        _time_unprofiled(job, session.window_start, out)
+        _peak_memory(job, out)
+        if job.cost is None:
+            _count_flops_and_bytes(job, out)
+    _cycle_totals(config, job.device, session.cycles, out)
+
+
+# --- prepare: device, cost, memory guard, build, compile ----------------------------------------
+
+
+def _prepare(config: JobConfig, out: dict[str, Any]) -> Prepared:
+    """Everything before the first call: the process settled as a fresh interpreter's, the device
+    and machine recorded, the memory guarded (by the cost model before building, by the workload's
+    own cost after), the workload built and placed, its step made (compiled when asked)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-    from experiments import counting, placement
-    from experiments.steps import make_step, modules_of, optimizer_slots
+    from experiments.steps import make_step, modules_of
 
-    from experiments.forkserver import COMPILER_MODULES, settle_garbage_collector
-
-    if config.compile:  # what a forked job's template imported (with a CPU-only torch) before settling
-        for name in COMPILER_MODULES:
-            importlib.import_module(name)
-    settle_garbage_collector()  # the collector's state of a fresh interpreter, however the job started
+    _settle_process(config)
     device = resolve_device(config.device)
     if config.run.threads != AUTO:
         torch.set_num_threads(int(config.run.threads))  # before the job's first op
@@ -87,7 +129,43 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
     grid = {"size": config.size, "dtype": getattr(torch, DTYPES[config.dtype]), "device": torch.device(device)}
     cost = seam.estimate(w.target, w.settings, **grid)
     free = available_memory_bytes(device)
-    out.update(
+    out.update(_machine_fields(device, free))
+    _add_cost(out, cost, config)
+    _check_memory(out, config, device, free)
+    sync = _synchroniser(device)
+    with torch.no_grad():
+        workload = seam.build(w.target, w.settings, **grid)
+    modules = modules_of(workload.fn)
+    _place(config, workload, modules, grid, device, out)
+    if cost is None and workload.cost is not None:
+        cost = workload.cost
+        _add_cost(out, cost, config)
+        _check_memory(out, config, device, free)
+    step = make_step(workload, train=config.train, optimizer=config.optimizer, name=w.name,
+                     compile_fn=_compiler(config, device))
+    return Prepared(config, device, free, workload, modules, step, cost, sync)
+
+
+def _settle_process(config: JobConfig) -> None:
+    """Import what the job runs, then settle the garbage collector: a forked job and a fresh
+    interpreter start their work from the same state (forkserver.settle_garbage_collector)."""
+    import torch  # noqa: F401
+    import torch.profiler  # noqa: F401
+
+    from experiments import counting, placement, profiling, steps  # noqa: F401
+    from experiments.forkserver import COMPILER_MODULES, settle_garbage_collector
+
+    if config.compile:  # what a forked job's template imported (with a CPU-only torch) before settling
+        for name in COMPILER_MODULES:
+            importlib.import_module(name)
+    settle_garbage_collector()  # the collector's state of a fresh interpreter, however the job started
+
+
+def _machine_fields(device: str, free: int | None) -> dict[str, Any]:
+    """Where the job runs: device, versions, memory, threads, CPUs, the wait for its device slot."""
+    import torch
+
+    return dict(
         device=device,
         device_name=device_name(device),
         torch_version=torch.__version__,
@@ -100,134 +178,170 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
         ran_device=None,
         warnings=[],
     )
-    _add_cost(out, cost, config)
-    _check_memory(out, config, device, free)
+
+
+def _synchroniser(device: str) -> Callable[[], None]:
+    """A call that waits for the device's queued work (nothing to wait for on the CPU)."""
+    import torch
 
     def sync() -> None:
         if device == "cuda":
             torch.cuda.synchronize()
 
-    with torch.no_grad():
-        workload = seam.build(w.target, w.settings, **grid)
-    modules = modules_of(workload.fn)
+    return sync
+
+
+def _place(config: JobConfig, workload: seam.Workload, modules: list[Any], grid: dict[str, Any], device: str,
+           out: dict[str, Any]) -> None:
+    """Record the dtype and device the factory's parameters and inputs turned out to have; refuse
+    what cannot be profiled (meta tensors), say the rest as warnings."""
+    from experiments import placement
+
     held = placement.of(modules, workload.inputs, dtype=grid["dtype"], device=device,
-                        requested_device=config.device, target=w.target)
+                        requested_device=config.device, target=config.workload.target)
     out.update(ran_dtype=held.dtype, ran_device=held.device, warnings=held.warnings)
     if held.refusal:
         raise JobError(held.refusal)
     for warning in held.warnings:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
-    if cost is None and workload.cost is not None:
-        cost = workload.cost
-        _add_cost(out, cost, config)
-        _check_memory(out, config, device, free)
-    compile_fn = None
+
+
+def _compiler(config: JobConfig, device: str) -> Callable[[Any], Any] | None:
+    """torch.compile with the job's settings (None for an eager job)."""
+    if not config.compile:
+        return None
+    import torch
+
+    if device == "cpu":
+        # Name Inductor's generated C++ kernels in the trace (graph_0_cpp_fused_...), so
+        # their time shows as compute instead of hiding in the compiled graph's call.
+        import torch._inductor.config as inductor_config
+
+        inductor_config.cpp.enable_kernel_profile = True
+
+    def compile_fn(fn: Any) -> Any:
+        return torch.compile(fn, mode=config.compiler.mode, backend=config.compiler.backend,
+                             dynamic=config.compiler.dynamic)
+
+    return compile_fn
+
+
+def _guard_memory_of_what_was_built(job: Prepared, out: dict[str, Any]) -> None:
+    """Without a cost model, a lower bound before the first call: the tensors the factory made,
+    their gradients and optimizer state; the first call's activations are not known yet."""
+    from experiments import counting
+    from experiments.steps import optimizer_slots
+
+    config, step = job.config, job.step
+    resident = counting.storage_bytes([*counting.tensors(job.workload.inputs), *step.parameters,
+                                       *_module_tensors(job.modules)])
+    grads = counting.storage_bytes(step.parameters) * (1 + optimizer_slots(config.optimizer))
+    out["memory_estimate_bytes"] = resident + (grads if config.train else 0)
+    _check_memory(out, config, job.device, job.free)
+
+
+# --- first call, warm-up, the profiled steps ---------------------------------------------------
+
+
+def _first_call(job: Prepared, out: dict[str, Any]) -> None:
+    """Timed on its own: compilation included, device synchronized before and after."""
+    from experiments import counting
+
+    config = job.config
+    job.sync()
+    start = time.perf_counter()
+    result = job.step.call()
+    job.sync()
+    out["first_call_ms"] = (time.perf_counter() - start) * 1e3
+    if any(t.is_meta for t in counting.tensors([result])):  # meta tensors the factory hid from the check
+        raise JobError(f"meta tensors are refused: {config.workload.target}'s step returned a tensor on device "
+                       "'meta' (no data: nothing ran); build the model and its inputs on the device the "
+                       "factory is given")
     if config.compile:
-        if device == "cpu":
-            # Name Inductor's generated C++ kernels in the trace (graph_0_cpp_fused_...), so
-            # their time shows as compute instead of hiding in the compiled graph's call.
-            import torch._inductor.config as inductor_config
+        out.update(_compile_counters())
+        if not config.warmup and out.get("inductor_cache_hits"):
+            # run=fast (or compile_cache=shared): an earlier job compiled this graph
+            out["not_cold"] = ("the compiled graph came from Inductor's cache, not a cold compilation "
+                               "(run.isolation=none or run.compile_cache=shared)")
 
-            inductor_config.cpp.enable_kernel_profile = True
 
-        def compile_fn(fn: Any) -> Any:
-            return torch.compile(fn, mode=config.compiler.mode, backend=config.compiler.backend,
-                                 dynamic=config.compiler.dynamic)
+def _warm_up(job: Prepared, out: dict[str, Any]) -> None:
+    """The rest of the run.warmup_iters warm-up calls (the first call was the first of them)."""
+    start = time.perf_counter()
+    for _ in range(job.config.run.warmup_iters - 1):
+        job.step.call()
+    job.sync()
+    out["warmup_ms"] = (time.perf_counter() - start) * 1e3
 
-    step = make_step(workload, train=config.train, optimizer=config.optimizer, name=w.name, compile_fn=compile_fn)
-    grad_mode = torch.enable_grad if config.train else torch.no_grad
-    with grad_mode():
-        if cost is None:
-            # A lower bound before the first call: the tensors the factory made, their gradients
-            # and optimizer state; the first call's activations are not known yet.
-            resident = counting.storage_bytes([*counting.tensors(workload.inputs), *step.parameters,
-                                               *_module_tensors(modules)])
-            grads = counting.storage_bytes(step.parameters) * (1 + optimizer_slots(config.optimizer))
-            out["memory_estimate_bytes"] = resident + (grads if config.train else 0)
-            _check_memory(out, config, device, free)
 
-        def first_call() -> None:
-            """Timed on its own: compilation included, device synchronized before and after."""
-            sync()
-            start = time.perf_counter()
-            result = step.call()
-            sync()
-            out["first_call_ms"] = (time.perf_counter() - start) * 1e3
-            if any(t.is_meta for t in counting.tensors([result])):  # meta tensors the factory hid from the check
-                raise JobError(f"meta tensors are refused: {w.target}'s step returned a tensor on device 'meta' "
-                               "(no data: nothing ran); build the model and its inputs on the device the "
-                               "factory is given")
-            if config.compile:
-                out.update(_compile_counters())
-                if not config.warmup and out.get("inductor_cache_hits"):
-                    # run=fast (or compile_cache=shared): an earlier job compiled this graph
-                    out["not_cold"] = ("the compiled graph came from Inductor's cache, not a cold compilation "
-                                       "(run.isolation=none or run.compile_cache=shared)")
+def _profiled_steps(job: Prepared, job_dir: Path, out: dict[str, Any], first_in_profiler: bool
+                    ) -> ProfilingSession:
+    """The configured schedule's steps, each under the workload's record_function, given to the
+    profiling session (experiments.profiling); the first is the timed first call when it is the
+    profiler's first wait step. Returns the session, ended: its cycles and window start."""
+    from torch.profiler import record_function
 
-        p = config.profiler
-        # As in the article, no call is added to time the first one: cold, it is the profiler's
-        # first wait step (never recorded); warm, the first of the run.warmup_iters warm-up calls.
-        first_in_profiler = not config.warmup and p.wait >= 1
-        if not first_in_profiler:
-            first_call()
-        if config.warmup:
-            start = time.perf_counter()
-            for _ in range(config.run.warmup_iters - 1):
-                step.call()
-            sync()
-            out["warmup_ms"] = (time.perf_counter() - start) * 1e3
+    from experiments.profiling import ProfilingSession
 
-        activities = [ProfilerActivity.CPU]
-        if device == "cuda":
-            activities.append(ProfilerActivity.CUDA)
-        cycles: list[dict[str, Any]] = []
-        exporter = _exporter(config, job_dir, device, cycles)
-        first_active = p.wait + p.warmup  # the first recorded step of each cycle
-        window: list[machine.Reading] = []  # from the first recorded step to the last timed one
-        with profile(
-            activities=activities,
-            schedule=schedule(wait=p.wait, warmup=p.warmup, active=p.active, repeat=p.repeat),
-            on_trace_ready=exporter,
-            record_shapes=p.record_shapes,
-            with_stack=p.with_stack,
-            profile_memory=p.profile_memory,
-        ) as prof:
-            for i in range(p.total_steps):
-                if i == first_active:
-                    sync()
-                    if device == "cuda":
-                        torch.cuda.reset_peak_memory_stats()
-                    if not window:
-                        window.append(machine.read())
-                with record_function(w.name):
-                    if i == 0 and first_in_profiler:
-                        first_call()
-                    else:
-                        step.call()
-                prof.step()
-        sync()
-        out.update(_timed(step.call, sync))
-        out.update(machine.between(window[0], machine.read()) if window else {})
-        out["loadavg_1m"] = machine.loadavg()
-        if device == "cuda":
-            out["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated())
-            out["peak_memory_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
-        else:
-            # One extra call, after the profiled steps: the live tensors plus the allocator's peak.
-            transient = counting.transient_peak_bytes(step.call)
-            resident = counting.live_tensor_bytes(torch.device(device))
-            out["peak_memory_bytes"] = resident + transient if transient is not None else None
-        out["peak_memory_source"] = "cuda allocator" if device == "cuda" else "live tensors + cpu allocator events"
-        if cost is None:
-            # No cost model: count FLOPs on one eager call, and the bytes it must move.
-            out["flops_per_call"] = counting.count_flops(step.eager)
-            weights = counting.storage_bytes([*step.parameters, *_module_tensors(modules)])
-            # Inputs read and the output written once; weights read once, and in training also
-            # their gradients written and read, and the optimizer state read and written.
-            reads = 1 + (2 + 2 * optimizer_slots(config.optimizer) if config.train else 0)
-            out["bytes_per_call"] = counting.moved_bytes(workload.inputs, [], step.eager()) + reads * weights
-            out["flops_source"] = "counted"
+    call, name = job.step.call, job.config.workload.name
+    with ProfilingSession(job.config, job_dir, job.device, job.sync) as session:
+        for i in range(job.config.profiler.total_steps):
+            with record_function(name):
+                if i == 0 and first_in_profiler:
+                    _first_call(job, out)
+                else:
+                    call()
+            session.step()
+    return session
 
+
+# --- after profiling: un-profiled timing, peak memory, FLOPs and bytes -------------------------
+
+
+def _time_unprofiled(job: Prepared, window_start: machine.Reading | None, out: dict[str, Any]) -> None:
+    """Steps without the profiler (_timed), then what else the machine did from the first recorded
+    step to the last timed one."""
+    job.sync()
+    out.update(_timed(job.step.call, job.sync))
+    out.update(machine.between(window_start, machine.read()) if window_start else {})
+    out["loadavg_1m"] = machine.loadavg()
+
+
+def _peak_memory(job: Prepared, out: dict[str, Any]) -> None:
+    """CUDA's allocator peak over the recorded steps; on the CPU, one extra call after the profiled
+    steps: the live tensors plus the allocator's peak."""
+    import torch
+
+    from experiments import counting
+
+    if job.device == "cuda":
+        out["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated())
+        out["peak_memory_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+    else:
+        transient = counting.transient_peak_bytes(job.step.call)
+        resident = counting.live_tensor_bytes(torch.device(job.device))
+        out["peak_memory_bytes"] = resident + transient if transient is not None else None
+    out["peak_memory_source"] = "cuda allocator" if job.device == "cuda" else "live tensors + cpu allocator events"
+
+
+def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
+    """No cost model: count FLOPs on one eager call, and the bytes it must move."""
+    from experiments import counting
+    from experiments.steps import optimizer_slots
+
+    step = job.step
+    out["flops_per_call"] = counting.count_flops(step.eager)
+    weights = counting.storage_bytes([*step.parameters, *_module_tensors(job.modules)])
+    # Inputs read and the output written once; weights read once, and in training also
+    # their gradients written and read, and the optimizer state read and written.
+    reads = 1 + (2 + 2 * optimizer_slots(job.config.optimizer) if job.config.train else 0)
+    out["bytes_per_call"] = counting.moved_bytes(job.workload.inputs, [], step.eager()) + reads * weights
+    out["flops_source"] = "counted"
+
+
+def _cycle_totals(config: JobConfig, device: str, cycles: list[dict[str, Any]], out: dict[str, Any]) -> None:
+    """The profiled steps, the footer totals summed over the cycles, and each cycle's files."""
+    p = config.profiler
     if len(cycles) != p.repeat:
         raise JobError(f"the profiler delivered {len(cycles)} of {p.repeat} traces")
     self_device = [c["self_device_total_us"] for c in cycles]
@@ -302,77 +416,6 @@ def _check_memory(out: dict[str, Any], config: JobConfig, device: str, free: int
             f"{', gradients, optimizer state' if config.train else ''} and live intermediates) but only "
             f"{_gib(free)} is available on {device}"
         )
-
-
-def _exporter(
-    config: JobConfig, job_dir: Path, device: str, cycles: list[dict[str, Any]]
-) -> Callable[[Any], None]:
-    """on_trace_ready: write one profiler cycle's Chrome trace and table, record its totals."""
-    stem = records.artifact_stem(config)
-    sort_by = "cuda_time_total" if device == "cuda" else "cpu_time_total"
-
-    def export(prof: Any) -> None:
-        suffix = "" if config.profiler.repeat == 1 else f"_cycle{len(cycles) + 1}"
-        ext = ".json.gz" if config.profiler.gzip else ".json"  # torch gzips a path ending in .gz
-        trace = job_dir / f"{stem}{suffix}{ext}"
-        table = job_dir / f"{stem}{suffix}.txt"
-        partial = job_dir / f".{stem}{suffix}.partial{ext}"
-        try:
-            prof.export_chrome_trace(str(partial))
-            if not config.profiler.gzip:
-                _check_complete(partial)
-            os.replace(partial, trace)
-        finally:
-            partial.unlink(missing_ok=True)
-            partial.with_name(f"{partial.name}.tmp").unlink(missing_ok=True)  # the profiler's own, when it failed
-        events = prof.key_averages()
-        records.atomic_write_text(
-            table, events.table(sort_by=sort_by, row_limit=config.profiler.row_limit) + "\n"
-        )
-        cycles.append(
-            {"trace_file": trace.name, "table_file": table.name, **footer_totals(events)}
-        )
-
-    return export
-
-
-DISK_FULL_BELOW = 64 * 2**20  # a trace cut short with less free space than this: the disk filled
-
-
-def _check_complete(trace: Path) -> None:
-    """The profiler writes a JSON trace without reporting a failed write: a trace that does not
-    end its JSON object was cut short (by a full disk when the disk has next to nothing left)."""
-    try:
-        with open(trace, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 64))
-            tail = f.read().rstrip()
-    except OSError:
-        size, tail = 0, b""
-    if tail.endswith(b"}"):
-        return
-    free = shutil.disk_usage(trace.parent).free
-    written = f"the profiler wrote {size:,} bytes of {trace.name[1:].replace('.partial', '')} and stopped"
-    if free < DISK_FULL_BELOW:
-        raise OSError(errno.ENOSPC, f"{written}; {free:,} bytes free in {trace.parent.parent}")
-    raise JobError(f"{written} ({free:,} bytes free on its disk)")
-
-
-def footer_totals(events: Any) -> dict[str, float]:
-    """The two totals of key_averages().table()'s footer, summed exactly as torch sums them."""
-    from torch.autograd import DeviceType
-
-    device_types = {DeviceType.CUDA}
-    for name in ("PrivateUse1", "MTIA", "XPU"):
-        if hasattr(DeviceType, name):
-            device_types.add(getattr(DeviceType, name))
-    self_cpu = self_device = 0.0
-    for e in events:
-        self_cpu += e.self_cpu_time_total
-        if e.device_type in device_types and not getattr(e, "is_user_annotation", False):
-            self_device += getattr(e, "self_device_time_total", 0.0)
-    return {"self_cpu_total_us": self_cpu, "self_device_total_us": self_device}
 
 
 def _compile_counters() -> dict[str, Any]:

@@ -33,6 +33,11 @@ LOCK_WAIT_ENV = "PROFSWEEP_LOCK_WAIT_S"  # how long the sweep waited for a job's
 EXIT_DISK_FULL = 28  # (ENOSPC) the job process's exit code then (it may not have written metrics.json)
 
 
+class JobError(RuntimeError):
+    """A job that cannot run as configured; the message is what the user reads (a record's error
+    starts with this class's name: `JobError: memory: ...`)."""
+
+
 def artifact_stem(config: JobConfig) -> str:
     """`<size>_<dtype>_<cold|warm>_<eager|compile>`, the article's file names (`_train` after
     them for training steps)."""

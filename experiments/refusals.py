@@ -14,7 +14,7 @@ import io
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 EXIT_BAD_INPUT = 2
 _FULL_ERROR_HINT = re.compile(r"\n?Set the environment variable HYDRA_FULL_ERROR=1[^\n]*\n?")
@@ -54,6 +54,13 @@ class _Held(io.TextIOBase):
 
 
 _HELD: list[_Held] = []
+
+
+def refuse(message: str) -> NoReturn:
+    """Refuse the input before any job starts: `error: MESSAGE` on stderr, exit 2. (Hydra turns an
+    exception raised in a callback into a warning, so a refusal is a SystemExit, said first.)"""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_BAD_INPUT)
 
 
 def hold() -> None:

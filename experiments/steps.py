@@ -24,9 +24,9 @@ import torch
 from torch import nn
 from torch.profiler import record_function
 
+from experiments.config import OPTIMIZERS
 from experiments.seam import Workload
 
-OPTIMIZERS = ("adamw", "sgd")
 LEARNING_RATE = 1e-3  # the step's cost does not depend on it
 
 
@@ -172,11 +172,10 @@ def _reachable(obj: Any) -> list[Any]:
 
 
 def _optimizer(name: str, parameters: list[torch.Tensor]) -> Any:
-    if name == "adamw":
-        return torch.optim.AdamW(parameters, lr=LEARNING_RATE)
-    if name == "sgd":
-        return torch.optim.SGD(parameters, lr=LEARNING_RATE)
-    raise StepError(f"optimizer={name!r} is not allowed: choose one of {', '.join(OPTIMIZERS)}")
+    """The registered optimizer (config.OPTIMIZERS) over the step's parameters."""
+    if name not in OPTIMIZERS:
+        raise StepError(f"optimizer={name!r} is not allowed: choose one of {', '.join(OPTIMIZERS)}")
+    return getattr(torch.optim, OPTIMIZERS[name].torch_class)(parameters, lr=LEARNING_RATE)
 
 
 def _training(model: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -195,5 +194,6 @@ def _training(model: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str
 
 
 def optimizer_slots(name: str) -> int:
-    """Tensors of optimizer state per parameter: AdamW keeps two moments, plain SGD none."""
-    return 2 if name == "adamw" else 0
+    """Tensors of optimizer state per parameter (config.OPTIMIZERS): AdamW keeps two moments, plain
+    SGD none."""
+    return OPTIMIZERS[name].state_slots

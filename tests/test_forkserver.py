@@ -42,7 +42,7 @@ def script(folder: Path, name: str, body: str) -> Path:
 
 
 def fresh(argv: list[str], log: Path, env: dict[str, str], timeout: float | None = 60) -> int:
-    """The same command as a fresh interpreter, as experiments/launch.py runs a job today."""
+    """The same command as a fresh interpreter, as experiments/launchers.py runs a job today."""
     with open(log, "wb") as out:
         return subprocess.run([sys.executable, *argv], stdin=subprocess.DEVNULL, stdout=out,
                               stderr=subprocess.STDOUT, env={**os.environ, **env}, timeout=timeout).returncode
@@ -340,7 +340,7 @@ def test_a_forked_job_writes_what_a_fresh_one_writes(server, tmp_path):
     for side in ("fork", "fresh"):
         config = job_config(tmp_path / side, size=16, dtype="fp32")
         run = server.run if side == "fork" else lambda c, log, env, t: fresh(["-m", "experiments.job", str(c)], log, env, t)
-        env = {**fresh_caches(tmp_path), PARENT_ENV: str(os.getpid())}  # as launch.py starts a job
+        env = {**fresh_caches(tmp_path), PARENT_ENV: str(os.getpid())}  # as launchers.py starts a job
         assert run(config, config.parent / records.LOG_FILE, env, 120) == 0
         jobs[side] = config.parent
     fork, new = read_metrics(jobs["fork"]), read_metrics(jobs["fresh"])

@@ -14,11 +14,11 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.types import HydraContext
 from omegaconf import OmegaConf
 
-from experiments import sweep
+from experiments import preflight, refusals, sweep_folder
 from experiments.config import register_configs
-from experiments.launch import Interrupted
 from hydra_plugins.profsweep_grid import grid
 from hydra_plugins.profsweep_grid.grid_sweeper import BASIC_LAUNCHER, GridSweeper
+from profsweep.sweep_state import SWEEP
 from tests.conftest import ROOT
 
 
@@ -42,17 +42,17 @@ class Composer:
         return compose("config", overrides=list(overrides), return_hydra_config=True)
 
 
-def planned(overrides: list[str], composer: Composer | None = None) -> list[sweep.Planned]:
+def planned(overrides: list[str], composer: Composer | None = None) -> list[preflight.Planned]:
     master = compose("config", overrides=[o for o in overrides if "," not in o and "range" not in o],
                      return_hydra_config=True)
     axes = grid.axes(grid.arguments(master.hydra.sweeper.params, overrides))
-    return sweep.preflight(master, axes, composer or Composer())
+    return preflight.preflight(master, axes, composer or Composer())
 
 
 @pytest.fixture
 def interrupted():
-    yield Interrupted
-    Interrupted.seen, Interrupted.disk_error = False, None
+    yield SWEEP
+    SWEEP.reset()
 
 
 # --- the grid ------------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ def test_batches_of_max_batch_size():
 
 def test_a_presets_params_are_its_grid(hydra_conf):
     master = compose("config", overrides=["+experiment=part1"], return_hydra_config=True)
-    assert master.hydra.sweeper._target_ == sweep.GRID_SWEEPER
+    assert master.hydra.sweeper._target_ == preflight.GRID_SWEEPER
     axes = grid.axes(grid.arguments(master.hydra.sweeper.params, ["+experiment=part1", "size=16,32"]))
     assert grid.size(axes) == 2 * 2 * 2 * 2
     assert next(iter(grid.jobs(axes))) == ["size=16", "dtype=bf16", "compile=False", "warmup=False", "+experiment=part1"]
@@ -136,8 +136,8 @@ def test_a_100000_job_grid_is_checked_without_converting_a_config_per_value(hydr
     """Each value is set once and checked, but the composed config is turned into plain data
     once per composition, not once per value (that took 34 s for 100,000 sizes)."""
     conversions = []
-    real = sweep.plain_config
-    monkeypatch.setattr(sweep, "plain_config", lambda cfg: conversions.append(1) or real(cfg))
+    real = preflight.plain_config
+    monkeypatch.setattr(preflight, "plain_config", lambda cfg: conversions.append(1) or real(cfg))
     composer = Composer()
     plan = planned(["size=range(1,100001)", "dtype=bf16,fp32"], composer)
     assert sum(p.jobs for p in plan) == 200_000
@@ -154,7 +154,7 @@ def test_a_bad_value_deep_in_a_grid_is_refused(hydra_conf, capsys, bad, needles)
     overrides = [bad, other] if bad.startswith("size") else [other, bad]
     with pytest.raises(SystemExit) as info:
         planned(overrides)
-    assert info.value.code == sweep.EXIT_BAD_INPUT
+    assert info.value.code == refusals.EXIT_BAD_INPUT
     err = capsys.readouterr().err
     for needle in needles:
         assert needle in err, (needle, err)
@@ -170,7 +170,7 @@ def test_left_out_jobs_are_counted_from_the_grid(hydra_conf, capsys):
     # workload.backend is checked in every combination with device: 2 x 50 jobs use 'efficient'.
     plan = planned(["workload=attention", "workload.backend=math,efficient", "size=range(1,51)",
                     "dtype=bf16,fp32", "run.unavailable=skip", "device=cpu"])
-    sweep.check_configs([p.config for p in plan], [p.jobs for p in plan])
+    preflight.check_configs([p.config for p in plan], [p.jobs for p in plan])
     out = capsys.readouterr().out
     assert "left out on this machine: 100 jobs with workload.backend='efficient' (CUDA only; device=cpu)" in out
 
@@ -182,24 +182,24 @@ def test_a_short_disk_is_warned_of(hydra_conf, capsys, monkeypatch, tmp_path):
     plan = planned(["size=range(1,1001)"])
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 0, 1_000_000))
-    sweep.warn_if_short_of_space(tmp_path / "not" / "yet", "hydra.sweep.dir", plan)
+    sweep_folder.warn_if_short_of_space(tmp_path / "not" / "yet", "hydra.sweep.dir", plan)
     err = capsys.readouterr().err
-    each = sweep.estimated_job_bytes(plan[0].config, cuda=False)
+    each = sweep_folder.estimated_job_bytes(plan[0].config, cuda=False)
     assert 40_000 < each < 100_000  # profiler=article: 3 steps
     assert err == (f"warning: hydra.sweep.dir={tmp_path / 'not' / 'yet'} has 1.0 MB free; this sweep of 1,000 "
-                   f"jobs may write about {sweep._bytes(1000 * each)} (about {sweep._bytes(each)} a job; "
+                   f"jobs may write about {sweep_folder._bytes(1000 * each)} (about {sweep_folder._bytes(each)} a job; "
                    "profiler.gzip=true writes traces several times smaller)\n")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 10**11))
-    sweep.warn_if_short_of_space(tmp_path, "hydra.sweep.dir", plan)
+    sweep_folder.warn_if_short_of_space(tmp_path, "hydra.sweep.dir", plan)
     assert capsys.readouterr().err == ""
 
 
 def test_the_estimate_grows_with_profiled_steps_stacks_and_shrinks_with_gzip(hydra_conf):
     def each(*overrides):
-        return sweep.estimated_job_bytes(planned(list(overrides))[0].config, cuda=False)
+        return sweep_folder.estimated_job_bytes(planned(list(overrides))[0].config, cuda=False)
 
     assert each("profiler.active=20") > each("profiler.active=3")
-    assert each("profiler=detailed") > 3 * each() - 3 * sweep.JOB_FIXED_BYTES
+    assert each("profiler=detailed") > 3 * each() - 3 * sweep_folder.JOB_FIXED_BYTES
     assert each("profiler.gzip=true") < each()
 
 
@@ -219,7 +219,7 @@ class Launcher:
             raise self.error
         self.launched.append((initial_job_idx, [list(j) for j in batch]))
         if self.stop_after is not None and initial_job_idx + len(batch) >= self.stop_after:
-            Interrupted.seen = True  # Ctrl-C during this job
+            SWEEP.stop()  # Ctrl-C during this job
         return [Result(None) for _ in batch]
 
 
@@ -260,8 +260,8 @@ def test_a_full_disk_while_hydra_writes_a_job_stops_the_sweep(tmp_path, interrup
     launcher = Launcher(fail_at=2, error=full)
     sweeper(tmp_path, launcher).sweep(["size=range(1,10)"])
     assert [i for i, _ in launcher.launched] == [0, 1]
-    assert Interrupted.seen and Interrupted.disk_error.startswith("disk full: ")
-    assert "config.yaml" in Interrupted.disk_error
+    assert SWEEP.stopped and SWEEP.disk_error.startswith("disk full: ")
+    assert "config.yaml" in SWEEP.disk_error
     assert capsys.readouterr().out == "not started: 7 jobs (the disk is full)\n"
 
 
@@ -269,4 +269,4 @@ def test_other_os_errors_are_not_a_full_disk(tmp_path, interrupted):
     launcher = Launcher(fail_at=0, error=PermissionError(errno.EACCES, "Permission denied"))
     with pytest.raises(PermissionError):
         sweeper(tmp_path, launcher).sweep(["size=1,2"])
-    assert not Interrupted.seen
+    assert not SWEEP.stopped

@@ -44,7 +44,7 @@ def test_a_stale_metrics_file_never_passes_for_a_new_result(tmp_path, monkeypatc
 
 
 def test_a_long_job_log_keeps_its_first_and_last_part_and_says_what_was_cut(tmp_path):
-    from experiments.launch import _tail, cap_log
+    from experiments.launchers import _tail, cap_log
 
     log = tmp_path / "job.log"
     log.write_bytes(b"first line\n" + b"chatter\n" * 100_000 + b"last words\n")

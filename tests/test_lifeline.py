@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, alive, run_cli, wait_for
-from experiments.launch import duration, oom_kills, Progress
+from experiments.launchers import oom_kills
+from profsweep.progress import duration
+from profsweep.sweep_state import SweepState
 
 def _descendants(pid: int) -> list[int]:
     """Every live process below `pid` (a job's process, the fork server's template and its jobs)."""
@@ -98,10 +100,11 @@ def test_durations_read_as_a_person_writes_them():
 def test_the_progress_line_estimates_what_is_left_from_the_jobs_done(monkeypatch):
     clock = iter([1000.0, 1000.0 + 190])
     monkeypatch.setattr(time, "monotonic", lambda: next(clock))
-    Progress.reset()
-    Progress.durations = [10.0] * 16  # 16 jobs done, 10 s each: 96 left at job 17 of 112
-    assert Progress.line(17, 112) == " 3 min 10 s elapsed, ~16 min left"
-    assert Progress.line(1, 112) == ""  # nothing to estimate from before the first job
+    state = SweepState()
+    state.reset()
+    state.durations = [10.0] * 16  # 16 jobs done, 10 s each: 96 left at job 17 of 112
+    assert state.progress_line(17, 112) == " 3 min 10 s elapsed, ~16 min left"
+    assert state.progress_line(1, 112) == ""  # nothing to estimate from before the first job
 
 
 def test_oom_kills_are_read_from_cgroup_v2_and_v1(tmp_path):

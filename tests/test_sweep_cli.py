@@ -181,9 +181,11 @@ def test_attention_backends_each_run_their_own_kernel(sweep_dir):
         footer = table_footer((job_dir / m["table_file"]).read_text())
         assert m["self_cpu_total_us"] == pytest.approx(footer["CPU"], rel=0.01)
     summary = pd.read_csv(sweep_dir / "summary.csv")
-    assert sorted(set(summary["variant"])) == ["attention backend=flash", "attention backend=math"]
+    # the series are named as the progress lines name them: every setting the command line gives
+    both = ["attention backend=flash batch=1 heads=2", "attention backend=math batch=1 heads=2"]
+    assert sorted(set(summary["variant"])) == both
     crossovers = pd.read_csv(sweep_dir / "crossovers.csv")
-    assert sorted(crossovers["variant"]) == ["attention backend=flash", "attention backend=math"]
+    assert sorted(crossovers["variant"]) == both
     assert set(crossovers["sizes"]) == {"16;32"}
 
 

@@ -7,6 +7,9 @@ has checked every key's values before this runs, so with Hydra's basic launcher 
 launched one at a time, each composed just before it runs, and launching stops as soon as the
 sweep was interrupted or the disk filled. Launchers that send jobs elsewhere (joblib, submitit)
 get batches of max_batch_size (all jobs by default), checked first, as the basic sweeper does.
+
+The sweeper shares the sweep's state with the jobs through profsweep.sweep_state (whether the
+sweep was stopped; what to do once the last job is launched) and imports nothing of the job side.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.profsweep_grid import grid
+from profsweep.sweep_state import SWEEP
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +69,12 @@ class GridSweeper(Sweeper):
         try:
             self._launch(jobs, target, repeats)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM anywhere between two jobs
-            interrupted()
+            SWEEP.stop()
             not_started(self.left)
         finally:
-            from experiments.forkserver import shutdown
-
-            shutdown()  # the jobs are done: no template, and no thread watching it, for the analysis
+            # the jobs are done: what the job side registered runs now (it stops the fork server:
+            # no template, and no thread watching it, for the analysis)
+            SWEEP.launching_ended()
         return []
 
     def _launch(self, jobs: Sequence[List[str]], target: str, repeats: "Repeats") -> None:
@@ -91,7 +95,7 @@ class GridSweeper(Sweeper):
             done = 0
             for batch in grid.batches(tagged, 1 if one_by_one else self.max_batch_size):
                 self.left = len(tagged) - done + repeats.later(round_number, len(jobs))
-                if stopped():
+                if SWEEP.stopped:
                     not_started(self.left)
                     return
                 if not one_by_one:  # composed again elsewhere: catch a composition error here first
@@ -119,7 +123,7 @@ def progress_from_disk(target: str, sweep_dir: Path, first: int, count: int) -> 
 
     if "submitit" not in target:
         return contextlib.nullcontext()
-    from experiments.launch import reported_from_disk
+    from profsweep.progress import reported_from_disk
 
     return reported_from_disk(sweep_dir, range(first, first + count))
 
@@ -191,27 +195,10 @@ class Repeats:
         write_json(path, plan)
 
 
-def stopped() -> bool:
-    """The sweep was interrupted (Ctrl-C, SIGTERM) or found the disk full: start no more jobs."""
-    from experiments.launch import Interrupted
-
-    return bool(Interrupted.seen)
-
-
-def interrupted() -> None:
-    from experiments.launch import Interrupted
-
-    Interrupted.seen = True
-
-
 def not_started(left: int) -> None:
-    from experiments.launch import Interrupted
-
-    print(f"not started: {left} job{'s' if left != 1 else ''} ({Interrupted.why()})", flush=True)
+    print(f"not started: {left} job{'s' if left != 1 else ''} ({SWEEP.why()})", flush=True)
 
 
 def disk_full(exc: OSError) -> None:
-    from experiments.launch import Interrupted
-
-    Interrupted.seen = True
-    Interrupted.disk_error = f"disk full: {exc.filename or 'a file of the next job'}: {exc.strerror or exc}"
+    """Hydra could not write the next job's own files: the sweep stops as for a job's full disk."""
+    SWEEP.stop(disk_error=f"disk full: {exc.filename or 'a file of the next job'}: {exc.strerror or exc}")

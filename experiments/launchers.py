@@ -1,0 +1,290 @@
+"""How a job's process starts, behind one interface (as optimum-benchmark's launchers):
+
+    launcher_for(config).launch(config, job_dir, env, slot, slot_fd) -> the job's record
+
+    InProcess         run.isolation=none   the job runs in the sweep's own process
+    FreshInterpreter  run.start=fresh      `python -m experiments.job CONFIG` per job
+    Forked            run.start=fork       forked from the fork server's template (experiments.
+                                           forkserver); a fresh interpreter where it cannot
+
+The job itself turns any failure of its workload into its record (experiments.job.run_job); a
+launcher adds only how the process ended (a kill, a timeout, an exit without a record), in one
+failure record (`failure_record`). The sweep process never imports torch for a job in a process
+of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from experiments import forkserver, records
+from experiments.config import JobConfig, config_to_dict
+from experiments.lifeline import PARENT_ENV
+from experiments.machine import cgroup_dirs
+from experiments.slots import CPU_SLOT
+
+LOG_TAIL_LINES = 20
+LOG_KEEP_BYTES = 1 << 20  # a job's log keeps its first and last MiB
+
+
+class Launcher:
+    """One way to start a job's process; `launch` returns the job's record, failed or not."""
+
+    def launch(self, config: JobConfig, job_dir: Path, env: dict[str, str], slot: str, slot_fd: int) -> dict[str, Any]:
+        """Run the job with `env` added to its environment, on the device `slot` the sweep holds
+        (the lock's `slot_fd` is inherited by a job's own process)."""
+        raise NotImplementedError
+
+    def start_in_background(self) -> None:
+        """Start what the jobs will need (seconds of work) while the sweep still checks its grid."""
+
+
+def launcher_for(config: JobConfig) -> Launcher:
+    """The launcher of run.isolation and run.start."""
+    if config.run.isolation != "process":
+        return InProcess()
+    return Forked() if config.run.start == "fork" else FreshInterpreter()
+
+
+class InProcess(Launcher):
+    """The job in this process (run.isolation=none): quick, not a cold start."""
+
+    def launch(self, config: JobConfig, job_dir: Path, env: dict[str, str], slot: str, slot_fd: int) -> dict[str, Any]:
+        from experiments.job import run_job  # imports torch: only for isolation=none
+
+        saved = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)
+        try:
+            return run_job(config, job_dir)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+class ProcessEnd(NamedTuple):
+    """How a job's own process ended."""
+
+    returncode: int  # as subprocess gives it: the exit code, or -N when signal N killed it
+    timed_out: bool  # killed after run.job_timeout_s
+    oom_kills_before: int | None  # the cgroup's OOM kill count when the job started
+
+
+class ChildProcess(Launcher):
+    """The job in a process of its own, which holds the device slot with this one (it inherits the
+    lock's fd) and dies with this one (experiments.lifeline)."""
+
+    def launch(self, config: JobConfig, job_dir: Path, env: dict[str, str], slot: str, slot_fd: int) -> dict[str, Any]:
+        config_path = job_dir / records.CONFIG_FILE
+        records.write_json(config_path, config_to_dict(config))
+        log_path = job_dir / records.LOG_FILE
+        timeout = config.run.job_timeout_s or None
+        ooms_before = oom_kills()
+        device = {} if slot == CPU_SLOT else {"CUDA_VISIBLE_DEVICES": slot}
+        job_env = {**os.environ, **env, **device, PARENT_ENV: str(os.getpid())}
+        try:
+            end = ProcessEnd(self._run(config_path, log_path, job_env, timeout, slot_fd), False, ooms_before)
+        except subprocess.TimeoutExpired:  # the job has been killed
+            end = ProcessEnd(-signal.SIGKILL, True, ooms_before)
+        except forkserver.ForkServerError as exc:  # the template died under the job
+            return failure_record(config, job_dir, _fork_server_failure(exc, ooms_before),
+                                  stderr_tail=_tail(log_path))
+        return _record_of(config, job_dir, log_path, end, timeout)
+
+    def _run(self, config_path: Path, log_path: Path, env: dict[str, str], timeout: float | None,
+             slot_fd: int) -> int:
+        """Start the job's process and wait for it; its return code, as subprocess.run gives it."""
+        raise NotImplementedError
+
+
+class FreshInterpreter(ChildProcess):
+    """`python -m experiments.job CONFIG` (run.start=fresh): a new interpreter imports torch."""
+
+    def _run(self, config_path: Path, log_path: Path, env: dict[str, str], timeout: float | None,
+             slot_fd: int) -> int:
+        with open(log_path, "wb") as log:
+            return subprocess.run(
+                [sys.executable, "-m", "experiments.job", str(config_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                pass_fds=(slot_fd,),
+                check=False,
+                timeout=timeout,
+            ).returncode
+
+
+class Forked(ChildProcess):
+    """Forked from the fork server's template (run.start=fork), which imported torch and
+    initialised nothing; a fresh interpreter where fork is unavailable or the template cannot start."""
+
+    def _run(self, config_path: Path, log_path: Path, env: dict[str, str], timeout: float | None,
+             slot_fd: int) -> int:
+        server = forkserver.shared()
+        if server is None:
+            return FreshInterpreter()._run(config_path, log_path, env, timeout, slot_fd)
+        return server.run(config_path, log_path, env, timeout, keep_fds=[slot_fd])
+
+    def start_in_background(self) -> None:
+        threading.Thread(target=forkserver.shared, name="fork-server-start", daemon=True).start()
+
+
+# --- how the process ended, in the job's record ----------------------------------------------------
+
+
+def _record_of(config: JobConfig, job_dir: Path, log_path: Path, end: ProcessEnd, timeout: float | None
+               ) -> dict[str, Any]:
+    """The job's own ok record; else the failure record: what the job recorded (if anything) and
+    how its process ended, with its log's last lines."""
+    cap_log(log_path)
+    record = read_record(job_dir)
+    if end.timed_out and finished_record(config, job_dir) is not None:
+        return record  # it had written its ok record: the kill ended only what it left running
+    if end.timed_out:
+        record, error = None, f"timeout: still running after run.job_timeout_s={timeout} s, killed"
+    elif end.returncode == 0 and record is not None and record.get("status") == "ok":
+        return record
+    elif record is None:
+        error = (f"{records.DISK_FULL}: the job could not write its results into {job_dir}"
+                 if end.returncode == records.EXIT_DISK_FULL else
+                 f"the job's process ended without a result ({_describe_exit(end.returncode)})")
+    else:
+        error = record["error"]  # the job's own words
+    if end.returncode == -signal.SIGKILL and not end.timed_out:
+        error = _killed(end.oom_kills_before, error)
+    return failure_record(config, job_dir, error, record=record, exit_code=end.returncode,
+                          stderr_tail=_tail(log_path))
+
+
+def failure_record(config: JobConfig, job_dir: Path, error: str, record: dict[str, Any] | None = None,
+                   **how_it_ended: Any) -> dict[str, Any]:
+    """The one failure record the sweep writes for a job: the job's own record (or the fields every
+    record has), failed with `error`, plus how its process ended; saved into its folder."""
+    record = records.base_record(config, job_dir) if record is None else record
+    record["error"] = error
+    record["status"] = "failed"
+    record.update(how_it_ended)
+    _save(job_dir, record)
+    return record
+
+
+def _save(job_dir: Path, record: dict[str, Any]) -> None:
+    """The sweep's record of a job that failed; on a full disk, said instead of written."""
+    try:
+        records.write_json(job_dir / records.METRICS_FILE, record)
+    except OSError as exc:
+        if not records.disk_full(exc):
+            raise
+        print(f"  {records.METRICS_FILE} of {job_dir.name} not written: {records.DISK_FULL} ({exc})", flush=True)
+
+
+def _killed(ooms_before: int | None, error: str) -> str:
+    """A SIGKILL in words: the OOM killer's where the cgroup counted a kill, else either."""
+    ooms = _oom_kills_since(ooms_before)
+    if ooms is not None:
+        return ("out of memory: the kernel's OOM killer killed the job's process (SIGKILL; "
+                f"cgroup oom_kill count {ooms_before} -> {ooms})")
+    return ("killed by SIGKILL: the kernel's out-of-memory killer or a kill -9 "
+            f"(this machine does not say which); {error}")
+
+
+def _fork_server_failure(exc: forkserver.ForkServerError, ooms_before: int | None) -> str:
+    """The fork server's template died while the job ran: the OOM killer's doing where the cgroup
+    counted a kill."""
+    ooms = _oom_kills_since(ooms_before)
+    if ooms is not None:
+        return (f"out of memory: the kernel's OOM killer killed the job or its fork server's "
+                f"template (cgroup oom_kill count {ooms_before} -> {ooms}): {exc}")
+    return f"the fork server failed while the job ran: {exc}"
+
+
+def _oom_kills_since(before: int | None) -> int | None:
+    """The cgroup's OOM kill count now, when it grew since `before`; else None."""
+    ooms = oom_kills()
+    return ooms if ooms is not None and before is not None and ooms > before else None
+
+
+def oom_kills(root: Path = Path("/sys/fs/cgroup"), cgroups: Path = Path("/proc/self/cgroup")) -> int | None:
+    """How many processes the OOM killer has killed in this process's memory cgroup (cgroup v2
+    memory.events, or v1 memory.oom_control), or None where the machine does not say."""
+    candidates = ([d / "memory.events" for d in cgroup_dirs("", root, cgroups)]
+                  + [d / "memory.oom_control" for d in cgroup_dirs("memory", root, cgroups)])
+    for events in candidates:
+        try:
+            lines = events.read_text(encoding="ascii").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            name, _, value = line.partition(" ")
+            if name == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
+def finished_record(config: JobConfig, job_dir: Path) -> dict[str, Any] | None:
+    """The job's own ok record of this configuration, once it has written it (final)."""
+    record = read_record(job_dir)
+    if (record and record.get("status") == "ok" and record.get("config_hash") == records.config_hash(config)
+            and record.get("finished_at")):
+        return record
+    return None
+
+
+def read_record(job_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def cap_log(path: Path, keep: int = LOG_KEEP_BYTES) -> int:
+    """Cut the middle out of a job's log longer than 2 * keep bytes (a chatty workload wrote 52 MB
+    in one job), saying so in the log; returns the bytes cut."""
+    try:
+        size = path.stat().st_size
+        if size <= 2 * keep + 4096:  # (the slack: a log cut once, note included, stays as it is)
+            return 0
+        with open(path, "rb") as f:
+            head = f.read(keep)
+            f.seek(size - keep)
+            tail = f.read(keep)
+        cut = size - 2 * keep
+        note = (f"\n[... {cut:,} bytes of this log cut by profsweep: a job's log keeps its first and last "
+                f"{keep / 2**20:g} MiB ...]\n").encode()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(head + note + tail)
+        os.replace(tmp, path)
+        return cut
+    except OSError:  # a log it cannot cut stays as it is
+        return 0

@@ -1,0 +1,202 @@
+"""The sweep folder: where a run or sweep writes, held for its life, and what it says at the end.
+
+    start_in(folder)   the folder made and locked (one sweep at a time), Ctrl-C's and SIGTERM's
+                       handling, environment.json and expect.json written
+    write_plan         sweep.json: the jobs, the grid as its axes, the command
+    warn_if_short_of_space   the disk estimate, before any job
+    tally              the counts and failed jobs at the end, and the exit status
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from experiments import records
+from experiments.config import JobConfig
+from experiments.preflight import Planned, cuda_visible
+from experiments.refusals import refuse
+from hydra_plugins.profsweep_grid import grid
+from hydra_plugins.profsweep_grid.grid import Axis
+from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SWEEP_LOCK_FILE
+from profsweep.sweep_state import SWEEP
+
+EXIT_FAILED_JOBS = 1
+EXIT_INTERRUPTED = 130
+
+
+def start_in(folder: Path, key: str, expect: list[str]) -> None:
+    """Start a run or sweep in `folder`, held by this process (`_claim`). SIGTERM stops the sweep
+    like Ctrl-C (the running job is recorded, the analysis still runs); environment.json says
+    where and how the sweep ran, expect.json what was expected of it."""
+    from profsweep.expectations import EXPECT_FILE
+
+    if folder.exists() and not folder.is_dir():
+        refuse(f"{key}={folder} is a file, not a folder: choose another {key}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        refuse(f"{key}={folder}: cannot create this folder ({exc.strerror or exc}): "
+               f"choose a {key} you can write to")
+    _claim(folder, key)
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    signal.signal(signal.SIGHUP, _terminate_as_interrupt)  # the terminal closed
+    try:
+        records.write_json(folder / ENVIRONMENT_FILE, records.environment_file(sys.argv))
+    except OSError as exc:
+        refuse(f"{key}={folder}: cannot write into this folder ({exc.strerror or exc}): "
+               f"choose a {key} you can write to")
+    if expect:
+        records.write_json(folder / EXPECT_FILE, {"expect": expect})
+
+
+def _terminate_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+LOCK_FILE = SWEEP_LOCK_FILE
+_claimed: list[Any] = []  # the open lock files of this process's sweep folders
+
+
+def _claim(folder: Path, key: str) -> None:
+    """Hold the folder for the life of this process (a flock the OS drops when it dies, however
+    it dies), so that two sweeps never write into one folder at once; the lock file names the
+    holder's pid for the refusal."""
+    try:
+        handle = open(folder / LOCK_FILE, "a+", encoding="ascii")
+    except OSError as exc:
+        refuse(f"{key}={folder}: cannot write into this folder ({exc.strerror or exc}): "
+               f"choose a {key} you can write to")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        refuse(f"{key}={folder} is in use by another sweep that is still running (pid {holder}): "
+               f"wait for it to end or stop it, or choose another {key}")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    _claimed.append(handle)
+
+
+def write_plan(sweep_dir: Path, axes: list[Axis], run: Any) -> None:
+    """sweep.json, the grid as its axes (job i is the i-th of their product, the last axis fastest),
+    and the sweep's first progress line: how many jobs, into which folder."""
+    points = grid.size(axes)
+    repeats = run.repeats
+    total = points * grid.first_rounds(repeats)
+    records.write_json(
+        sweep_dir / PLAN_FILE,
+        {"jobs": total, "grid_points": points, "repeats": repeats,
+         "axes": [{"key": axis.key, "overrides": list(axis.strings)} for axis in axes],
+         "command": sys.argv, "created_at": records.now_iso()},
+    )
+    each = ("" if repeats == 1 else f" ({points} grid points × {repeats} repeats)" if repeats != "auto"
+            else f" ({points} grid points × {grid.AUTO_ROUNDS} rounds, then more where the interval "
+                 f"is wider than ±{run.precision * 100:g}%, up to {run.max_repeats})")
+    print(f"sweep of {total} jobs{each} -> {sweep_dir}", flush=True)
+
+
+# What a job writes, measured with du -sk on job folders of size=64 jobs on the CPU (torch 2.x):
+#                         profiler.active=3   active=20
+#   matmul_add eager            44 kB           80 kB
+#   matmul_add compiled         48 kB          100 kB
+#   mlp eager                   60 kB          176 kB
+#   mlp compiled                52 kB          124 kB
+#   mlp eager, profiler=detailed   176 kB          892 kB   (record_shapes, with_stack, profile_memory)
+#   the same, profiler.gzip=true     44 kB           88 kB   (traces: 143 kB -> 11 kB, 880 kB -> 54 kB)
+# So about 40 kB a job (.hydra, metrics, table, logs) and up to 7 kB a profiled step; with_stack
+# and record_shapes make a step about 6 times bigger (42 kB); gzip makes the trace 12-16 times
+# smaller. A CUDA trace adds a launch and a kernel event per op (not measured here: counted as
+# twice the events).
+JOB_FIXED_BYTES = 40_000
+STEP_BYTES = 7_000
+STACK_FACTOR = 6
+GZIP_FACTOR = 10  # rounded down: a rough estimate that errs on the large side
+
+
+def estimated_job_bytes(config: JobConfig, cuda: bool) -> int:
+    p = config.profiler
+    step = STEP_BYTES * (2 if cuda else 1) * (STACK_FACTOR if p.with_stack or p.record_shapes else 1)
+    return int(JOB_FIXED_BYTES + p.active * p.repeat * step / (GZIP_FACTOR if p.gzip else 1))
+
+
+def warn_if_short_of_space(folder: Path, key: str, planned: list[Planned]) -> None:
+    """A warning (not a refusal: the estimate is rough) when the sweep folder's disk has less
+    free space than the jobs may write."""
+    jobs = sum(p.jobs for p in planned)
+    if not jobs:
+        return
+    cuda = any(p.config.device == "cuda" for p in planned) or (
+        any(p.config.device == "auto" for p in planned) and cuda_visible())
+    total = sum(p.jobs * estimated_job_bytes(p.config, cuda and p.config.device != "cpu") for p in planned)
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        return
+    if free >= total:
+        return
+    gzip = "" if all(p.config.profiler.gzip for p in planned) else (
+        "; profiler.gzip=true writes traces several times smaller")
+    print(f"warning: {key}={folder} has {_bytes(free)} free; this sweep of {jobs:,} "
+          f"job{'s' if jobs != 1 else ''} may write about {_bytes(total)} "
+          f"(about {_bytes(total // jobs)} a job{gzip})", file=sys.stderr, flush=True)
+
+
+def _bytes(n: float) -> str:
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "bytes" or n >= 10 else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
+    """Print counts and failed jobs from the metrics.json files; exit 1 when any job failed."""
+    failed: list[tuple[str, str]] = []
+    ok = skipped = 0
+    for job_dir in job_dirs:
+        try:
+            record = json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            failed.append((job_dir.name, f"unreadable {records.METRICS_FILE}: {exc}"))
+            continue
+        if record.get("status") == "ok":
+            ok += 1
+        elif record.get("status") == "skipped":
+            skipped += 1
+        else:
+            failed.append((job_dir.name, str(record.get("error"))))
+    missing = max(0, (expected or 0) - len(job_dirs))
+    counts = (f"{ok} ok, {len(failed)} failed" + (f", {skipped} skipped" if skipped else "")
+              + (f", {missing} missing" if missing else "")
+              + (f"; {SWEEP.resumed} of them already ok, not run again (resume)" if SWEEP.resumed else ""))
+    print(f"done: {len(job_dirs)} job{'s' if len(job_dirs) != 1 else ''} ({counts}) in {folder}", flush=True)
+    for name, error in failed:
+        print(f"  failed: {name}: {error}", flush=True)
+    from profsweep import outcome
+
+    for why in outcome.analysis_failed:
+        print(f"not analysed: {why}", flush=True)
+    if SWEEP.disk_error:
+        print(f"stopped: {SWEEP.disk_error}\n  free some space in {folder}'s disk, then rerun the "
+              f"same command into the same folder to finish (hydra.sweep.dir={folder}); jobs already ok "
+              "are skipped", flush=True)
+        raise SystemExit(EXIT_FAILED_JOBS)
+    if SWEEP.stopped or outcome.interrupted:
+        print("interrupted: rerun the same command into the same folder to finish "
+              f"(hydra.sweep.dir={folder}); jobs already ok are skipped", flush=True)
+        raise SystemExit(EXIT_INTERRUPTED)
+    if failed or missing or outcome.analysis_failed:
+        raise SystemExit(EXIT_FAILED_JOBS)
