@@ -229,7 +229,7 @@ def noise_reasons(point: dict[str, Any], ok: list[dict[str, Any]],
 
 
 def points(jobs: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """summary.csv's rows: one per grid point."""
+    """The summary's rows (SUMMARY_FILE): one per grid point."""
     steps_of: dict[str, list[dict[str, Any]]] = {}
     for s in steps:
         steps_of.setdefault(str(s["job"]), []).append(s)

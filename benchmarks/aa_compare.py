@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from profsweep.contract import SUMMARY_FILE
 
 from common import ROOT
 
@@ -102,7 +103,7 @@ def main() -> int:
                 for p in loops:
                     p.kill()
                     p.wait()
-            summary = pd.read_csv(loaded / "summary.csv")
+            summary = pd.read_csv(loaded / SUMMARY_FILE)
             flagged = summary["noisy"].fillna(False).astype(bool)
             code, frame = compare(first, loaded, root / "load", "--fail-if-slower", "1.10")
             wrong = int(frame["verdict"].isin(["slower", "faster"]).sum())

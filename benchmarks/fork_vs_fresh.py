@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
+from profsweep.contract import SUMMARY_FILE
 
 from common import ROOT
 
@@ -41,7 +42,7 @@ def main() -> int:
             if done.returncode not in (0, 1):
                 raise RuntimeError(done.stdout[-2000:] + done.stderr[-2000:])
             print(f"{start}: {done.stdout.strip().splitlines()[-1]}")
-        sides = {s: pd.read_csv(root / s / "summary.csv") for s in ("fresh", "fork")}
+        sides = {s: pd.read_csv(root / s / SUMMARY_FILE) for s in ("fresh", "fork")}
         keys = ["size", "compile", "warmup"]
         merged = sides["fresh"].merge(sides["fork"], on=keys, suffixes=("_fresh", "_fork"))
         apart = 0

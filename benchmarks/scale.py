@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from profsweep.contract import METRICS_FILE, PLAN_FILE
 
 from common import ROOT, alternate, median_rss, median_wall
 
@@ -34,13 +35,13 @@ def replicate(seeds: list[Path], folder: Path, jobs: int) -> Path:
         seed = seeds[i % len(seeds)]
         target = folder / f"{i}_{seed.name.split('_', 1)[1]}"
         shutil.copytree(seed, target)
-        record = json.loads((target / "metrics.json").read_text())
+        record = json.loads((target / METRICS_FILE).read_text())
         record["size"] = record["size"] * (1 + i // len(seeds))  # distinct sizes: long series
         # each copy of the seed sweep measures other grid points (repeats of a point share a hash)
         record["config_hash"] = f"{record.get('config_hash')}-{i // len(seeds)}"
         record["job"] = target.name
-        (target / "metrics.json").write_text(json.dumps(record))
-    (folder / "sweep.json").write_text(json.dumps({"jobs": jobs, "command": ["benchmarks/scale.py"]}))
+        (target / METRICS_FILE).write_text(json.dumps(record))
+    (folder / PLAN_FILE).write_text(json.dumps({"jobs": jobs, "command": ["benchmarks/scale.py"]}))
     return folder
 
 
