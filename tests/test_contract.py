@@ -1,0 +1,66 @@
+"""The artifact contract (profsweep.contract): the writes both sides make and what a record says."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+
+from profsweep import contract
+
+
+def test_an_atomic_write_leaves_the_whole_file_or_the_old_one(tmp_path, monkeypatch):
+    path = tmp_path / "sub" / "metrics.json"
+    contract.write_json(path, {"status": "ok"})
+    assert json.loads(path.read_text()) == {"status": "ok"}  # the folder was made, the file whole
+
+    def full(fd, *args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as raised:
+        contract.write_json(path, {"status": "failed"})
+    assert contract.disk_full(raised.value)
+    assert json.loads(path.read_text()) == {"status": "ok"}  # the old file, untouched
+    assert [p.name for p in path.parent.iterdir()] == ["metrics.json"]  # no temp file left
+
+
+def test_an_interrupt_during_a_write_leaves_no_temp_file(tmp_path, monkeypatch):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        contract.atomic_write_text(tmp_path / "summary.csv", "a,b\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_trace_files_read_lists_and_the_older_joined_text():
+    assert contract.trace_files({"trace_file": "a.json;b.json"}) == ["a.json", "b.json"]
+    assert contract.trace_files({"trace_file": ["a.json", "b.json"]}) == ["a.json", "b.json"]
+    assert contract.trace_files({"trace_file": None}) == contract.trace_files({}) == []
+
+
+def test_a_usable_job_finished_ok_with_a_readable_trace():
+    assert contract.usable({"status": "ok", "trace_error": None})
+    assert not contract.usable({"status": "ok", "trace_error": "not a Chrome trace"})
+    assert not contract.usable({"status": "failed"})
+    assert not contract.disk_full(OSError(errno.EACCES, "denied"))
+    assert contract.disk_full(OSError(errno.EDQUOT, "quota"))
+
+
+def test_the_file_names_are_declared_once():
+    """Each artifact name is a literal in profsweep/contract.py and nowhere else in the sources."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    names = [contract.METRICS_FILE, contract.PLAN_FILE, contract.ENVIRONMENT_FILE, contract.SUMMARY_FILE]
+    for package in ("experiments", "analysis", "hydra_plugins", "profsweep"):
+        for source in (root / package).rglob("*.py"):
+            if source.name == "contract.py":
+                continue
+            text = source.read_text()
+            for name in names:
+                assert f'"{name}"' not in text and f"'{name}'" not in text, f"{source}: {name}"

@@ -1,0 +1,47 @@
+"""The inference and training steps the job profiles."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from experiments.seam import Workload
+from experiments.steps import StepError, default_loss, make_step
+
+
+def test_inference_runs_the_model_in_eval_without_touching_its_weights():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    model.train()
+    before = [p.clone() for p in model.parameters()]
+    step = make_step(Workload(model, (torch.ones(2, 4),)), train=False, optimizer="sgd", name="m")
+    first, second = step.call(), step.call()
+    assert not model.training and torch.equal(first, second)  # eval: dropout is off
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert step.parameters == []
+
+
+def test_a_training_step_runs_forward_backward_and_the_optimizer():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    before = [p.clone() for p in model.parameters()]
+    step = make_step(Workload(model, (torch.randn(8, 4),)), train=True, optimizer="sgd", name="m")
+    step.call()
+    assert model.training and len(step.parameters) == 2
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # one SGD step moved them
+
+
+def test_training_without_parameters_is_refused_with_what_to_do():
+    with pytest.raises(StepError, match="train=true needs parameters"):
+        make_step(Workload(lambda x: x * 2, (torch.ones(2, dtype=torch.int64),)), train=True, optimizer="sgd",
+                  name="double")
+
+
+@pytest.mark.parametrize("output, expected", [
+    (torch.tensor(3.0), 3.0),                             # a scalar: the loss itself
+    ({"loss": torch.tensor(2.0), "logits": None}, 2.0),  # a mapping's loss
+    ((torch.tensor(5.0), torch.ones(3)), 5.0),            # a tuple's first, when a scalar
+    (torch.ones(2, 3), 6.0),                              # anything else: summed
+])
+def test_the_default_loss_of_each_output_shape(output, expected):
+    assert float(default_loss(output)) == expected
