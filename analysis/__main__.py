@@ -4,6 +4,10 @@ python -m analysis compare BASE NEW [--out DIR] [--ignore KEY ...] [--fail-if-sl
                                         two sweeps grid point by grid point (or two traces op by op)
 python -m analysis serve FOLDER [--port N] [--no-browser]
                                         serve a report or comparison on localhost (Perfetto buttons)
+python -m analysis history SWEEP... [--out DIR] [--ignore KEY ...] [--fail-on-change R] [--order given]
+                                        many sweeps over time: the store, the changes found, history.html
+python -m analysis sql DB "QUERY" [--csv]
+                                        ask the history store anything (DB: history.duckdb or its folder)
 """
 
 from __future__ import annotations
@@ -164,8 +168,109 @@ def compare_main(argv: list[str]) -> int:
     return 0
 
 
+def _every(seconds: float):
+    """A progress printer (stderr) that says something at most every `seconds`."""
+    import time
+
+    last = [time.monotonic()]
+
+    def say(line: str) -> None:
+        if time.monotonic() - last[0] >= seconds:
+            print(f"history: {line}", file=sys.stderr, flush=True)
+            last[0] = time.monotonic()
+
+    return say
+
+
+def history_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis history",
+        description="Put sweeps into one store (history.duckdb, new ones only), pair their grid points as compare "
+        "does, find where each grid point's time per step changed, and write regressions.csv, trends.csv and "
+        "history.html.")
+    parser.add_argument("sweeps", nargs="+", type=Path, metavar="SWEEP",
+                        help="an analysed sweep (or run) folder, or a folder of them (searched 3 levels down)")
+    parser.add_argument("--out", type=Path, help="where history.duckdb, regressions.csv, trends.csv and history.html "
+                        "go (default: history/ in the folder of sweeps given, else in the sweeps' common parent)")
+    parser.add_argument("--ignore", action="append", default=[], metavar="KEY",
+                        help="a key not to pair by (as compare's), e.g. a workload setting changed between sweeps")
+    parser.add_argument("--fail-on-change", type=float, metavar="R",
+                        help="exit 1 when a confirmed regression has a ratio above R (e.g. 1.10: 10%%): a nightly gate")
+    parser.add_argument("--order", choices=("time", "given"), default="time",
+                        help="the sweeps by their start time (default) or as given on the command line")
+    args = parser.parse_args(argv)
+    from analysis import history
+    from analysis.compare import PAIR_KEYS, PAIR_PREFIXES, pair_key_of
+    from analysis.store import STORE_FILE, Store, StoreError, default_out, find_sweeps
+
+    try:
+        if args.fail_on_change is not None and not args.fail_on_change >= 1:
+            raise StoreError(f"--fail-on-change {args.fail_on_change} is not allowed: give a ratio >= 1, e.g. 1.10")
+        for key in args.ignore:
+            if not (pair_key_of(key) in PAIR_KEYS or pair_key_of(key).startswith(PAIR_PREFIXES)):
+                raise StoreError(f"--ignore {key!r} is not a key that pairs jobs: choose from "
+                                 f"{', '.join(PAIR_KEYS)} or a workload., profiler. or compiler. setting")
+        sweeps = find_sweeps(args.sweeps, lambda line: print(line, file=sys.stderr))
+        out = args.out or default_out(args.sweeps, sweeps)
+        with Store(out / STORE_FILE) as store:
+            ids, new = store.ingest(sweeps, progress=_every(5.0))
+            print(f"history: ingested {new} new sweep{'s' if new != 1 else ''}, {len(sweeps) - new} already in "
+                  f"the store -> {store.path}")
+            found = history.load(store, [ids[s] for s in history.order(sweeps, args.order == "given")], args.ignore)
+            if len(sweeps) > 1 and not any(len(line.points) > 1 for line in found.lines):
+                raise StoreError(f"these {len(sweeps)} sweeps have nothing in common: no grid point was measured in "
+                                 f"two of them (paired by {', '.join(found.columns)}); --ignore KEY pairs across a key")
+            history.analyse(found)
+            history.describe_changes(store, found)
+        written = history.write(found, out)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # an output it could not write: named, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(history.lines_for_terminal(found)))
+    print(f"  -> {', '.join(str(p) for p in written)}")
+    if args.fail_on_change is not None:
+        bad = [r for r in found.changes if r["status"] == "regression" and r["ratio"] > args.fail_on_change]
+        for r in bad:
+            print(f"regression beyond {args.fail_on_change:g}: {r['point']} at {r['change_at']}: {r['ratio']:.3f}x")
+        if bad:
+            return 1
+    return 0
+
+
+def sql_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis sql",
+        description="Run one SQL query (DuckDB's dialect) on a history store, read-only, and print the result.")
+    parser.add_argument("db", type=Path, help="the store: history.duckdb, or the folder holding it")
+    parser.add_argument("query", help='e.g. "SELECT sweep, size, timed_us_per_step FROM trend ORDER BY started_at"')
+    parser.add_argument("--csv", action="store_true", help="print CSV (every row, values in full) instead of a table")
+    args = parser.parse_args(argv)
+    from analysis.store import STORE_FILE, Store, StoreError, duckdb_module, print_result
+
+    path = args.db / STORE_FILE if args.db.is_dir() else args.db
+    try:
+        duckdb = duckdb_module()
+        with Store(path, read_only=True) as store:
+            try:
+                cursor = store.con.execute(args.query)
+            except duckdb.Error as exc:
+                raise StoreError(f"the query failed: {exc}") from None
+            print_result(cursor, sys.stdout, as_csv=args.csv)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "history":
+        return history_main(argv[1:])
+    if argv and argv[0] == "sql":
+        return sql_main(argv[1:])
     if argv and argv[0] == "trace":
         parser = argparse.ArgumentParser(prog="python -m analysis trace", description="Metrics of one Chrome trace.")
         parser.add_argument("file", type=Path, help="a torch.profiler Chrome trace, .json or .json.gz")
@@ -206,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m analysis",
         description="Write summary.csv, crossovers.csv, plots/ and report.html into a sweep folder. "
         "For one trace: python -m analysis trace FILE [--json]; two sweeps: python -m analysis compare BASE NEW; "
-        "serve a report: python -m analysis serve FOLDER.",
+        "serve a report: python -m analysis serve FOLDER; many sweeps over time: python -m analysis history SWEEP...; "
+        "ask their store: python -m analysis sql DB QUERY.",
     )
     parser.add_argument("folder", type=Path, help="a sweep folder (outputs/multirun/...) or a single run's folder")
     parser.add_argument("--out", type=Path, help="write the tables, plots and report here instead of into FOLDER "

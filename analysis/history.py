@@ -1,0 +1,481 @@
+"""Many sweeps over time: which grid points changed, when, by how much, and is it real.
+
+    python -m analysis history SWEEP... [--out DIR] [--ignore KEY ...] [--fail-on-change R] [--order given]
+
+The sweeps (folders, or folders of them) go into the store DIR/history.duckdb (analysis/store.py),
+the new ones only. They are ordered by start time (or as given), their grid points paired as
+compare pairs two sweeps' (the same keys, the same --ignore: analysis/compare.py), and each grid
+point's series of repeats is searched for changes (analysis/changes.py). Across the grid, false
+discoveries are controlled with Benjamini-Hochberg at 0.05 over every change's p-value (and the
+best split of every series where none was found). Each change found gets what changed at its
+step: the environment of the sweeps on either side (torch, driver, commit, machine ...), the
+ignored settings that differ, and its ops and kernels by the change in time per step
+(compare.time_diff), in words. Written: regressions.csv, trends.csv, history.html.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from analysis import changes
+from analysis.compare import ENVIRONMENT_KEYS, FDR, Use, pair_key_of, per_step, time_diff
+from analysis.points import PAIR_DEFAULTS, PAIR_KEYS, PAIR_PREFIXES, pairing_columns
+from analysis.conclusions import us
+from analysis.store import Store, StoreError, SweepFolder
+from profsweep import stats
+
+METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
+# its profiled step's host self time (per series: the first every sweep of it has)
+METRIC_WORDS = {"timed_us_per_step": "un-profiled step", "host_us_per_step": "host self time per profiled step"}
+REGRESSION_COLUMNS = ("point", "change_at", "change_at_time", "before_us", "after_us", "ratio", "ratio_low",
+                      "ratio_high", "status", "p_value", "before_sweep", "sweeps_before", "sweeps_after",
+                      "measured_on", "what_changed", "environment_changed", "noise")
+ENVIRONMENT_WORDS = {"torch_version": "torch", "cuda_build": "CUDA", "driver_version": "driver", "gpus": "GPUs",
+                     "cpu_model": "CPU", "cpu_count": "CPUs", "hostname": "host", "git_commit": "commit",
+                     "git_dirty": "uncommitted changes", "python_version": "python", "platform": "platform"}
+WORD_SHARE = 0.05  # an op or kernel is named when its time per step moved by 5% of the step or more
+WORDS_OPS, WORDS_KERNELS = 3, 2
+
+
+@dataclass
+class Point:
+    """One grid point in one sweep: what its usable repeats (finished, trace read) say."""
+
+    sweep: int  # its sweep's place in the order
+    job: str  # its first job (summary.csv's `job`)
+    moments: dict[str, tuple[int, float, float]]  # metric -> (repeats, mean and variance of their logs)
+    noise: str | None  # why it was measured on a loaded machine, if it was
+    repeats: list[dict[str, Any]] = field(default_factory=list)  # their rows, read for changed lines only
+    settings: dict[str, Any] = field(default_factory=dict)  # the ignored keys' values, for changes only
+
+
+@dataclass
+class Line:
+    """One grid point across the sweeps: the points that pair, in order, and what was found."""
+
+    key: tuple  # (its identity's number in the store, k-th such point of a sweep)
+    row: dict[str, Any]  # its grid keys and names, as the latest sweep has them
+    label: str
+    points: list[Point]
+    metric: str | None = None
+    series: changes.Series | None = None
+    found: list[int] = field(default_factory=list)
+    steps: list[changes.Step] = field(default_factory=list)
+
+    def values(self, point: Point) -> list[float]:
+        """The point's repeats' values (read for changed lines only)."""
+        found = (stats.number(r.get(self.metric)) for r in point.repeats) if self.metric else ()
+        return [v for v in found if v is not None and v > 0]
+
+
+@dataclass
+class History:
+    sweeps: list[dict[str, Any]]  # the sweeps table's rows, in order
+    columns: list[str]  # pairing columns
+    ignored: list[str]
+    lines: list[Line]
+    tested: int = 0
+    changes: list[dict[str, Any]] = field(default_factory=list)  # regressions.csv's rows
+
+
+def order(sweeps: list[SweepFolder], given: bool) -> list[SweepFolder]:
+    return list(sweeps) if given else sorted(sweeps, key=lambda s: (s.started_at, str(s.folder)))
+
+
+def load(store: Store, ids: Sequence[int], ignore: Sequence[str]) -> History:
+    """The sweeps' grid points, paired across the sweeps into lines. The pairing is compare's
+    (its columns, --ignore and defaults: a grid point's identity), computed in the store, as are
+    the moments of each point's repeats: only numbers come back, one row per sweep and point."""
+    c = store.con
+    c.execute("CREATE OR REPLACE TEMP TABLE _chosen (sweep_id INTEGER, place INTEGER)")
+    c.execute("INSERT INTO _chosen VALUES " + ", ".join(f"({i}, {n})" for n, i in enumerate(ids)))
+    by_id = {r["sweep_id"]: r for r in store.rows("SELECT * FROM sweeps JOIN _chosen USING (sweep_id)")}
+    sweeps = [by_id[i] for i in ids]
+    have = store.columns("history")
+    candidates = [k for k in have if k in PAIR_KEYS or k.startswith(PAIR_PREFIXES)]
+    counts = c.execute(f"SELECT {', '.join(f'count({_q(k)})' for k in candidates)} FROM history "
+                       "WHERE sweep_id IN (SELECT sweep_id FROM _chosen)").fetchone() if candidates else ()
+    present = [{k: None for k, n in zip(candidates, counts) if n}]
+    known = set(pairing_columns(present, ()))
+    asked = [pair_key_of(k) for k in ignore]
+    unknown = [k for k, a in zip(ignore, asked) if a not in known]
+    if unknown:
+        raise StoreError(f"--ignore {unknown[0]!r} is not a key that pairs jobs: choose from {', '.join(sorted(known))}")
+    columns = pairing_columns(present, asked)
+    ignored = [k for k in asked if k in known]
+    _points_table(store, have, columns, ignored)
+    lines: dict[tuple, Line] = {}
+    for line, nth, place, job, noise, *moments in c.execute(
+            f"SELECT line, nth, place, point_job, noise, {', '.join(f'n_{m}, mean_{m}, var_{m}' for m in METRICS)} "
+            "FROM _points ORDER BY line, nth, place").fetchall():
+        key = (line, nth)
+        if key not in lines:
+            lines[key] = Line(key, {}, "", [])
+        lines[key].points.append(Point(place, job, {m: tuple(moments[3 * i: 3 * i + 3])  # type: ignore[misc]
+                                                    for i, m in enumerate(METRICS)}, noise))
+    shown = [k for k in dict.fromkeys([*columns, "variant", "workload"]) if k in have]
+    latest = ", ".join(["arg_max(point_job, place)", *(f"arg_max({_q(k)}, place)" for k in shown)])
+    for line, nth, job, *values in c.execute(f"SELECT line, nth, {latest} FROM _points GROUP BY line, nth").fetchall():
+        lines[(line, nth)].row = {"job": job, **dict(zip(shown, values))}
+    found = sorted(lines.values(), key=lambda ln: (tuple(_order(ln.row.get(k)) for k in columns), ln.key[1]))
+    for line, label in zip(found, point_labels([ln.row for ln in found], columns)):
+        line.label = label + (f" #{line.key[1]}" if line.key[1] > 1 else "")
+    return History(sweeps, columns, ignored, found)
+
+
+def _points_table(store: Store, have: dict[str, str], columns: list[str], ignored: list[str]) -> None:
+    """_points: per chosen sweep and grid point with a usable repeat, its identity (`line`, and
+    `nth` for a key twice in one sweep: k-th pairs with k-th), why it was noisy, and per metric
+    the number, mean and variance of its repeats' logs."""
+    def key(k: str) -> str:  # compare's identity: NaN as no value, a missing key as its default
+        value = f"CASE WHEN isnan({_q(k)}) THEN NULL ELSE {_q(k)} END" if have[k] in ("DOUBLE", "FLOAT") else _q(k)
+        text = f"CAST({value} AS VARCHAR)"
+        return f"coalesce({text}, {_text(PAIR_DEFAULTS[k])})" if k in PAIR_DEFAULTS else text
+
+    def column(table: dict[str, str], k: str, alias: str | None = None) -> str:
+        return f"{_q(k) if k in table else 'NULL'} AS {_q(alias or k)}"
+
+    repeats = store.columns("repeats")  # a usable repeat: profsweep.contract.usable, in SQL
+    usable = ("status = 'ok' AND trace_error IS NULL" if {"status", "trace_error"} <= set(repeats) else "false")
+    keys = [f"{key(k)} AS _k{i}" for i, k in enumerate(columns)] or ["'' AS _k0"]
+    names = [f"_k{i}" for i in range(max(1, len(columns)))]
+    raw = [column(have, k) for k in dict.fromkeys([*columns, *ignored, "variant", "workload"]) if k in have]
+    noise = ("CASE WHEN TRY_CAST(noise_load AS BOOLEAN) THEN CAST(noise_reason AS VARCHAR) END"
+             if {"noise_load", "noise_reason"} <= set(have) else "NULL")
+    jobs = "coalesce(CAST(jobs AS VARCHAR), CAST(job AS VARCHAR))" if "jobs" in have else "CAST(job AS VARCHAR)"
+    moments = []
+    for m in METRICS:
+        x = f"ln(CASE WHEN o.{_q(m)} > 0 THEN o.{_q(m)} END)"
+        moments.append(f"count({x}) AS n_{m}, avg({x}) AS mean_{m}, coalesce(var_samp({x}), 0) AS var_{m}")
+    store.con.execute(f"""CREATE OR REPLACE TEMP TABLE _points AS
+        WITH p AS (
+            SELECT h.sweep_id, c.place, CAST(h.job AS VARCHAR) AS point_job, {jobs} AS jobs, {noise} AS noise,
+                   {', '.join(keys + raw)}
+            FROM history h JOIN _chosen c USING (sweep_id)),
+        members AS (SELECT sweep_id, point_job, unnest(string_split(jobs, ';')) AS job FROM p),
+        o AS (SELECT sweep_id, CAST(job AS VARCHAR) AS job, {column(repeats, METRICS[0])}, {column(repeats, METRICS[1])}
+              FROM repeats WHERE sweep_id IN (SELECT sweep_id FROM _chosen) AND {usable}),
+        agg AS (SELECT m.sweep_id, m.point_job, {', '.join(moments)}
+                FROM members m JOIN o ON o.sweep_id = m.sweep_id AND o.job = m.job GROUP BY m.sweep_id, m.point_job)
+        SELECT p.*, agg.* EXCLUDE (sweep_id, point_job),
+               dense_rank() OVER (ORDER BY {', '.join(names)}) AS line,
+               row_number() OVER (PARTITION BY p.sweep_id, {', '.join(names)} ORDER BY p.point_job) AS nth
+        FROM p JOIN agg USING (sweep_id, point_job)""")
+
+
+def fill(store: Store, history: History, lines: Sequence[Line]) -> None:
+    """Read the repeats (and the ignored settings) of the lines' points: what their plots, links
+    and op diffs need."""
+    if not lines:
+        return
+    have = store.columns("repeats")
+    names = ["job", "steps", "platform", "trace_file", *METRICS]
+    picked = ", ".join(f"r.{_q(k)}" if k in have else f"NULL AS {_q(k)}" for k in names)
+    usable = ("r.status = 'ok' AND r.trace_error IS NULL" if {"status", "trace_error"} <= set(have) else "false")
+    wanted = " OR ".join(f"(line = {ln.key[0]} AND nth = {ln.key[1]})" for ln in lines)
+    settings = ", ".join(_q(k) for k in history.ignored)
+    by_point = {(ln.key, p.sweep): p for ln in lines for p in ln.points}
+    for row in store.rows(f"""
+            WITH m AS (SELECT line, nth, place, sweep_id, unnest(string_split(jobs, ';')) AS job FROM _points
+                       WHERE {wanted})
+            SELECT m.line, m.nth, m.place, {picked} FROM m JOIN repeats r ON r.sweep_id = m.sweep_id
+                AND CAST(r.job AS VARCHAR) = m.job WHERE {usable} ORDER BY m.place, r.job"""):
+        by_point[((row.pop("line"), row.pop("nth")), row.pop("place"))].repeats.append(row)
+    if settings:
+        for row in store.rows(f"SELECT line, nth, place, {settings} FROM _points WHERE {wanted}"):
+            by_point[((row.pop("line"), row.pop("nth")), row.pop("place"))].settings = row
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _text(value: Any) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def point_labels(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
+    """`matmul_add size=64 bf16 cold eager`, plus key=value for every other pairing key whose
+    values differ between the lines."""
+    shown = {"workload", "size", "dtype", "warmup", "compile", "train"}
+    varying = [c for c in columns if c not in shown and not c.startswith("workload_")
+               and len({repr(_plain(r.get(c))) for r in rows}) > 1]
+    out = []
+    for r in rows:
+        words = [str(r.get("variant") or r.get("workload") or r.get("job"))]
+        if r.get("size") is not None:
+            words.append(f"size={r['size']}")
+        if r.get("dtype"):
+            words.append(str(r["dtype"]))
+        for key, yes, no in (("warmup", "warm", "cold"), ("compile", "compile", "eager")):
+            if key in columns and _plain(r.get(key)) is not None:
+                words.append(yes if _flag(r[key]) else no)
+        if _flag(r.get("train")):
+            words.append("train")
+        words += [f"{c}={_plain(r.get(c))}" for c in varying]
+        out.append(" ".join(words))
+    return out
+
+
+def _order(v: Any) -> tuple:
+    """A sort key for a grid key's value of any kind (None first, then numbers, then text)."""
+    v = _plain(v)
+    if v is None:
+        return (0, 0.0, "")
+    if isinstance(v, (int, float)):  # and bool
+        return (1, float(v), "")
+    return (2, 0.0, str(v))
+
+
+def _plain(v: Any) -> Any:
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def _flag(v: Any) -> bool:
+    return v is True or str(v).lower() == "true"
+
+
+# --- finding the changes ----------------------------------------------------------------------------
+
+
+def analyse(history: History, fdr: float = FDR) -> None:
+    """Per line its metric, series and changes; false discoveries controlled across the lines."""
+    judged = []
+    for line in history.lines:
+        line.metric = next((m for m in METRICS if all(p.moments[m][0] for p in line.points)), None)
+        if line.metric is not None and len(line.points) > 1:
+            line.series = changes.from_moments([p.moments[line.metric] for p in line.points])
+            judged.append(line)
+    found, history.tested = judge([line.series for line in judged], fdr)
+    for line, steps in zip(judged, found):
+        line.steps = steps
+        line.found = [s.at for s in steps]
+
+
+def judge(many: Sequence[changes.Series], fdr: float = FDR) -> tuple[list[list[changes.Step]], int]:
+    """The changes of each series that are discoveries of Benjamini-Hochberg at `fdr` over every
+    change's p-value and, for a series without one, its best split's; and how many were tested."""
+    tests: list[tuple[int, int | None, float | None]] = []  # (series, change or None, p)
+    for n, s in enumerate(many):
+        found, first = changes.find(s)
+        tests += [(n, at, p) for at, p in found] if found else [(n, None, first)]
+    discovered = stats.benjamini_hochberg([p for _, _, p in tests], fdr)
+    kept: dict[int, dict[int, float | None]] = {}
+    for (n, at, p), yes in zip(tests, discovered):
+        if at is not None and yes:
+            kept.setdefault(n, {})[at] = p
+    out = []
+    for n, s in enumerate(many):
+        at = sorted(kept.get(n, {}))
+        out.append(changes.steps(s, at, [kept[n][a] for a in at]))
+    return out, sum(1 for _, _, p in tests if p is not None)
+
+
+def status(step: changes.Step) -> str:
+    if not step.confirmed:
+        return "unconfirmed"
+    return "regression" if step.ratio > 1 else "improvement"
+
+
+# --- what changed at a step ---------------------------------------------------------------------------
+
+
+def describe_changes(store: Store, history: History) -> None:
+    """regressions.csv's rows: each change with what changed at its step, in words."""
+    rows = []
+    fill(store, history, [line for line in history.lines if line.steps])
+    for line in history.lines:
+        for step in line.steps:
+            before, after = line.points[step.at - 1], line.points[step.at]
+            sweep_b, sweep_a = history.sweeps[before.sweep], history.sweeps[after.sweep]
+            env = environment_diff(sweep_b, sweep_a)
+            settings = [(c, _plain(before.settings.get(c)), _plain(after.settings.get(c))) for c in history.ignored
+                        if repr(_plain(before.settings.get(c))) != repr(_plain(after.settings.get(c)))]
+            ops = op_diff(store, sweep_b["sweep_id"], before, sweep_a["sweep_id"], after)
+            said = change_words(env, settings, ops, step.before)
+            noise = [f"{side} ({history.sweeps[p.sweep]['name']}): {p.noise}" for side, p in
+                     (("before", before), ("after", after)) if p.noise]
+            rows.append({
+                **{k: _plain(line.row.get(k)) for k in history.columns}, "point": line.label,
+                "change_at": sweep_a["folder"], "change_at_time": sweep_a["started_at"],
+                "before_us": step.before, "after_us": step.after, "ratio": step.ratio,
+                "ratio_low": step.low, "ratio_high": step.high, "status": status(step), "p_value": step.p_value,
+                "before_sweep": sweep_b["folder"], "sweeps_before": step.at - step.start,
+                "sweeps_after": step.end - step.at, "measured_on": line.metric, "what_changed": said,
+                "environment_changed": "; ".join(f"{k}: {a} -> {b}" for k, a, b in env),
+                "noise": "; ".join(noise) + ("; measured on a loaded machine" if noise else ""),
+                "_line": line, "_step": step, "_ops": ops, "_environment": env, "_settings": settings,
+            })
+    order = {"regression": 0, "improvement": 1, "unconfirmed": 2}
+    rows.sort(key=lambda r: (order[r["status"]], -abs(math.log(r["ratio"])), r["point"]))
+    history.changes = rows
+
+
+def environment_diff(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(key, before, after) for each environment key that differs between two sweeps."""
+    return [(k, a.get(k) or "", b.get(k) or "") for k in ENVIRONMENT_KEYS if (a.get(k) or "") != (b.get(k) or "")]
+
+
+def op_diff(store: Store, id_b: int, before: Point, id_a: int, after: Point) -> dict[str, list[dict[str, Any]]]:
+    """The point's ops by self host time and kernels by device time per step, across the step."""
+    from analysis.trace import is_op
+
+    def uses(sweep: int, point: Point, table: str) -> list[dict[str, Use]]:
+        have = store.columns(table)
+        if "job" not in have or "name" not in have:
+            return []
+        jobs = [str(r["job"]) for r in point.repeats]
+        timed = "self_host_us" if table == "ops" else "total_us"
+        cols = ", ".join(f"{_q(c)}" if c in have else f"NULL AS {_q(c)}" for c in ("job", "name", "calls", timed,
+                                                                                     "category"))
+        found = store.rows(f"SELECT {cols} FROM {table} WHERE sweep_id = ? AND job IN "
+                           f"({', '.join('?' for _ in jobs)})", [sweep, *jobs])
+        by_job: dict[str, list[tuple[str, float, float]]] = {}
+        for r in found:
+            if table == "ops" and not is_op(r):
+                continue
+            by_job.setdefault(str(r["job"]), []).append((str(r["name"]), stats.number(r["calls"]) or 0.0,
+                                                         stats.number(r[timed]) or 0.0))
+        out = []
+        for rep in point.repeats:
+            if table == "kernels" and rep.get("platform") == "cpu":  # the CPU's kernels are its compute ops
+                continue
+            out.append(per_step(by_job.get(str(rep["job"]), []), rep.get("steps")))
+        return out
+
+    return {what: time_diff(uses(id_b, before, table), uses(id_a, after, table))
+            for what, table in (("ops", "ops"), ("kernels", "kernels"))}
+
+
+def change_words(env: list[tuple[str, str, str]], settings: list[tuple[str, Any, Any]],
+                 ops: dict[str, list[dict[str, Any]]], level_us: float) -> str:
+    """`torch 2.12.0 → 2.13.0: aten::addmm +40%, a new aten::copy_`."""
+
+    def short(key: str, value: str, other: str) -> str:
+        if key == "git_commit":  # as git abbreviates: 10 characters, more where the two share them
+            n = next((n for n in range(10, len(value) + 1) if value[:n] != other[:n]), len(value))
+            return value[:n]
+        return value if len(value) <= 40 else value[:37] + "..."
+
+    where = [f"{ENVIRONMENT_WORDS[k]} {short(k, a, b) or '?'} → {short(k, b, a) or '?'}" for k, a, b in env
+             if k in ENVIRONMENT_WORDS]
+    where += [f"{pair_key_of(c)} {a} → {b}" for c, a, b in settings]
+    what = []
+    for kind, most in (("ops", WORDS_OPS), ("kernels", WORDS_KERNELS)):
+        rows = ops.get(kind) or []
+        big = [r for r in rows if abs(r["self_us_per_step_diff"]) >= WORD_SHARE * level_us][:most]
+        what += [_op_words(r) for r in (big or rows[:1] if kind == "ops" else big)]
+    head = "; ".join(where) if where else "the same environment"
+    return f"{head}: {', '.join(what)}" if what else f"{head}: no op or kernel changed its time per step"
+
+
+def signed_us(value: float) -> str:
+    return ("+" if value > 0 else "-" if value < 0 else "±") + us(abs(value))
+
+
+def _op_words(r: dict[str, Any]) -> str:
+    name = r["name"] if len(r["name"]) <= 60 else r["name"][:57] + "..."
+    calls = (f" ({r['calls_per_step_base']:g} → {r['calls_per_step_new']:g} calls per step)"
+             if r["calls_per_step_base"] != r["calls_per_step_new"] else "")
+    if r["change"] == "appeared":
+        return f"a new {name} ({us(r['self_us_per_step_new'])} per step)"
+    if r["change"] == "vanished":
+        return f"{name} gone ({signed_us(r['self_us_per_step_diff'])} per step)"
+    if r["change"] == "calls":
+        return f"{name}{calls}"
+    ratio = r["self_us_per_step_ratio"]
+    return f"{name} {ratio - 1:+.0%}{calls}" if ratio is not None else f"{name}{calls}"
+
+
+# --- outputs -------------------------------------------------------------------------------------------
+
+
+def trends(history: History) -> list[dict[str, Any]]:
+    """trends.csv: per line and sweep, the level (geometric mean of the repeats) with its 95%
+    interval from the repeats, the fitted level and where a change starts."""
+    rows = []
+    quantile: dict[int, float] = {}  # Student's t by degrees of freedom, computed once each
+    for line in history.lines:
+        if line.series is None:
+            continue
+        fitted = _fitted(line)
+        starts = {s.at: status(s) for s in line.steps}
+        segment = 0
+        for i, p in enumerate(line.points):
+            segment += i in starts
+            y, s2, r = line.series.y[i], line.series.s2[i], p.moments[line.metric][0]
+            if r > 1 and r - 1 not in quantile:
+                quantile[r - 1] = stats.t_quantile(0.975, r - 1)
+            half = quantile[r - 1] * math.sqrt(s2) if r > 1 else 0.0
+            sweep = history.sweeps[p.sweep]
+            rows.append({"point": line.label, "sweep": sweep["name"], "folder": sweep["folder"],
+                         "started_at": sweep["started_at"], "order": p.sweep, "measured_on": line.metric,
+                         "repeats": r, "level_us": math.exp(y), "low_us": math.exp(y - half),
+                         "high_us": math.exp(y + half), "fitted_us": fitted[i], "segment": segment,
+                         "change": starts.get(i, "")})
+    return rows
+
+
+def _fitted(line: Line) -> list[float]:
+    assert line.series is not None
+    bounds = [0, *line.found, line.series.n]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        out += [math.exp(float(line.series.y[a:b].mean()))] * (b - a)
+    return out
+
+
+def write(history: History, out: Path) -> list[Path]:
+    """regressions.csv, trends.csv and history.html in `out`, atomically."""
+    import pandas as pd
+
+    from analysis.files import atomic_write_text
+    from analysis.history_report import write_page
+
+    columns = [*history.columns, *REGRESSION_COLUMNS]
+    frame = pd.DataFrame([{k: r.get(k) for k in columns} for r in history.changes], columns=columns)
+    atomic_write_text(out / "regressions.csv", frame.to_csv(index=False))
+    data = pd.DataFrame(trends(history), columns=[
+        "point", "sweep", "folder", "started_at", "order", "measured_on", "repeats", "level_us", "low_us", "high_us",
+        "fitted_us", "segment", "change"])
+    atomic_write_text(out / "trends.csv", data.to_csv(index=False))
+    page = write_page(history, data, out)
+    return [out / "regressions.csv", out / "trends.csv", page]
+
+
+def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
+    measured = [ln for ln in history.lines if ln.series is not None]
+    once = sum(1 for ln in history.lines if len(ln.points) < 2)
+    s = history.sweeps
+    out = [f"history: {len(s)} sweeps from {_when(s[0]['started_at'])} to {_when(s[-1]['started_at'])}, "
+           f"{len(history.lines)} grid points paired by {', '.join(history.columns)}"
+           + (f" (ignoring {', '.join(history.ignored)})" if history.ignored else "")
+           + (f"; {once} measured in one sweep only" if once else "")]
+    if not measured:
+        return out
+    on = sorted({METRIC_WORDS[ln.metric] for ln in measured if ln.metric})
+    out.append(f"  changes of at least {changes.MIN_EFFECT:.0%} in the {' / '.join(on)}, false discoveries "
+               f"controlled: Benjamini-Hochberg at {fdr:g} over {history.tested} tests")
+    for r in history.changes:
+        low = f"{r['ratio_low']:.2f}" if r["ratio_low"] is not None else "?"
+        high = f"{r['ratio_high']:.2f}" if r["ratio_high"] is not None else "?"
+        line = r["_line"]
+        where = f"sweep {line.points[r['_step'].at].sweep + 1} of {len(s)}"
+        out.append(f"  {r['status']:<12} {r['point']} at {r['change_at']} ({where}, {_when(r['change_at_time'])}): "
+                   f"{r['ratio']:.2f}x [{low}, {high}], {us(r['before_us'])} -> {us(r['after_us'])}; "
+                   f"{r['what_changed']}" + (" [measured on a loaded machine: see noise in regressions.csv]" if r["noise"] else ""))
+    quiet = len(measured) - len({id(r["_line"]) for r in history.changes})
+    if quiet:
+        out.append("  no change at the other grid point" if quiet == 1 and history.changes else
+                   f"  no change at {'the other ' if history.changes else ''}{quiet} grid point{'s' if quiet != 1 else ''}")
+    else:
+        out.append("  a change at every grid point")
+    return out
+
+
+def _when(t: Any) -> str:
+    return t.strftime("%Y-%m-%d %H:%M") if hasattr(t, "strftime") else str(t)
+

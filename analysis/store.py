@@ -1,0 +1,480 @@
+"""The history store: every sweep's rows in one embedded DuckDB database (`history.duckdb`), no
+server. Tables (one `sweep_id` column joins them; `trend` is a view of `history` with its sweep):
+
+    sweeps       one row per sweep: sweep_id, folder, name, started_at (UTC), started_from (which
+                 file said so), ingested_at, grid_points, jobs, jobs_failed, and the environment's
+                 main keys (torch_version, git_commit, hostname, driver_version, ...) as text
+    environment  one row per sweep and key of its environment.json (lists and objects as JSON)
+    history      one row per sweep and grid point: every column of its summary.parquet (or .csv)
+    repeats      one row per job: every column of repeats.csv
+    top_ops      top_ops.csv; ops, kernels: ops.csv and kernels.csv (per job, for the op diff)
+    store_info   key, value: the store's schema version
+
+A sweep is keyed by its folder (resolved) and its start time (sweep.json's `created_at`, else
+environment.json's, else its summary file's modification time): ingesting the same sweeps again
+adds nothing, a new sweep adds its rows only. DuckDB reads the sweeps' files itself
+(read_parquet, read_csv), many sweeps in one statement, in one transaction: a killed ingest
+leaves the store as it was. Columns are added as new sweeps bring them; a column's type is the
+one its values share (numbers that are integers: BIGINT, others DOUBLE; true/false: BOOLEAN;
+anything else text; a column with no value yet takes the type of the first values it gets).
+
+Imported lazily: the rest of the analysis works without duckdb installed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SUMMARY_FILE
+
+STORE_FILE = "history.duckdb"
+STORE_SCHEMA = 1
+SUMMARY_FILES = (str(Path(SUMMARY_FILE).with_suffix(".parquet")), SUMMARY_FILE)
+# table -> the file of a sweep folder it holds (history reads SUMMARY_FILES)
+TABLE_FILES = {"repeats": "repeats.csv", "top_ops": "top_ops.csv", "ops": "ops.csv", "kernels": "kernels.csv"}
+ENVIRONMENT_COLUMNS = ("torch_version", "cuda_build", "driver_version", "gpus", "cpu_model", "cpu_count",
+                       "hostname", "git_commit", "git_dirty", "python_version", "platform", "command")
+CHUNK_BYTES = 64 << 20  # of the sweeps' files ingested in one transaction
+MEMORY_LIMIT = "256MB"  # of DuckDB's own while ingesting and analysing (1,000 sweeps: see benchmarks/history_scale.py)
+DEPTH = 3  # how far below a folder of sweeps they are looked for (outputs/multirun/<date>/<time>)
+# Columns that hold text whatever their values look like (a hash or a commit of digits and an `e`).
+TEXT_COLUMNS = {"job", "jobs", "name", "variant", "variant_settings", "config_hash", "git_commit", "hostname",
+                "trace_file", "table_file", "torch_version", "python_version", "cuda_version", "error", "trace_error",
+                "record_error", "noise_reason", "point", "category", "kind", "top_kernel", "device_name"}
+INTEGERS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "HUGEINT"}
+NUMBERS = INTEGERS | {"FLOAT", "DOUBLE", "REAL"}
+
+
+class StoreError(ValueError):
+    """Input the store refuses; the message names it (exit 2)."""
+
+
+def duckdb_module():
+    try:
+        import duckdb
+    except ImportError:
+        raise StoreError("the history store needs duckdb: .venv/bin/pip install duckdb "
+                         "(make installs it with the project's dependencies)") from None
+    return duckdb
+
+
+# --- the sweeps on disk ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepFolder:
+    folder: Path  # resolved
+    started_at: datetime.datetime  # UTC, without a zone
+    started_from: str  # sweep.json, environment.json or the summary file's time
+    summary: Path
+
+
+def summary_file(folder: Path) -> Path | None:
+    return next((folder / n for n in SUMMARY_FILES if (folder / n).is_file()), None)
+
+
+def _utc(text: Any) -> datetime.datetime | None:
+    try:
+        t = datetime.datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return (t.astimezone(datetime.timezone.utc) if t.tzinfo else t).replace(tzinfo=None)
+
+
+def start_time(folder: Path, summary: Path) -> tuple[datetime.datetime, str]:
+    """When the sweep started, and which file said so."""
+    for name in (PLAN_FILE, ENVIRONMENT_FILE):
+        try:
+            found = _utc(json.loads((folder / name).read_text(encoding="utf-8")).get("created_at"))
+        except (OSError, ValueError, AttributeError):
+            continue
+        if found is not None:
+            return found, name
+    stamp = datetime.datetime.fromtimestamp(summary.stat().st_mtime, datetime.timezone.utc)
+    return stamp.replace(tzinfo=None), f"{summary.name} modified"
+
+
+def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[SweepFolder]:
+    """The analysed sweeps named, or found in the folders named (up to DEPTH levels below, not
+    inside a sweep), each once. A named sweep that is not analysed, or that a live sweep still
+    writes, is refused; one found below a folder is skipped with a warning."""
+    from analysis.sweep import job_folders
+    from profsweep.contract import live_sweep
+
+    def problem(folder: Path) -> str | None:
+        pid = live_sweep(folder)
+        if pid is not None:
+            return (f"{folder} is being written by a sweep that is still running"
+                    + (f" (pid {pid})" if pid > 0 else "") + ": history takes finished sweeps only")
+        if summary_file(folder) is None:
+            return (f"{folder} is not analysed (no summary.parquet or summary.csv): "
+                    f"python -m analysis {folder} writes them")
+        return None
+
+    def is_sweep(folder: Path) -> bool:
+        """Analysed, or job folders that are not themselves analysed runs (outputs/runs/<date>)."""
+        if summary_file(folder) is not None:
+            return True
+        jobs = job_folders(folder)
+        return bool(jobs) and not any(summary_file(j) is not None for j in jobs)
+
+    found: dict[Path, SweepFolder] = {}
+
+    def add(folder: Path) -> None:
+        folder = folder.resolve()
+        if folder not in found:
+            summary = summary_file(folder)
+            assert summary is not None
+            found[folder] = SweepFolder(folder, *start_time(folder, summary), summary)
+
+    for path in paths:
+        if not path.is_dir():
+            raise StoreError(f"{path}: no such folder")
+        if is_sweep(path):
+            said = problem(path)
+            if said:
+                raise StoreError(said)
+            add(path)
+            continue
+        below = []
+        level = [path]
+        for _ in range(DEPTH):
+            level = [c for p in level for c in sorted(p.iterdir()) if c.is_dir() and not c.name.startswith(".")
+                     and not (c / STORE_FILE).exists()]
+            sweeps = [c for c in level if is_sweep(c)]
+            below += sweeps
+            level = [c for c in level if c not in sweeps]
+        if not below:
+            raise StoreError(f"{path}: neither a sweep nor a folder of sweeps: no summary.csv and no job folder "
+                             f"in it or up to {DEPTH} levels below")
+        for sweep in sorted(below):
+            said = problem(sweep)
+            if said:
+                warn(f"warning: skipped: {said}")
+            else:
+                add(sweep)
+    return list(found.values())
+
+
+def default_out(paths: Sequence[Path], sweeps: Sequence[SweepFolder]) -> Path:
+    """history/ in the one folder of sweeps given, else in the sweeps' common parent folder."""
+    import os
+
+    if len(paths) == 1 and not any(s.folder == paths[0].resolve() for s in sweeps):
+        return paths[0] / "history"
+    return Path(os.path.commonpath([str(s.folder.parent) for s in sweeps])) / "history"
+
+
+# --- the store -------------------------------------------------------------------------------------
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _text(path: Path | str) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _show(value: Any) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else str(value)
+
+
+def _header(path: Path) -> list[str]:
+    """The column names on a CSV file's first line."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        return next(csv.reader([f.readline()]), [])
+
+
+def _has_rows(path: Path) -> bool:
+    """A CSV with a header and at least one row (pandas writes a bare newline for an empty table)."""
+    try:
+        with open(path, "rb") as f:
+            return bool(f.readline().strip()) and bool(f.readline().strip())
+    except OSError:
+        return False
+
+
+class Store:
+    """An open history store; use as a context manager."""
+
+    def __init__(self, path: Path, read_only: bool = False):
+        duckdb = duckdb_module()
+        self.path = Path(path)
+        if read_only and not self.path.is_file():
+            raise StoreError(f"{self.path}: no such store (python -m analysis history SWEEP... --out DIR makes "
+                             f"DIR/{STORE_FILE})")
+        try:
+            if not read_only:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.con = duckdb.connect(str(self.path), read_only=read_only)
+            self.con.execute("SET enable_progress_bar = false")  # no bar on the terminal of a nightly job
+        except (duckdb.Error, OSError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise StoreError(f"{self.path}: cannot open the store: {first}") from None
+        if not read_only:
+            self.con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")  # DuckDB spills beyond it: flat memory
+            self._create()
+        else:
+            self._check_version()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.con.close()
+
+    def _create(self) -> None:
+        c = self.con
+        c.execute("CREATE TABLE IF NOT EXISTS store_info (key VARCHAR PRIMARY KEY, value VARCHAR)")
+        c.execute("INSERT OR IGNORE INTO store_info VALUES ('schema_version', ?)", [str(STORE_SCHEMA)])
+        self._check_version()
+        env = ", ".join(f"{_q(k)} VARCHAR" for k in ENVIRONMENT_COLUMNS)
+        c.execute(f"""CREATE TABLE IF NOT EXISTS sweeps (
+            sweep_id INTEGER PRIMARY KEY, folder VARCHAR NOT NULL, name VARCHAR, started_at TIMESTAMP NOT NULL,
+            started_from VARCHAR, ingested_at TIMESTAMP, grid_points INTEGER, jobs INTEGER, jobs_failed INTEGER,
+            {env}, UNIQUE (folder, started_at))""")
+        c.execute("CREATE TABLE IF NOT EXISTS environment (sweep_id INTEGER, key VARCHAR, value VARCHAR)")
+        for table in ("history", *TABLE_FILES):
+            c.execute(f"CREATE TABLE IF NOT EXISTS {table} (sweep_id INTEGER)")
+        c.execute("CREATE OR REPLACE VIEW trend AS SELECT s.name AS sweep, s.started_at, s.torch_version, "
+                  "s.git_commit, h.* FROM history h JOIN sweeps s USING (sweep_id)")
+
+    def _check_version(self) -> None:
+        try:
+            found = self.con.execute("SELECT value FROM store_info WHERE key = 'schema_version'").fetchone()
+        except Exception:  # not a store of ours (no store_info)
+            raise StoreError(f"{self.path}: not a history store (no store_info table)") from None
+        if found is None or found[0] != str(STORE_SCHEMA):
+            raise StoreError(f"{self.path}: a store of schema {found[0] if found else '?'}; this analysis "
+                             f"reads schema {STORE_SCHEMA}")
+
+    # --- ingest ----------------------------------------------------------------------------------
+
+    def ids(self, sweeps: Iterable[SweepFolder]) -> dict[SweepFolder, int]:
+        """The sweep_id of each of `sweeps` already in the store."""
+        known = {(f, t): i for i, f, t in self.con.execute("SELECT sweep_id, folder, started_at FROM sweeps").fetchall()}
+        return {s: known[(str(s.folder), s.started_at)] for s in sweeps if (str(s.folder), s.started_at) in known}
+
+    def ingest(self, sweeps: Sequence[SweepFolder], progress: Callable[[str], None] | None = None
+               ) -> tuple[dict[SweepFolder, int], int]:
+        """Add the sweeps not in the store yet, a few at a time (CHUNK_BYTES of files, one
+        transaction each: a sweep is in the store whole or not at all, and memory stays flat);
+        return every sweep's id and how many were new."""
+        have = self.ids(sweeps)
+        new = [s for s in sweeps if s not in have]
+        if not new:
+            return have, 0
+        start = (self.con.execute("SELECT coalesce(max(sweep_id), 0) FROM sweeps").fetchone() or (0,))[0] + 1
+        ids = {s: start + i for i, s in enumerate(new)}
+        chunk: list[SweepFolder] = []
+        size = done = 0
+        for s in new:
+            chunk.append(s)
+            size += sum(f.stat().st_size for f in (s.summary, *(s.folder / n for n in TABLE_FILES.values()))
+                        if f.is_file())
+            if size >= CHUNK_BYTES or s is new[-1]:
+                self._ingest(chunk, ids)
+                done += len(chunk)
+                if progress and len(new) > len(chunk):
+                    progress(f"ingested {done}/{len(new)} sweeps")
+                chunk, size = [], 0
+        return {**have, **ids}, len(new)
+
+    def _ingest(self, new: list[SweepFolder], ids: dict[SweepFolder, int]) -> None:
+        import pandas as pd
+
+        c = self.con
+        now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+        rows, env_rows = [], []
+        for s in new:
+            try:
+                env = json.loads((s.folder / ENVIRONMENT_FILE).read_text(encoding="utf-8"))
+                env = env if isinstance(env, dict) else {}
+            except (OSError, ValueError):
+                env = {}
+            rows.append({"sweep_id": ids[s], "folder": str(s.folder), "name": s.folder.name,
+                         "started_at": s.started_at, "started_from": s.started_from, "ingested_at": now,
+                         **{k: _show(env.get(k)) for k in ENVIRONMENT_COLUMNS}})
+            env_rows += [{"sweep_id": ids[s], "key": str(k), "value": _show(v)} for k, v in env.items()]
+        sweep_frame = pd.DataFrame(rows)
+        env_frame = pd.DataFrame(env_rows, columns=["sweep_id", "key", "value"]).astype(
+            {"sweep_id": "int64", "key": "string", "value": "string"})
+        duckdb = duckdb_module()
+        c.execute("BEGIN TRANSACTION")
+        try:
+            c.register("_new_sweeps", sweep_frame)
+            c.execute("INSERT INTO sweeps BY NAME SELECT * FROM _new_sweeps")
+            c.register("_new_environment", env_frame)
+            c.execute("INSERT INTO environment SELECT * FROM _new_environment")
+            parquet = [(ids[s], s.summary) for s in new if s.summary.suffix == ".parquet"]
+            csv = [(ids[s], s.summary) for s in new if s.summary.suffix == ".csv" and _has_rows(s.summary)]
+            self._load("history", parquet, parquet=True)
+            self._load("history", csv)
+            for table, name in TABLE_FILES.items():
+                self._load(table, [(ids[s], s.folder / name) for s in new if _has_rows(s.folder / name)])
+            wanted = ", ".join(str(ids[s]) for s in new)
+            ok = "r.status = 'ok'" if "status" in self.columns("repeats") else "false"
+            c.execute(f"""CREATE OR REPLACE TEMP TABLE _counts AS
+                SELECT s.sweep_id, coalesce(p.n, 0) AS points, coalesce(j.n, 0) AS jobs, coalesce(j.failed, 0) AS failed
+                FROM (SELECT sweep_id FROM sweeps WHERE sweep_id IN ({wanted})) s
+                LEFT JOIN (SELECT sweep_id, count(*) AS n FROM history WHERE sweep_id IN ({wanted}) GROUP BY sweep_id) p
+                  USING (sweep_id)
+                LEFT JOIN (SELECT r.sweep_id, count(*) AS n, count(*) FILTER (WHERE NOT coalesce({ok}, false)) AS failed
+                           FROM repeats r WHERE r.sweep_id IN ({wanted}) GROUP BY r.sweep_id) j USING (sweep_id)""")
+            c.execute("""UPDATE sweeps SET grid_points = x.points, jobs = x.jobs, jobs_failed = x.failed
+                         FROM _counts x WHERE sweeps.sweep_id = x.sweep_id""")
+            c.execute("DROP TABLE _counts")
+            c.execute("COMMIT")
+        except duckdb.Error as exc:
+            c.execute("ROLLBACK")
+            raise StoreError(f"{self.path}: sweeps could not be ingested ({', '.join(s.folder.name for s in new[:3])}"
+                             f"{', ...' if len(new) > 3 else ''}; none of them was): {exc}") from None
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        finally:
+            for view in ("_new_sweeps", "_new_environment"):
+                c.unregister(view)
+
+    def columns(self, table: str) -> dict[str, str]:
+        """The table's columns and their types, in order."""
+        return {name: kind for name, kind, *_ in self.con.execute(f"DESCRIBE {table}").fetchall()}
+
+    def _load(self, table: str, files: list[tuple[int, Path]], parquet: bool = False) -> None:
+        """The rows of `files` (one per sweep) into `table`, each with its sweep_id, in one statement."""
+        if not files:
+            return
+        c = self.con
+        c.execute("CREATE OR REPLACE TEMP TABLE _files (sweep_id INTEGER, path VARCHAR)")
+        c.execute("INSERT INTO _files VALUES " + ", ".join(f"({i}, {_text(p)})" for i, p in files))
+        listed = "[" + ", ".join(_text(p) for _, p in files) + "]"
+        if parquet:
+            reader = f"read_parquet({listed}, union_by_name = true, filename = '_source_file')"
+        else:  # pandas' dialect (no sniffing of it per file); DuckDB types each file's columns, text stays text
+            text = sorted(TEXT_COLUMNS & {n for _, p in files for n in _header(p)})
+            types = "{" + ", ".join(f"{_text(n)}: 'VARCHAR'" for n in text) + "}"
+            reader = (f"read_csv({listed}, union_by_name = true, filename = '_source_file', header = true, "
+                      f"delim = ',', quote = '\"', escape = '\"'" + (f", types = {types})" if text else ")"))
+        c.execute(f"CREATE OR REPLACE TEMP TABLE _batch AS SELECT f.sweep_id, t.* EXCLUDE (_source_file) "
+                  f"FROM {reader} t JOIN _files f ON t._source_file = f.path")
+        batch = {k: v for k, v in self.columns("_batch").items() if k != "sweep_id"}
+        batch.update(self._infer(batch, by_values=parquet))
+        store = self.columns(table)
+        empty = self._empty(table, [k for k in batch if store.get(k) == "VARCHAR"])
+        for name, kind in batch.items():
+            if kind is None:  # no value in this batch: any type takes it
+                if name not in store:
+                    c.execute(f"ALTER TABLE {table} ADD COLUMN {_q(name)} VARCHAR")
+                    store[name] = "VARCHAR"
+                continue
+            if name not in store:
+                c.execute(f"ALTER TABLE {table} ADD COLUMN {_q(name)} {kind}")
+                store[name] = kind
+            elif store[name] != kind:
+                wider = kind if name in empty else _common(store[name], kind)
+                if wider != store[name]:
+                    c.execute(f"ALTER TABLE {table} ALTER {_q(name)} TYPE {wider}")
+                    store[name] = wider
+        chosen = ", ".join(f"CAST({_q(k)} AS {store[k]}) AS {_q(k)}" for k in batch)
+        c.execute(f"INSERT INTO {table} BY NAME SELECT sweep_id, {chosen} FROM _batch")
+        c.execute("DROP TABLE _batch")
+
+    def _infer(self, batch: dict[str, str], by_values: bool) -> dict[str, str | None]:
+        """The type of each text column of the batch: None where it holds no value (a file had none
+        there: any type takes it); `by_values`, by what its values all are: BOOLEAN, BIGINT, DOUBLE
+        or VARCHAR (parquet files whose columns differ in type are read as text: a number in one
+        sweep, no value in another). TEXT_COLUMNS stay text."""
+        text = [k for k, v in batch.items() if v == "VARCHAR" and k not in TEXT_COLUMNS]
+        if not text:
+            return {}
+        parts = []
+        for k in text:
+            x = f"TRY_CAST({_q(k)} AS DOUBLE)"
+            parts.append(f"count({_q(k)})")
+            if by_values:
+                parts += [f"count({x})", f"count_if(lower({_q(k)}) IN ('true', 'false'))",
+                          f"count_if(NOT isfinite({x}) OR {x} <> round({x}) OR abs({x}) > 4.6e18)"]
+        counts = self.con.execute(f"SELECT {', '.join(parts)} FROM _batch").fetchone()
+        out: dict[str, str | None] = {}
+        step = 4 if by_values else 1
+        for i, k in enumerate(text):
+            n = counts[step * i]
+            if n == 0:
+                out[k] = None
+            elif by_values:
+                numbers, flags, fractions = counts[step * i + 1: step * i + 4]
+                out[k] = ("BOOLEAN" if flags == n else
+                          ("BIGINT" if fractions == 0 else "DOUBLE") if numbers == n else "VARCHAR")
+        return out
+
+    def _empty(self, table: str, names: list[str]) -> set[str]:
+        """Those of the table's columns that hold no value yet."""
+        if not names:
+            return set()
+        counts = self.con.execute(f"SELECT {', '.join(f'count({_q(k)})' for k in names)} FROM {table}").fetchone()
+        return {k for k, n in zip(names, counts) if n == 0}
+
+    # --- reading -----------------------------------------------------------------------------------
+
+    def rows(self, query: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cursor = self.con.execute(query, list(params))
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, r)) for r in cursor.fetchall()]
+
+
+def _common(a: str, b: str) -> str:
+    """The type that holds the values of two columns' types."""
+    if a == b:
+        return a
+    if a in INTEGERS and b in INTEGERS:
+        return "BIGINT"
+    if a in NUMBERS and b in NUMBERS:
+        return "DOUBLE"
+    return "VARCHAR"
+
+
+def print_result(cursor: Any, stream: Any, as_csv: bool = False, widest: int = 60) -> None:
+    """A query's result as CSV (every row, in batches) or as an aligned table (cells cut at `widest`)."""
+    import csv
+
+    if cursor.description is None:  # a statement without a result
+        return
+    names = [d[0] for d in cursor.description]
+    if as_csv:
+        writer = csv.writer(stream, lineterminator="\n")
+        writer.writerow(names)
+        while True:
+            batch = cursor.fetchmany(10_000)
+            if not batch:
+                break
+            writer.writerows(["" if v is None else v for v in row] for row in batch)
+        return
+
+    def cell(v: Any) -> str:
+        text = "NULL" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
+        text = text.replace("\n", " ")
+        return text if len(text) <= widest else text[:widest - 1] + "…"
+
+    raw = cursor.fetchall()
+    rows = [[cell(v) for v in row] for row in raw]
+    right = [all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in col) and raw
+             for col in zip(*raw)] if raw else [False] * len(names)
+    widths = [max([len(n), *(len(r[i]) for r in rows)]) for i, n in enumerate(names)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)).rstrip() + "\n"
+
+    stream.write(line(names))
+    stream.write("  ".join("-" * w for w in widths) + "\n")
+    for r in rows:
+        stream.write(line(r))
+    stream.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")

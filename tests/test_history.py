@@ -1,0 +1,486 @@
+"""`python -m analysis history SWEEP...` and `python -m analysis sql DB QUERY`: the store and its
+incremental ingest, the changes found, placed and judged over synthetic histories whose answer is
+known (sweep folders written here row by row, each repeat's value drawn with a seeded noise
+between repeats and between sweeps), the gate, the refusals, and real sweeps (slow). Nothing
+asserts a timing of this machine."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("duckdb")
+
+from analysis import changes  # noqa: E402
+from analysis.__main__ import main  # noqa: E402
+from analysis.history import judge  # noqa: E402
+from tests.conftest import run_cli  # noqa: E402
+from tests.test_compare import hand_made_point, processes  # noqa: E402
+
+KEYS = {"workload": "matmul_add", "dtype": "bf16", "compile": False, "warmup": True, "train": False, "device": "cpu",
+        "threads": "auto"}
+
+
+# --- synthetic sweep folders, written as the analysis writes them ---------------------------------------
+
+
+def write_sweep(folder: Path, day: int, points: dict[int, list[float | None]], *, torch: str = "2.12.0",
+                commit: str = "a" * 40, parquet: bool = False, report: bool = True) -> Path:
+    """An analysed sweep started on December `day`: per size, its repeats' un-profiled median
+    steps in µs (None: a failed job). Each job's ops: aten::mm takes 60% of its step, aten::add 10%,
+    plus the workload's annotation and ProfilerStep#, as ops.csv records them."""
+    folder.mkdir(parents=True)
+    created = f"2026-12-{day:02d}T02:00:00.000+00:00"
+    (folder / "sweep.json").write_text(json.dumps({"created_at": created, "command": ["experiments/run.py", "-m"]}))
+    (folder / "environment.json").write_text(json.dumps({
+        "created_at": created, "torch_version": torch, "git_commit": commit, "hostname": "ci", "cpu_count": 2,
+        "gpus": [], "command": ["experiments/run.py", "-m", f"hydra.sweep.dir={folder}"]}))
+    summary, repeats, ops = [], [], []
+    num = 0
+    for size, values in points.items():
+        jobs = []
+        for r, value in enumerate(values, 1):
+            job = f"{num}_matmul_add_{size}_bf16_warm_eager" + (f"_r{r}" if r > 1 else "")
+            num += 1
+            jobs.append(job)
+            ok = value is not None
+            repeats.append({"job": job, "config_hash": f"h{size}", "repeat": r, **KEYS, "size": size,
+                            "status": "ok" if ok else "failed", "error": None if ok else "RuntimeError: boom",
+                            "trace_error": None, "timed_us_per_step": value, "host_us_per_step": value,
+                            "steps": 3 if ok else None, "platform": "cpu" if ok else None,
+                            "trace_file": "t.json" if ok else None})
+            if ok:
+                ops += [{"job": job, "name": name, "calls": 3, "self_host_us": share * value * 3, "self_device_us": 0.0,
+                         "compute_calls": 3, "category": category}
+                        for name, share, category in (("aten::mm", 0.6, "cpu_op"), ("aten::add", 0.1, "cpu_op"),
+                                                      ("matmul_add", 0.05, "user_annotation"),
+                                                      ("ProfilerStep#2", 0.05, "user_annotation"))]
+                (folder / job).mkdir()
+                (folder / job / "t.json").write_text("{}")
+        good = [v for v in values if v is not None]
+        summary.append({"job": jobs[0], "jobs": ";".join(jobs), "config_hash": f"h{size}", **KEYS, "size": size,
+                        "variant": "matmul_add", "status": "ok" if good else "failed", "trace_error": None,
+                        "timed_us_per_step": float(np.median(good)) if good else None, "repeats": len(good),
+                        "repeats_failed": len(values) - len(good), "noisy": False, "noise_load": False,
+                        "noise_reason": ""})
+    frame = pd.DataFrame(summary)
+    if parquet:
+        frame.astype({c: "string" for c in frame.columns if frame[c].dtype == object}).to_parquet(
+            folder / "summary.parquet", index=False)
+    frame.to_csv(folder / "summary.csv", index=False)
+    pd.DataFrame(repeats).to_csv(folder / "repeats.csv", index=False)
+    pd.DataFrame(ops).to_csv(folder / "ops.csv", index=False)
+    if report:
+        (folder / "report.html").write_text("<html>report</html>")
+    return folder
+
+
+def noisy(level: float, rng: np.random.Generator, repeats: int = 3, within: float = 0.1) -> list[float]:
+    return [float(level * math.exp(rng.normal(0, within))) for _ in range(repeats)]
+
+
+def draw(sweeps: int, sizes=(8, 16, 32, 64, 128), *, step: tuple[int, int, float] | None = None, seed: int = 0,
+         between: float = 0.05, within: float = 0.1) -> list[dict[int, list[float]]]:
+    """Per sweep and size its 3 repeats' values: each size's level 10 µs × size, each sweep off by a
+    factor drawn with sd `between` (the machine that day), each repeat by one with sd `within`;
+    `step` = (size, first sweep index, factor) changes one grid point from that sweep on."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(sweeps):
+        day = rng.normal(0, between)
+        out.append({size: noisy(10.0 * size * (step[2] if step and size == step[0] and i >= step[1] else 1.0)
+                                * math.exp(day), rng, within=within) for size in sizes})
+    return out
+
+
+def history_of(root: Path, sweeps: int, sizes=(8, 16, 32, 64, 128), *, step: tuple[int, int, float] | None = None,
+               seed: int = 0, between: float = 0.05, within: float = 0.1, **kwargs) -> list[Path]:
+    """The sweeps of `draw`, written as s01, s02, ... on consecutive days; torch 2.13.0 from the step on."""
+    drawn = draw(sweeps, sizes, step=step, seed=seed, between=between, within=within)
+    return [write_sweep(root / f"s{i + 1:02d}", i + 1, points, torch="2.13.0" if step and i >= step[1] else "2.12.0",
+                        **kwargs) for i, points in enumerate(drawn)]
+
+
+def history(*args: object, capsys) -> tuple[int, str, str]:
+    code = main(["history", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def sql(*args: object, capsys) -> tuple[int, str, str]:
+    code = main(["sql", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# --- changes found, placed and judged -----------------------------------------------------------------
+
+
+def test_a_2x_step_at_sweep_6_of_10_is_found_there_and_nowhere_else(tmp_path, capsys):
+    sweeps = history_of(tmp_path / "nightly", 10, step=(32, 5, 2.0))
+    code, out, _ = history(tmp_path / "nightly", "--fail-on-change", "1.5", capsys=capsys)
+    assert code == 1  # a confirmed regression beyond 1.5
+    assert "ingested 10 new sweeps, 0 already in the store" in out
+    found = pd.read_csv(tmp_path / "nightly" / "history" / "regressions.csv")
+    assert len(found) == 1, found
+    row = found.iloc[0]
+    assert row["size"] == 32 and row["status"] == "regression"
+    assert row["change_at"] == str(sweeps[5].resolve()) and row["before_sweep"] == str(sweeps[4].resolve())
+    assert row["sweeps_before"] == 5 and row["sweeps_after"] == 5
+    assert row["ratio_low"] < 2.0 < row["ratio_high"] and row["ratio_low"] > 1.05
+    assert row["before_us"] == pytest.approx(320, rel=0.1) and row["after_us"] == pytest.approx(640, rel=0.1)
+    # what changed at the step: torch, and aten::mm's time per step first (annotations are not ops)
+    assert row["what_changed"].startswith("torch 2.12.0 → 2.13.0: aten::mm +")
+    assert "matmul_add" not in row["what_changed"] and "ProfilerStep" not in row["what_changed"]
+    assert "regression   matmul_add size=32 bf16 warm eager at" in out and "no change at the other 4 grid points" in out
+    assert "regression beyond 1.5: matmul_add size=32 bf16 warm eager" in out
+    # the gate passes a regression within its ratio
+    code, out, _ = history(tmp_path / "nightly", "--fail-on-change", "3", capsys=capsys)
+    assert code == 0 and "ingested 0 new sweeps, 10 already in the store" in out
+    trends = pd.read_csv(tmp_path / "nightly" / "history" / "trends.csv")
+    assert len(trends) == 50 and (trends.groupby("point").size() == 10).all()
+    assert trends.loc[trends["change"] == "regression", "sweep"].tolist() == ["s06"]
+
+
+def test_the_page_links_both_sides_reports_and_traces(tmp_path, capsys):
+    sweeps = history_of(tmp_path / "nightly", 10, step=(32, 5, 2.0))
+    history(tmp_path / "nightly", "--out", tmp_path / "h", capsys=capsys)
+    page = (tmp_path / "h" / "history.html").read_text()
+    links = set(re.findall(r"href='([^']+)'", page))
+    for sweep in sweeps[4:6]:
+        report = os.path.relpath(sweep / "report.html", tmp_path / "h")
+        assert report in links
+        trace = os.path.relpath(sweep / "6_matmul_add_32_bf16_warm_eager" / "t.json", tmp_path / "h")
+        assert trace in links
+    assert all((tmp_path / "h" / link).exists() for link in links if not link.startswith(("http", "#")))
+    assert page.count("<img") == 2  # the changed point's trend and the overview
+    assert "torch 2.12.0 → 2.13.0" in page and "aten::mm" in page
+
+
+def test_a_step_in_the_last_sweep_only_is_unconfirmed_and_passes_the_gate(tmp_path, capsys):
+    sweeps = history_of(tmp_path / "nightly", 10, step=(64, 9, 2.0))
+    code, out, _ = history(tmp_path / "nightly", "--fail-on-change", "1.1", capsys=capsys)
+    assert code == 0
+    found = pd.read_csv(tmp_path / "nightly" / "history" / "regressions.csv")
+    assert found[["size", "status", "change_at"]].values.tolist() == [[64, "unconfirmed", str(sweeps[9].resolve())]]
+    assert found.loc[0, "ratio"] == pytest.approx(2.0, rel=0.15) and found.loc[0, "sweeps_after"] == 1
+    # one more sweep at the new level confirms it: now a regression the gate stops
+    rng = np.random.default_rng(5)
+    write_sweep(tmp_path / "nightly" / "s11", 11, {s: noisy(10.0 * s * (2.0 if s == 64 else 1.0), rng)
+                                                   for s in (8, 16, 32, 64, 128)}, torch="2.13.0")
+    code, out, _ = history(tmp_path / "nightly", "--fail-on-change", "1.1", capsys=capsys)
+    assert code == 1 and "ingested 1 new sweep, 10 already in the store" in out
+    found = pd.read_csv(tmp_path / "nightly" / "history" / "regressions.csv")
+    assert found[["size", "status", "change_at"]].values.tolist() == [[64, "regression", str(sweeps[9].resolve())]]
+
+
+def test_ten_aa_sweeps_give_no_change(tmp_path, capsys):
+    # 20 grid points, repeats 10% apart, and the sweeps 15% apart from day to day (the machine):
+    # a test on the repeats' noise alone would find changes here
+    history_of(tmp_path / "aa", 10, sizes=range(8, 168, 8), between=0.15, seed=3)
+    code, out, _ = history(tmp_path / "aa", "--fail-on-change", "1.0", capsys=capsys)
+    assert code == 0
+    assert len(pd.read_csv(tmp_path / "aa" / "history" / "regressions.csv")) == 0
+    assert "no change at 20 grid points" in out
+    trends = pd.read_csv(tmp_path / "aa" / "history" / "trends.csv")
+    assert len(trends) == 200 and trends["change"].isna().all()
+
+
+def test_the_sweeps_scatter_counts_as_noise(monkeypatch):
+    """The same A/A data judged on the repeats' noise alone does find changes: the test above
+    could fail (the scatter between sweeps is what keeps it quiet)."""
+    drawn = draw(10, range(8, 168, 8), between=0.15, seed=3)  # the A/A test's sweeps
+    series = [changes.series([sweep[size] for sweep in drawn]) for size in range(8, 168, 8)]
+    found, _ = judge(series)
+    assert not any(found)
+
+    noises = changes.noises
+
+    def repeats_only(repeats, scatter, dof_within, dof_between):
+        return noises(repeats, None, dof_within, dof_between)
+
+    monkeypatch.setattr(changes, "noises", repeats_only)
+    naive, _ = judge(series)
+    assert any(naive)
+
+
+def test_a_grid_point_missing_from_some_sweeps_keeps_its_own_series(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    sweeps = []
+    for i in range(10):
+        points = {8: noisy(80, rng), 64: noisy(640 * (2 if i >= 5 else 1), rng)}
+        if i in (2, 5):  # not in these sweeps; its step is placed at the next sweep that has it
+            del points[64]
+        sweeps.append(write_sweep(tmp_path / f"s{i}", i + 1, points))
+    code, out, _ = history(*sweeps, capsys=capsys)
+    assert code == 0
+    found = pd.read_csv(tmp_path / "history" / "regressions.csv")  # the sweeps' common parent
+    assert found[["size", "status", "change_at"]].values.tolist() == [[64, "regression", str(sweeps[6].resolve())]]
+    trends = pd.read_csv(tmp_path / "history" / "trends.csv")
+    assert sorted(trends.groupby("point").size().tolist()) == [8, 10]
+
+
+def test_a_sweep_with_another_grid_pairs_what_it_shares(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    for i in range(6):
+        sizes = (8, 16, 256) if i == 3 else (8, 16, 32)
+        write_sweep(tmp_path / "n" / f"s{i}", i + 1, {s: noisy(10.0 * s, rng) for s in sizes})
+    code, out, _ = history(tmp_path / "n", capsys=capsys)
+    assert code == 0 and "4 grid points paired by" in out and "1 measured in one sweep only" in out
+    assert "no change at 3 grid points" in out
+    trends = pd.read_csv(tmp_path / "n" / "history" / "trends.csv")
+    assert trends.groupby("point").size().to_dict() == {
+        "matmul_add size=8 bf16 warm eager": 6, "matmul_add size=16 bf16 warm eager": 6,
+        "matmul_add size=32 bf16 warm eager": 5}
+
+
+def test_failed_jobs_are_left_out_of_the_series(tmp_path, capsys):
+    rng = np.random.default_rng(4)
+    for i in range(6):
+        points = {16: noisy(160, rng), 32: noisy(320, rng)}
+        if i == 2:
+            points = {16: [160.0, None, 170.0], 32: [None, None, None]}  # a crash; every repeat of 32
+        write_sweep(tmp_path / "n" / f"s{i}", i + 1, points)
+    code, out, _ = history(tmp_path / "n", capsys=capsys)
+    assert code == 0 and "no change at 2 grid points" in out
+    trends = pd.read_csv(tmp_path / "n" / "history" / "trends.csv")
+    assert trends.groupby("point").size().to_dict() == {"matmul_add size=16 bf16 warm eager": 6,
+                                                        "matmul_add size=32 bf16 warm eager": 5}
+    third = trends[(trends["sweep"] == "s2") & (trends["point"] == "matmul_add size=16 bf16 warm eager")].iloc[0]
+    assert third["repeats"] == 2 and third["level_us"] == pytest.approx(math.sqrt(160 * 170))
+    code, out, _ = sql(tmp_path / "n" / "history", "SELECT name, jobs, jobs_failed FROM sweeps ORDER BY name",
+                       "--csv", capsys=capsys)
+    assert code == 0 and "s1,6,0\ns2,6,4\ns3,6,0" in out
+
+
+# --- the store ------------------------------------------------------------------------------------------
+
+
+def test_incremental_ingest_adds_only_new_sweeps(tmp_path, capsys):
+    sweeps = history_of(tmp_path / "n", 3, sizes=(8, 16))
+    code, out, _ = history(tmp_path / "n", capsys=capsys)
+    assert code == 0 and "ingested 3 new sweeps, 0 already in the store" in out
+    write_sweep(tmp_path / "n" / "s04", 4, {8: [80.0, 81.0, 79.0], 16: [160.0, 161.0, 159.0]}, parquet=True)
+    code, out, _ = history(tmp_path / "n", capsys=capsys)
+    assert code == 0 and "ingested 1 new sweep, 3 already in the store" in out
+    code, out, _ = sql(tmp_path / "n" / "history", "SELECT s.name, count(*) AS points, sum(h.repeats) AS jobs "
+                       "FROM history h JOIN sweeps s USING (sweep_id) GROUP BY s.name ORDER BY s.name", "--csv",
+                       capsys=capsys)
+    assert out == "name,points,jobs\ns01,2,6\ns02,2,6\ns03,2,6\ns04,2,6\n"
+    # the same folder holding a new sweep (another start time) is another sweep
+    json_file = sweeps[0] / "sweep.json"
+    json_file.write_text(json.dumps({"created_at": "2026-12-09T00:00:00+00:00"}))
+    code, out, _ = history(tmp_path / "n", capsys=capsys)
+    assert "ingested 1 new sweep, 3 already in the store" in out
+    code, out, _ = sql(tmp_path / "n" / "history" / "history.duckdb",
+                       "SELECT count(*) AS sweeps, count(DISTINCT folder) AS folders FROM sweeps", "--csv",
+                       capsys=capsys)
+    assert out == "sweeps,folders\n5,4\n"
+
+
+def test_the_store_keeps_every_row_of_the_sweeps_files(tmp_path, capsys):
+    sweeps = history_of(tmp_path / "n", 3, sizes=(8, 16))
+    history(tmp_path / "n", capsys=capsys)
+    for table, name, order in (("repeats", "repeats.csv", ["sweep", "job"]), ("ops", "ops.csv", ["sweep", "job", "name"]),
+                               ("history", "summary.csv", ["sweep", "job"])):
+        code, out, _ = sql(tmp_path / "n" / "history", f"SELECT s.name AS sweep, t.* EXCLUDE (sweep_id) FROM {table} t "
+                           "JOIN sweeps s USING (sweep_id)", "--csv", capsys=capsys)
+        stored = pd.read_csv(pd.io.common.StringIO(out)).sort_values(order, ignore_index=True)
+        written = pd.concat([pd.read_csv(s / name).assign(sweep=s.name) for s in sweeps]).sort_values(
+            order, ignore_index=True)
+        assert code == 0 and len(stored) == len(written) and set(written.columns) <= set(stored.columns)
+        pd.testing.assert_frame_equal(stored[written.columns], written, check_dtype=False)
+
+
+def test_columns_take_the_type_their_values_share_and_hashes_stay_text(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    folders = [write_sweep(tmp_path / "n" / f"s{i}", i + 1, {8: noisy(80, rng)}) for i in range(3)]
+    for folder, value in zip(folders, (None, 4, "big")):  # no value yet, a number, then text
+        for name in ("summary.csv", "repeats.csv"):
+            frame = pd.read_csv(folder / name).assign(config_hash="12e4", scale_ratio=value)
+            frame.to_csv(folder / name, index=False)
+    out = tmp_path / "store"
+
+    def typed() -> tuple[str, list[str]]:
+        _, text, _ = sql(out, "SELECT DISTINCT typeof(scale_ratio) AS t, typeof(config_hash) AS h FROM repeats",
+                         "--csv", capsys=capsys)
+        _, values, _ = sql(out, "SELECT DISTINCT CAST(scale_ratio AS VARCHAR) AS v, config_hash FROM repeats "
+                           "WHERE scale_ratio IS NOT NULL ORDER BY v", "--csv", capsys=capsys)
+        return text.splitlines()[1], values.splitlines()[1:]
+
+    for n in range(1, 4):
+        code, _, _ = history(*folders[:n], "--out", out, capsys=capsys)
+        assert code == 0
+        assert typed() == [("VARCHAR,VARCHAR", []), ("BIGINT,VARCHAR", ["4,12e4"]),
+                           ("VARCHAR,VARCHAR", ["4,12e4", "big,12e4"])][n - 1]
+
+
+def test_a_sweep_named_twice_or_found_twice_is_one_sweep(tmp_path, capsys):
+    sweeps = history_of(tmp_path / "n", 3, sizes=(8,))
+    code, out, _ = history(tmp_path / "n", sweeps[0], sweeps[0], "--out", tmp_path / "o", capsys=capsys)
+    assert code == 0 and "ingested 3 new sweeps, 0 already in the store" in out and "history: 3 sweeps" in out
+
+
+def test_sql_prints_a_table_or_csv_and_refuses_what_it_cannot_do(tmp_path, capsys):
+    history_of(tmp_path / "n", 2, sizes=(8, 16))
+    history(tmp_path / "n", capsys=capsys)
+    store = tmp_path / "n" / "history" / "history.duckdb"
+    code, out, _ = sql(store, "SELECT sweep, size, round(timed_us_per_step) AS us FROM trend ORDER BY sweep, size",
+                       capsys=capsys)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["sweep", "size", "us"] and set(lines[1]) == {"-", " "} and lines[-1] == "(4 rows)"
+    assert [line.split()[:2] for line in lines[2:6]] == [["s01", "8"], ["s01", "16"], ["s02", "8"], ["s02", "16"]]
+    code, out, err = sql(store, "SELECT nope FROM sweeps", capsys=capsys)
+    assert code == 2 and err.startswith("error: the query failed") and "nope" in err
+    code, out, err = sql(store, "DELETE FROM sweeps", capsys=capsys)
+    assert code == 2 and "read-only" in err
+    code, out, _ = sql(store, "SELECT count(*) AS n FROM sweeps", "--csv", capsys=capsys)
+    assert out == "n\n2\n"
+    code, _, err = sql(tmp_path / "none.duckdb", "SELECT 1", capsys=capsys)
+    assert code == 2 and "no such store" in err and not (tmp_path / "none.duckdb").exists()
+
+
+# --- the gate and the refusals ---------------------------------------------------------------------------
+
+
+def test_fail_on_change_below_1_and_other_bad_input_are_refused(tmp_path, capsys):
+    history_of(tmp_path / "n", 3, sizes=(8,))
+    code, _, err = history(tmp_path / "n", "--fail-on-change", "0.9", capsys=capsys)
+    assert code == 2 and "error: --fail-on-change 0.9 is not allowed: give a ratio >= 1" in err
+    code, _, err = history(tmp_path / "nope", capsys=capsys)
+    assert code == 2 and "no such folder" in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = history(tmp_path / "empty", capsys=capsys)
+    assert code == 2 and "neither a sweep nor a folder of sweeps" in err
+    code, _, err = history(tmp_path / "n", "--ignore", "workload_nope", capsys=capsys)
+    assert code == 2 and "--ignore 'workload_nope' is not a key that pairs jobs" in err
+    code, _, err = history(tmp_path / "n", "--ignore", "colour", capsys=capsys)
+    assert code == 2 and "--ignore 'colour' is not a key that pairs jobs" in err
+    assert not (tmp_path / "n" / "history" / "regressions.csv").exists()
+
+
+def test_a_sweep_not_analysed_is_refused_when_named_and_skipped_when_found(tmp_path, capsys):
+    history_of(tmp_path / "n", 2, sizes=(8,))
+    raw = tmp_path / "n" / "raw"
+    hand_made_point(raw, 0, processes(100))
+    code, _, err = history(raw, capsys=capsys)
+    assert code == 2 and "is not analysed" in err and f"python -m analysis {raw}" in err
+    code, out, err = history(tmp_path / "n", capsys=capsys)
+    assert code == 0 and "warning: skipped:" in err and "ingested 2 new sweeps" in out
+
+
+def test_sweeps_with_nothing_in_common_are_refused_until_a_key_is_ignored(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    write_sweep(tmp_path / "a", 1, {8: noisy(80, rng)})
+    b = write_sweep(tmp_path / "b", 2, {8: noisy(80, rng)})
+    summary = pd.read_csv(b / "summary.csv").assign(dtype="fp32")
+    summary.to_csv(b / "summary.csv", index=False)
+    code, _, err = history(tmp_path / "a", b, capsys=capsys)
+    assert code == 2 and "have nothing in common" in err and "--ignore KEY" in err
+    code, out, _ = history(tmp_path / "a", b, "--ignore", "dtype", capsys=capsys)
+    assert code == 0 and "(ignoring dtype)" in out
+
+
+def test_order_given_keeps_the_command_lines_order(tmp_path, capsys):
+    rng = np.random.default_rng(7)
+    # started in this order: fast, fast, slow, slow, slow, fast ... but given slow ones first
+    folders = [write_sweep(tmp_path / f"s{i}", i + 1, {8: noisy(100 * (3 if i in (2, 3, 4) else 1), rng)})
+               for i in range(7)]
+    history(*folders, "--out", tmp_path / "by_time", capsys=capsys)
+    by_time = pd.read_csv(tmp_path / "by_time" / "regressions.csv")
+    assert set(by_time["change_at"]) == {str(folders[2].resolve()), str(folders[5].resolve())}
+    given = [folders[i] for i in (2, 3, 4, 0, 1, 5, 6)]
+    history(*given, "--order", "given", "--out", tmp_path / "given", capsys=capsys)
+    found = pd.read_csv(tmp_path / "given" / "regressions.csv")
+    assert found[["change_at", "status"]].values.tolist() == [[str(folders[0].resolve()), "improvement"]]
+
+
+# --- on the real analysis's files, and real sweeps ----------------------------------------------------------
+
+
+def test_sweeps_analysed_from_job_folders_use_the_host_time_without_un_profiled_steps(tmp_path, capsys):
+    """Job folders made by hand (traces, metrics.json without un-profiled timing), analysed by the
+    real analysis: the last two of four sweeps run aten::mm four times as long."""
+    from analysis.sweep import analyse_sweep, frames, write_tables
+
+    for i in range(4):
+        folder = tmp_path / "n" / f"s{i}"
+        mm = 40.0 if i >= 2 else 10.0
+        hand_made_point(folder, 0, processes(100 + 3 * mm, within=0.02), ops=(("aten::mm", mm), "aten::add"))
+        write_tables(folder, frames(analyse_sweep(folder)))
+        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T00:00:00+00:00"}))
+    code, out, _ = history(tmp_path / "n", capsys=capsys)
+    assert code == 0
+    found = pd.read_csv(tmp_path / "n" / "history" / "regressions.csv")
+    assert found[["status", "measured_on"]].values.tolist() == [["regression", "host_us_per_step"]]
+    assert found.loc[0, "change_at"] == str((tmp_path / "n" / "s2").resolve())
+    assert "aten::mm +300%" in found.loc[0, "what_changed"]
+
+
+FACTORY = """
+import torch
+
+
+def make(*, size, dtype, device, times: int = 1, at: int = 0):
+    '''Matrix products: `times` of them at size `at`, one at every other size.'''
+    x = torch.ones(size, size, dtype=dtype, device=device) / size
+    n = times if size == at else 1
+
+    def step(a):
+        for _ in range(n):
+            a = torch.mm(a, x)
+        return a
+
+    return step, (x,)
+"""
+
+
+@pytest.fixture(scope="module")
+def real_sweeps(tmp_path_factory) -> Path:
+    """Eight real CPU sweeps (three repeats each): four where the last two do 4× the work at size 128, and four
+    identical ones."""
+    root = tmp_path_factory.mktemp("history")
+    (root / "work").mkdir()
+    (root / "work" / "workbench.py").write_text(FACTORY)
+    env = {"PYTHONPATH": str(root / "work"), "PROFSWEEP_LOCK_DIR": str(root / "lock")}
+    for name, times in (("a1", 1), ("a2", 1), ("a3", 4), ("a4", 4), ("b1", 1), ("b2", 1), ("b3", 1), ("b4", 1)):
+        group = "changed" if name[0] == "a" else "same"
+        done = run_cli("-m", "workload=custom", "workload._target_=workbench:make", f"workload.times={times}",
+                       "workload.at=128", "size=16,128", "warmup=true", "run.repeats=3",
+                       f"hydra.sweep.dir={root / group / name}", env=env, repeats=None)
+        assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+@pytest.mark.slow
+def test_four_real_sweeps_where_the_last_two_do_4x_the_work_at_one_grid_point(real_sweeps, capsys):
+    # paired by every workload setting, the two sweeps of each setting are their own series
+    code, out, _ = history(real_sweeps / "changed", capsys=capsys)
+    assert code == 0 and "4 grid points paired by" in out
+    assert len(pd.read_csv(real_sweeps / "changed" / "history" / "regressions.csv")) == 0
+    code, out, _ = history(real_sweeps / "changed", "--ignore", "workload.times", "--fail-on-change", "1.5",
+                           capsys=capsys)
+    found = pd.read_csv(real_sweeps / "changed" / "history" / "regressions.csv")
+    assert found[["size", "status", "change_at"]].values.tolist() == [
+        [128, "regression", str((real_sweeps / "changed" / "a3").resolve())]], out
+    assert code == 1 and "workload_times 1 → 4" in found.loc[0, "what_changed"]
+    assert "aten::mm +" in found.loc[0, "what_changed"]
+    page = (real_sweeps / "changed" / "history" / "history.html").read_text()
+    assert "report.html" in page and ".json" in page
+
+
+@pytest.mark.slow
+def test_four_identical_real_sweeps_give_no_change(real_sweeps, capsys):
+    code, out, _ = history(real_sweeps / "same", "--fail-on-change", "1.0", capsys=capsys)
+    assert code == 0, out
+    assert len(pd.read_csv(real_sweeps / "same" / "history" / "regressions.csv")) == 0
+    code, out, _ = sql(real_sweeps / "same" / "history", "SELECT count(*) AS n FROM repeats", "--csv", capsys=capsys)
+    assert out == "n\n24\n"  # 4 sweeps x 2 sizes x 3 repeats
