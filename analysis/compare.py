@@ -40,7 +40,7 @@ from typing import Any, Iterable, Sequence
 from analysis.points import (  # noqa: F401  (what a grid point is: compare's and history's pairing)
     NOT_PAIRING, PAIR_DEFAULTS, PAIR_KEYS, PAIR_PREFIXES, identity, pairing_columns,
 )
-from analysis.trace import is_op
+from analysis.trace import is_op, same_op
 from profsweep import stats
 from profsweep.contract import ENVIRONMENT_FILE
 
@@ -122,15 +122,6 @@ def control_discoveries(pairs: list[dict[str, Any]], fdr: float = FDR) -> None:
 # over a grid point's repeats the median of each repeat's per-step figure. Ops are timed by their
 # self time on the host, kernels by their time on the device (on the CPU the "kernels" are the
 # compute ops, already among the ops: left out).
-
-
-# Inductor names each compiled graph's call by its hash, which changes with torch, the graph and
-# the settings: the same call under two hashes is one op that did not change.
-_GRAPH_HASH = re.compile(r"(## Call CompiledFxGraph) \w+ (##)")
-
-
-def same_op(name: str) -> str:
-    return _GRAPH_HASH.sub(r"\1 \2", name)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from analysis import points as grid_points
-from analysis.trace import is_op
+from analysis.trace import is_op, same_op
 from profsweep import stats
 from profsweep.contract import SERIES_KEYS, TIMED, timed_samples
 
@@ -396,6 +396,13 @@ TOP_OPS_COLUMNS = [*SERIES_KEYS, "size", "point", "kind", "rank", "name", "us_pe
                    "calls_per_step", "all_ops_share", "repeats"]
 
 
+def short_name(name: str, width: int = 60) -> str:
+    """An op or kernel name as a sentence can hold it: a compiled graph without its hash, a
+    templated kernel cut."""
+    name = same_op(str(name))
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
 def _where_time_goes(points: list[dict[str, Any]], top: list[dict[str, Any]]) -> list[Conclusion]:
     """Per series: the top ops at its smallest and largest size, with their share of the step."""
     by_point: dict[str, list[dict[str, Any]]] = {}
@@ -414,7 +421,7 @@ def _where_time_goes(points: list[dict[str, Any]], top: list[dict[str, Any]]) ->
                 rest = (f" (ops {100 - outside * 100:.0f}% of the step; the rest is Python and the profiler's "
                         "annotations)" if kind == "op" and outside >= 0.2 else "")
                 said.append(f"at {p['size']} " + ", ".join(
-                    f"{r['name']} {r['share'] * 100:.0f}% ({us(r['us_per_step'])})" for r in found) + rest)
+                    f"{short_name(r['name'])} {r['share'] * 100:.0f}% ({us(r['us_per_step'])})" for r in found) + rest)
         if said:
             what = "device time by kernel" if kind == "kernel" else "host self time by op"
             out.append(Conclusion("time", f"where the time goes, {series_name(rows[0])} ({what}, share of the "

@@ -933,6 +933,15 @@ def regime(m: dict[str, Any], flops: float | None = None, bytes_moved: float | N
 NOT_OP_CATEGORIES = frozenset({"user_annotation", "python_function"})
 
 
+# Inductor names each compiled graph's call by its hash, which changes with torch, the graph and
+# the settings: the same call under two hashes is one op that did not change.
+_GRAPH_HASH = re.compile(r"(## Call CompiledFxGraph) \w+ (##)")
+
+
+def same_op(name: str) -> str:
+    return _GRAPH_HASH.sub(r"\1 \2", name)
+
+
 def is_op(row: dict[str, Any]) -> bool:
     """A row of a trace's op table (`top_ops`) that is an op, not an annotation or a Python frame."""
     return row.get("category") not in NOT_OP_CATEGORIES and not str(row["name"]).startswith("ProfilerStep#")
