@@ -79,11 +79,17 @@ def times(x: float) -> str:
     return f"{x:.2f}×" if x < 10 else f"{x:.1f}×" if x < 100 else f"{x:,.0f}×"
 
 
+TOO_WIDE = 100  # an interval whose ends are further apart than this says nothing in numbers
+
+
 def _interval(row: dict[str, Any], key: str, unit: Any = None) -> str:
-    """` [low, high]` of a summary value over its repeats ('' with one repeat)."""
+    """` [low, high]` of a summary value over its repeats ('' with one repeat; said to be too wide
+    where its ends lie more than TOO_WIDE times apart, as two noisy repeats give)."""
     low, high = stats.number(row.get(f"{key}_low")), stats.number(row.get(f"{key}_high"))
     if low is None or high is None or (stats.number(row.get("repeats")) or 0) < 2:
         return ""
+    if low <= 0 or high / low > TOO_WIDE:
+        return f" [too wide to read: {int(stats.number(row.get('repeats')) or 0)} repeats]"
     show = unit or times
     return f" [{show(low)}, {show(high)}]"
 
@@ -200,7 +206,9 @@ def _regime(rows: list[dict[str, Any]], crossover: dict[str, Any] | None) -> lis
         if regime is None or ratio is None:
             continue
         text = f"{r['size']} ({times(ratio)}{_interval(r, grid_points.RATIO)}"
-        text += ", uncertain)" if _yes(r.get("regime_uncertain")) else ")"
+        flags = [word for word, on in (("uncertain", _yes(r.get("regime_uncertain"))), ("noisy", _yes(r.get("noisy"))))
+                 if on]
+        text += "".join(f", {w}" for w in flags) + ")"
         if runs and runs[-1][0] == regime:
             runs[-1][1].append(text)
         else:
@@ -301,8 +309,9 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
                            stats.number(eager.get(key)), stats.number(compiled.get(key)))
             if found is None:
                 continue
+            noisy = ", noisy" if _yes(eager.get("noisy")) or _yes(compiled.get("noisy")) else ""
             said.append(f"{found[0]} at {eager['size']} ({us(stats.number(eager.get(key)))} → "
-                        f"{us(stats.number(compiled.get(key)))} per step)")
+                        f"{us(stats.number(compiled.get(key)))} per step{noisy})")
         if not said:
             continue
         eager, compiled = pairs[-1]

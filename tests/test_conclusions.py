@@ -196,3 +196,17 @@ def test_a_setting_that_differs_between_grid_points_makes_series_of_their_own(tm
     said = conclusions_html(folder)
     assert "matmul_add compile_mode=default bf16 cold eager: compute time overtakes overhead time at size ≈256.0" in said
     assert "matmul_add compile_mode=max-autotune bf16 cold eager: no crossover between sizes 64 and 1024" in said
+
+
+def test_noisy_points_and_uninformative_intervals_are_said_as_such():
+    from analysis.conclusions import _regime
+
+    rows = [{"size": 64, "regime": "overhead-bound", "work_host_ratio": 0.5, "work_host_ratio_low": 0.001,
+             "work_host_ratio_high": 900.0, "repeats": 2, "regime_uncertain": True, "noisy": True,
+             "status": "ok", "variant": "matmul_add", "dtype": "bf16", "warmup": False, "compile": False},
+            {"size": 1024, "regime": "compute-bound", "work_host_ratio": 2.0, "work_host_ratio_low": 1.5,
+             "work_host_ratio_high": 2.5, "repeats": 3, "noisy": False,
+             "status": "ok", "variant": "matmul_add", "dtype": "bf16", "warmup": False, "compile": False}]
+    said = _regime(rows, None)[0].text
+    assert "overhead-bound at 64 (0.50× [too wide to read: 2 repeats], uncertain, noisy)" in said
+    assert "compute-bound at 1024 (2.00× [1.50×, 2.50×])" in said
