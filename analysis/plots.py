@@ -38,6 +38,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
+from analysis.conclusions import TOO_WIDE  # noqa: E402
 from analysis.points import pairing_columns  # noqa: E402
 from analysis.files import atomic_write_bytes  # noqa: E402
 
@@ -306,6 +307,10 @@ def _intervals(grid: Any, data: pd.DataFrame, y: str, hue: str | None, palette: 
             if low in rows and high in rows:
                 bars = rows.dropna(subset=[y, low, high])
                 bars = bars[(bars[low] < bars[y]) | (bars[high] > bars[y])]
+                readable = (bars[low] > 0) & (bars[high] <= bars[low] * TOO_WIDE)
+                if not readable.all():
+                    drawn.add(f"intervals wider than {TOO_WIDE}x not drawn")
+                bars = bars[readable]
                 if not bars.empty:
                     ax.errorbar(bars["size"], bars[y], yerr=[(bars[y] - bars[low]).clip(lower=0),
                                                            (bars[high] - bars[y]).clip(lower=0)],
