@@ -49,7 +49,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
                           conclusions=found)
     if out is None:
         point_latest(folder)
-    if checked is not None:
+    if checked:  # none: the sweep expected nothing of its own (a preset's claims are the article check)
         said = expectations["holds"].value_counts()
         wrong, unsure, na = (int(said.get(k, 0)) for k in ("false", "inconclusive", "n/a"))
         progress(f"expectations: {int(said.get('true', 0))} of {len(checked)} checks hold"

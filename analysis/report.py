@@ -272,7 +272,9 @@ def _noise_section(page: Page) -> list[str]:
 
 
 def _expectations_section(page: Page) -> list[str]:
-    return _expectations(page.expectations) if page.expectations is not None else []
+    """The person's own expectations, when the sweep has any (a preset's claims are the article
+    check's, not these)."""
+    return _expectations(page.expectations) if page.expectations is not None and len(page.expectations) else []
 
 
 def _environment(page: Page) -> list[str]:
