@@ -26,6 +26,7 @@ import pandas as pd
 from analysis.conclusions import fmt
 from analysis.expect import CUDA_ONLY, EXPECT_FILE, INCONCLUSIVE, ClaimSpec, ExpectationError, judge, parse_claims
 from analysis.html import pre_pair, read_text, table
+from profsweep.contract import point_jobs, table_files, trace_files
 from profsweep import stats
 
 PRESETS = Path(__file__).resolve().parent.parent / "conf" / "experiment"
@@ -109,7 +110,7 @@ class _Data:
         """The first profiled step's host duration over the median of the later ones, in each
         repeat of a grid point, as a value over the repeats with its interval."""
         ratios = []
-        for job in str(row.get("jobs") or row["job"]).split(";"):
+        for job in point_jobs(row):
             host = self.steps[self.steps["job"] == job].sort_values("step")["host_us"].tolist() if len(self.steps) else []
             if len(host) > 1 and pd.Series(host[1:]).median() > 0:
                 ratios.append([host[0] / pd.Series(host[1:]).median()])
@@ -413,13 +414,13 @@ def article_section(folder: Path, data: dict[str, Any], claims: Any) -> list[str
 
     parts.append("<h3>Figs 1–2: the profiler table at the smallest and the largest size</h3>")
     parts.append(pre_pair(
-        (f"size {small['size']} ({small['job']})", read_text(folder / small["job"] / str(small["table_file"]).split(";")[0])),
-        (f"size {big['size']} ({big['job']})", read_text(folder / big["job"] / str(big["table_file"]).split(";")[0])),
+        (f"size {small['size']} ({small['job']})", read_text(folder / small["job"] / (table_files(small) or [""])[0])),
+        (f"size {big['size']} ({big['job']})", read_text(folder / big["job"] / (table_files(big) or [""])[0])),
     ))
 
     parts.append(f"<h3>Fig 12: the dispatch chain of one step (first profiled step, size {small['size']})</h3>")
     try:
-        tree = op_tree([folder / small["job"] / n for n in str(small["trace_file"]).split(";")])
+        tree = op_tree([folder / small["job"] / n for n in trace_files(small)])
         lines = [f"{'  ' * r['depth']}{r['name']}  {r['dur_us']:,.1f} µs (at +{r['start_us']:,.1f})" for r in tree]
         parts.append(f"<pre style='font-size:12px'>{escape(chr(10).join(lines))}</pre>")
     except TraceError as exc:

@@ -42,7 +42,7 @@ from analysis.points import (  # noqa: F401  (what a grid point is: compare's an
 )
 from analysis.trace import is_op, same_op
 from profsweep import stats
-from profsweep.contract import ENVIRONMENT_FILE
+from profsweep.contract import ENVIRONMENT_FILE, point_jobs, trace_files
 
 MARGIN = 0.05  # what counts as the same: within 5%
 FDR = 0.05  # the false discovery rate controlled across the pairs
@@ -268,7 +268,7 @@ def load_side(folder: Path) -> Side:
 
 
 def _repeat_jobs(side: Side, point: dict[str, Any]) -> list[dict[str, Any]]:
-    names = str(point.get("jobs") or point["job"]).split(";")
+    names = point_jobs(point)
     return [side.repeats[n] for n in names if n in side.repeats] or [point]
 
 
@@ -485,7 +485,7 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
 
     def link(side: Side, job: str, mount: str) -> str:
         record = next((j for j in side.jobs if j["job"] == job), {})
-        trace = str(record.get("trace_file") or "").split(";")[0]
+        trace = (trace_files(record) or [""])[0]
         if not trace:
             return escape(job)
         inside = f"{job}/{trace}" if job != side.folder.name else trace

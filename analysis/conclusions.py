@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 from analysis import points as grid_points
 from analysis.trace import is_op, same_op
 from profsweep import stats
-from profsweep.contract import SERIES_KEYS, TIMED, timed_samples
+from profsweep.contract import SERIES_KEYS, TIMED, point_jobs, timed_samples
 
 TOP = 10  # ops and kernels per grid point in top_ops.csv
 SAID = 3  # of which the conclusions name
@@ -246,7 +246,7 @@ def _regime(rows: list[dict[str, Any]], crossover: dict[str, Any] | None) -> lis
 def _samples(point: dict[str, Any], by_job: dict[str, dict[str, Any]]) -> list[list[float]]:
     """The un-profiled step samples of each repeat of a grid point."""
     found = []
-    for name in str(point.get("jobs") or point.get("job") or "").split(";"):
+    for name in point_jobs(point):
         job = by_job.get(name)
         if job is not None and grid_points.usable(job):
             samples = timed_samples(job)
@@ -370,7 +370,7 @@ def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[
     for p in points:
         if not grid_points.usable(p):
             continue
-        names = [n for n in str(p.get("jobs") or p.get("job") or "").split(";") if n in by_job]
+        names = [n for n in point_jobs(p) if n in by_job]
         kernel_kind = "kernel" if _on_gpu(p) else "compute op"
         for kind, of_job, time_key in (("op", lambda j: ops.get(j, []), "self_host_us"),
                                        (kernel_kind, lambda j: kernels_of.get(j, []), "total_us")):

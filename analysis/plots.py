@@ -40,6 +40,7 @@ from matplotlib.text import Text  # noqa: E402
 
 from analysis.conclusions import TOO_WIDE  # noqa: E402
 from analysis.points import pairing_columns  # noqa: E402
+from profsweep.contract import point_jobs  # noqa: E402
 from analysis.files import atomic_write_bytes  # noqa: E402
 
 MODES = ["eager", "compile"]
@@ -611,7 +612,7 @@ def _steps_of(ok: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         return steps
     point_of: dict[str, int] = {}
     for index, point in ok.iterrows():
-        for job in str(point.get("jobs") if pd.notna(point.get("jobs")) else point["job"]).split(";"):
+        for job in point_jobs(point):
             point_of[job] = index
     labelled = steps[steps["job"].isin(point_of)].copy()
     if labelled.empty:

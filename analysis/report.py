@@ -16,7 +16,7 @@ from analysis.html import CSS, image, table
 from analysis.conclusions import Conclusion, count, fmt, job_warnings, nbytes, us
 from analysis.points import describe
 from profsweep import stats
-from profsweep.contract import METRICS_FILE, PLAN_FILE, trace_files
+from profsweep.contract import METRICS_FILE, PLAN_FILE, table_files, trace_files
 from analysis.files import atomic_write_text
 from analysis.sweep import SweepTables
 
@@ -43,7 +43,7 @@ def _trace_sizes(jobs: list[dict[str, Any]]) -> str:
     """`Traces: 12 files, 3.4 MB in all (largest 1.1 MB, 0_...)`, and how to make them smaller."""
     sized = [(j["trace_bytes"], str(j["job"])) for j in jobs if isinstance(j.get("trace_bytes"), (int, float))
              and j["trace_bytes"] == j["trace_bytes"]]
-    files = sum(len([n for n in str(j.get("trace_file") or "").split(";") if n]) for j in jobs
+    files = sum(len(trace_files(j)) for j in jobs
                 if isinstance(j.get("trace_bytes"), (int, float)))
     if not sized:
         return "Traces: none written."
@@ -373,7 +373,7 @@ def _jobs(page: Page) -> list[str]:
     for j in page.tables.jobs:
         name = str(j["job"])
         traces = trace_files(j)
-        files = traces + [n for n in str(j.get("table_file") or "").split(";") if n]
+        files = traces + table_files(j)
         links = " · ".join(_link(folder, name, n, page.base) for n in files + [METRICS_FILE])
         links += "".join(perfetto.button(f"{name}/{n}" if name != folder.name else n, f"{name} {n}") for n in traces)
         parts.append(f"<details><summary><b>{escape(name)}</b> ({escape(str(j.get('status')))}) {links}</summary>"

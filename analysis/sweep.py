@@ -18,7 +18,7 @@ from analysis import points as grid_points
 from analysis.peaks import peak_for
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
-from profsweep.contract import METRICS_FILE, SCHEMA_VERSION
+from profsweep.contract import METRICS_FILE, SCHEMA_VERSION, table_files, trace_files
 
 SERIES_KEYS = list(contract.SERIES_KEYS)
 WORKLOAD_PREFIX = "workload_"  # metrics.json's workload settings: workload_batch, workload_backend, ...
@@ -170,7 +170,7 @@ def untrusted(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         elif isinstance(value, str) and len(value) > 100_000:
             row[key] = value[:100_000]
     for key in ("trace_file", "table_file"):
-        names = [n for n in str(row.get(key) or "").split(";") if n]
+        names = trace_files(row) if key == "trace_file" else table_files(row)
         if any("/" in n or "\\" in n or n in (".", "..") for n in names):
             row[key] = None
             bad.append(f"{key}={_shown(record[key])} is not a file name in the job's folder")
@@ -206,7 +206,7 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
                 f"schema {SCHEMA_VERSION}); analysed as far as its fields allow")
         row["record_error"] = f"{row['record_error']}; {said}" if row["record_error"] else said
     if row["status"] == "ok":
-        names = [n for n in str(row.get("trace_file") or "").split(";") if n]
+        names = trace_files(row)
         row["trace_bytes"] = sum((job_dir / n).stat().st_size for n in names if (job_dir / n).is_file())
         try:
             if not names:

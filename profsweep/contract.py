@@ -34,13 +34,28 @@ def usable(row: dict[str, Any]) -> bool:
     return row.get("status") == "ok" and not row.get("trace_error")
 
 
-def trace_files(record: dict[str, Any]) -> list[str]:
-    """A record's trace files (one per profiler cycle): a list, or the `a;b` text older records
-    and the CSV tables hold."""
-    found = record.get("trace_file")
+def _names(found: Any) -> list[str]:
+    """A list of names, from a list or the `a;b` text that metrics.json and the CSV tables hold."""
     if isinstance(found, (list, tuple)):
         return [str(n) for n in found if n]
-    return [n for n in str(found or "").split(";") if n]
+    if found is None or (isinstance(found, float) and found != found):  # None, or a CSV's empty cell
+        return []
+    return [n for n in str(found).split(";") if n]
+
+
+def trace_files(record: dict[str, Any]) -> list[str]:
+    """A record's trace files, one per profiler cycle."""
+    return _names(record.get("trace_file"))
+
+
+def table_files(record: dict[str, Any]) -> list[str]:
+    """A record's profiler tables, one per profiler cycle."""
+    return _names(record.get("table_file"))
+
+
+def point_jobs(point: dict[str, Any]) -> list[str]:
+    """The jobs (repeats) of a grid point's summary row, or the one job of a record."""
+    return _names(point.get("jobs")) or _names(point.get("job"))
 
 
 # --- writing ------------------------------------------------------------------------------------

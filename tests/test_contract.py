@@ -64,3 +64,10 @@ def test_the_file_names_are_declared_once():
             text = source.read_text()
             for name in names:
                 assert f'"{name}"' not in text and f"'{name}'" not in text, f"{source}: {name}"
+
+
+def test_a_grid_points_jobs_and_a_records_tables_read_alike_from_lists_text_and_empty_cells():
+    assert contract.point_jobs({"jobs": "0_a;7_a_r2", "job": "0_a"}) == ["0_a", "7_a_r2"]
+    assert contract.point_jobs({"jobs": float("nan"), "job": "0_a"}) == ["0_a"]  # a CSV's empty cell
+    assert contract.table_files({"table_file": ["a.txt"]}) == ["a.txt"]
+    assert contract.trace_files({"trace_file": float("nan")}) == []
