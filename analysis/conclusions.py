@@ -268,6 +268,8 @@ def change(base: list[list[float]], new: list[list[float]], base_value: float | 
     if test is None or test.low is None or test.high is None:
         word = f"{times(ratio)} slower" if ratio >= 1 else f"{times(1 / ratio)} faster ({times(ratio)})"
         return f"{word} (one process each: no interval)", ratio
+    if test.low <= 0 or test.high / test.low > TOO_WIDE:
+        return f"no clear difference ({times(ratio)}; its interval too wide to read)", ratio
     where = f"[{times(test.low)}, {times(test.high)}]"
     if test.low > 1:
         return f"{times(ratio)} slower {where}", ratio

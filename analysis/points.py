@@ -90,17 +90,26 @@ def series_settings(rows: Iterable[dict[str, Any]]) -> list[str]:
     rows = [r for r in rows if usable(r)]
     columns = [c for c in pairing_columns(rows, ()) if c not in SERIES_KEYS and c != "size"
                and not c.startswith("workload_")]
-    return [c for c in columns if len({repr(identity(r, [c])) for r in rows}) > 1]
+    return [c for c in columns
+            if len({repr(_setting(r, c)) for r in rows if c != "optimizer" or _setting(r, c) is not None}) > 1]
+
+
+def _setting(row: dict[str, Any], column: str) -> Any:
+    """A grid point's value of a setting, None where it does not apply (the optimizer of an
+    inference step)."""
+    if column == "optimizer" and str(row.get("train")) not in ("True", "true", "1"):
+        return None
+    return identity(row, [column])[0]
 
 
 def series_key(row: dict[str, Any], settings: Sequence[str] = ()) -> tuple:
     """The series a grid point belongs to: its series keys and the varying `settings`."""
-    return tuple(str(row.get(k)) for k in SERIES_KEYS) + identity(row, list(settings))
+    return tuple(str(row.get(k)) for k in SERIES_KEYS) + tuple(_setting(row, c) for c in settings)
 
 
 def settings_text(row: dict[str, Any], settings: Sequence[str]) -> str:
     """`compile_mode=max-autotune threads=1`: a series' varying settings in words ('' for none)."""
-    return " ".join(f"{c}={identity(row, [c])[0]}" for c in settings)
+    return " ".join(f"{c}={value}" for c in settings if (value := _setting(row, c)) is not None)
 
 
 def timing_metrics(rows: Iterable[dict[str, Any]]) -> list[str]:

@@ -210,3 +210,14 @@ def test_noisy_points_and_uninformative_intervals_are_said_as_such():
     said = _regime(rows, None)[0].text
     assert "overhead-bound at 64 (0.50× [too wide to read: 2 repeats], uncertain, noisy)" in said
     assert "compute-bound at 1024 (2.00× [1.50×, 2.50×])" in said
+
+
+def test_the_optimizer_of_an_inference_step_makes_no_series():
+    from analysis.points import series_settings, settings_text
+
+    rows = [{"status": "ok", "train": False, "optimizer": None, "compile_mode": "default"},
+            {"status": "ok", "train": True, "optimizer": "adamw", "compile_mode": "default"}]
+    assert series_settings(rows) == []  # training is a series key already; its optimizer follows it
+    rows.append({"status": "ok", "train": True, "optimizer": "sgd", "compile_mode": "default"})
+    assert series_settings(rows) == ["optimizer"]
+    assert [settings_text(r, ["optimizer"]) for r in rows] == ["", "optimizer=adamw", "optimizer=sgd"]
