@@ -325,7 +325,8 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
             if a is not None and b is not None and a != b:
                 behind.append(f"{words} {count(a)} → {count(b)}")
         if eager.get("top_kernel") and compiled.get("top_kernel") and eager["top_kernel"] != compiled["top_kernel"]:
-            behind.append(f"top {'kernel' if gpu else 'compute op'} {eager['top_kernel']} → {compiled['top_kernel']}")
+            behind.append(f"top {'kernel' if gpu else 'compute op'} {short_name(eager['top_kernel'])} → "
+                          f"{short_name(compiled['top_kernel'])}")
         tail = f" Behind it (size {eager['size']}): {'; '.join(behind)}." if behind else ""
         out.append(Conclusion("compile", f"compile against eager, {name}: {'; '.join(said)}.{tail}", "summary"))
     return out
