@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from analysis import perfetto
 from analysis.html import CSS, image, table
-from analysis.conclusions import Conclusion, count, fmt, job_warnings, nbytes, us
+from analysis.conclusions import TOO_WIDE, Conclusion, count, fmt, job_warnings, nbytes, us
 from analysis.points import describe
 from profsweep import stats
 from profsweep.contract import METRICS_FILE, PLAN_FILE, table_files, trace_files
@@ -65,7 +65,11 @@ def _value(row: dict[str, Any], key: str) -> str:
     text = escape(fmt(row.get(key)))
     low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
     if text and fmt(low) and fmt(high) and (row.get("repeats") or 0) > 1:
-        text += f" <small>[{escape(fmt(low))}, {escape(fmt(high))}]</small>"
+        a, b = stats.number(low), stats.number(high)
+        if a is not None and b is not None and ((a <= 0 < b) or (a > 0 and b / a > TOO_WIDE)):
+            text += " <small>[too wide to read]</small>"
+        else:
+            text += f" <small>[{escape(fmt(low))}, {escape(fmt(high))}]</small>"
     return text
 
 
