@@ -232,6 +232,13 @@ def history_main(argv: list[str]) -> int:
     print("\n".join(history.lines_for_terminal(found)))
     print(f"  -> {', '.join(str(p) for p in written)}")
     if args.fail_on_change is not None:
+        from analysis.history import newest_missing
+
+        newest = found.sweeps[-1]
+        if newest.get("jobs_failed") and newest_missing(found):  # a broken build is the first regression
+            print(f"failed in the newest sweep: {int(newest['jobs_failed'])} jobs of {newest['name']}, "
+                  f"{len(newest_missing(found))} grid points measured before")
+            return 1
         bad = [r for r in found.changes if r["status"] == "regression" and r["ratio"] > args.fail_on_change]
         for r in bad:
             print(f"regression beyond {args.fail_on_change:g}: {r['point']} at {r['change_at']}: {r['ratio']:.3f}x")

@@ -271,7 +271,9 @@ def steps(s: Series, at: Sequence[int], p_values: Sequence[float | None]) -> lis
             half = max(stats.t_quantile(1 - (1 - LEVEL) / 2, df) * se if se > 0 else 0.0 for se, df in judged)
             low, high = math.exp(d - half), math.exp(d + half)
         up = after > before
-        agree = [(s.y[x] - before > m) if up else (before - s.y[x] > m) for x in range(k, min(k + CONFIRM, b))]
+        # the two sweeps from the change on, whatever comes after them (a further change the next
+        # night does not make a lasting one unconfirmed), against the level before it
+        agree = [(s.y[x] - before > m) if up else (before - s.y[x] > m) for x in range(k, min(k + CONFIRM, s.n))]
         out.append(Step(k, a, b, math.exp(before), math.exp(after), math.exp(after - before), low, high,
                         p_values[n], len(agree) == CONFIRM and all(agree)))
     return out

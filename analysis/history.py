@@ -162,7 +162,8 @@ def _points_table(store: Store, have: dict[str, str], columns: list[str], ignore
                 FROM members m JOIN o ON o.sweep_id = m.sweep_id AND o.job = m.job GROUP BY m.sweep_id, m.point_job)
         SELECT p.*, agg.* EXCLUDE (sweep_id, point_job),
                dense_rank() OVER (ORDER BY {', '.join(names)}) AS line,
-               row_number() OVER (PARTITION BY p.sweep_id, {', '.join(names)} ORDER BY p.point_job) AS nth
+               row_number() OVER (PARTITION BY p.sweep_id, {', '.join(names)}
+                                  ORDER BY TRY_CAST(split_part(p.point_job, '_', 1) AS BIGINT), p.point_job) AS nth
         FROM p JOIN agg USING (sweep_id, point_job)""")
 
 
@@ -467,6 +468,7 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
         out.append(f"  {r['status']:<12} {r['point']} at {r['change_at']} ({where}, {_when(r['change_at_time'])}): "
                    f"{r['ratio']:.2f}x [{low}, {high}], {us(r['before_us'])} -> {us(r['after_us'])}; "
                    f"{r['what_changed']}" + (" [measured on a loaded machine: see noise in regressions.csv]" if r["noise"] else ""))
+    out += failures(history)
     quiet = len(measured) - len({id(r["_line"]) for r in history.changes})
     if quiet:
         out.append("  no change at the other grid point" if quiet == 1 and history.changes else
@@ -474,6 +476,23 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
     else:
         out.append("  a change at every grid point")
     return out
+
+
+def failures(history: History) -> list[str]:
+    """The sweeps with failed jobs, and the grid points measured before that the newest sweep
+    has no usable repeat of (failed there, or left out of its grid)."""
+    out = [f"  {int(sw['jobs_failed'])} of {int(sw.get('jobs') or 0)} jobs failed in {sw['name']}"
+           for sw in history.sweeps if sw.get("jobs_failed")]
+    gone = newest_missing(history)
+    if gone:
+        out.append(f"  not measured in the newest sweep ({history.sweeps[-1]['name']}), measured before: "
+                   + ", ".join(ln.label for ln in gone[:6]) + (f" and {len(gone) - 6} more" if len(gone) > 6 else ""))
+    return out
+
+
+def newest_missing(history: History) -> list[Line]:
+    last = len(history.sweeps) - 1
+    return [ln for ln in history.lines if ln.points and max(p.sweep for p in ln.points) < last]
 
 
 def _when(t: Any) -> str:

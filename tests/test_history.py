@@ -260,6 +260,17 @@ def test_failed_jobs_are_left_out_of_the_series(tmp_path, capsys):
     assert code == 0 and "s1,6,0\ns2,6,4\ns3,6,0" in out
 
 
+def test_a_newest_sweep_whose_jobs_failed_is_named_and_fails_the_gate(tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    for i in range(4):
+        points = {16: noisy(160, rng), 32: noisy(320, rng) if i < 3 else [None, None, None]}  # the build broke
+        write_sweep(tmp_path / "n" / f"s{i}", i + 1, points)
+    code, out, _ = history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)
+    assert "3 of 6 jobs failed in s3" in out
+    assert "not measured in the newest sweep (s3), measured before: matmul_add size=32 bf16 warm eager" in out
+    assert code == 1 and "failed in the newest sweep: 3 jobs of s3, 1 grid points measured before" in out
+
+
 # --- the store ------------------------------------------------------------------------------------------
 
 
@@ -484,3 +495,14 @@ def test_four_identical_real_sweeps_give_no_change(real_sweeps, capsys):
     assert len(pd.read_csv(real_sweeps / "same" / "history" / "regressions.csv")) == 0
     code, out, _ = sql(real_sweeps / "same" / "history", "SELECT count(*) AS n FROM repeats", "--csv", capsys=capsys)
     assert out == "n\n24\n"  # 4 sweeps x 2 sizes x 3 repeats
+
+
+def test_a_lasting_change_is_confirmed_even_when_another_follows_the_next_night():
+    """Levels 1, 1, 1, 1, 1, 3, 2.4, 2.4, 2.4, 2.4 (three repeats, 2% apart): the 3x step is
+    followed at once by a smaller one, yet every sweep after it lies far past 5% above the level
+    before it: a confirmed regression, not 'unconfirmed' (which would pass the nightly gate)."""
+    levels = [1, 1, 1, 1, 1, 3, 2.4, 2.4, 2.4, 2.4]
+    series = changes.series([[100 * v * f for f in (0.98, 1.0, 1.02)] for v in levels])
+    [found], _ = judge([series])
+    first = next(step for step in found if step.at == 5)
+    assert first.confirmed and first.ratio == pytest.approx(3.0, rel=0.05)
