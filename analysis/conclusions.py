@@ -121,6 +121,8 @@ def series_name(row: dict[str, Any], leave_out: Iterable[str] = ()) -> str:
         words.append("compile" if _yes(row.get("compile")) else "eager")
     if _yes(row.get("train")):
         words.append("training")
+    if isinstance(row.get("device"), str) and row["device"] != "cpu":
+        words.append(f"on {row['device']}")
     return " ".join(words)
 
 
@@ -394,6 +396,7 @@ def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[
             for rank, (name, values) in enumerate(ranked[:TOP], 1):
                 rows.append({
                     **{k: p.get(k) for k in (*SERIES_KEYS, "size")}, "point": grid_points.describe(p),
+                    "job": p.get("job"),
                     "kind": kind, "rank": rank, "name": name,
                     "us_per_step": stats.median([x[0] for x in values]),
                     "share": stats.median([x[1] for x in values]),
@@ -404,7 +407,7 @@ def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[
     return rows
 
 
-TOP_OPS_COLUMNS = [*SERIES_KEYS, "size", "point", "kind", "rank", "name", "us_per_step", "share",
+TOP_OPS_COLUMNS = [*SERIES_KEYS, "size", "point", "job", "kind", "rank", "name", "us_per_step", "share",
                    "calls_per_step", "all_ops_share", "repeats"]
 
 
@@ -417,16 +420,16 @@ def short_name(name: str, width: int = 60) -> str:
 
 def _where_time_goes(points: list[dict[str, Any]], top: list[dict[str, Any]]) -> list[Conclusion]:
     """Per series: the top ops at its smallest and largest size, with their share of the step."""
-    by_point: dict[str, list[dict[str, Any]]] = {}
+    by_point: dict[str, list[dict[str, Any]]] = {}  # by the grid point's first job: one per point
     for row in top:
-        by_point.setdefault(str(row["point"]) + "|" + str(row.get("device")), []).append(row)
+        by_point.setdefault(str(row["job"]), []).append(row)
     out = []
     for rows in _series(points).values():
         ends = [rows[0]] if len(rows) == 1 else [rows[0], rows[-1]]
         kind = "kernel" if _on_gpu(rows[0]) else "op"
         said = []
         for p in ends:
-            found = [r for r in by_point.get(grid_points.describe(p) + "|" + str(p.get("device")), [])
+            found = [r for r in by_point.get(str(p.get("job")), [])
                      if r["kind"] == kind][:SAID]
             if found:
                 outside = 1 - (stats.number(found[0].get("all_ops_share")) or 1)

@@ -247,15 +247,20 @@ def points(jobs: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[dict
 
 
 def describe(point: dict[str, Any]) -> str:
-    """`matmul_add size=64 bf16 cold eager`: a grid point in words, for the sweep's last lines."""
+    """`matmul_add size=64 bf16 cold eager`: a grid point in words (its dtype when it has one, its
+    device when not the CPU), for the sweep's last lines and the report's rows."""
     words = [str(point.get("variant") or point.get("workload") or _REPEAT_SUFFIX.sub("", str(point["job"])))]
     if point.get("size") is not None:
         words.append(f"size {point['size']}")
+    if point.get("dtype"):
+        words.append(str(point["dtype"]))
     for key, yes, no in (("compile", "compile", "eager"), ("warmup", "warm", "cold")):
         if point.get(key) is not None:
             words.append(yes if point[key] in (True, "True", "true") else no)
     if point.get("train") in (True, "True", "true"):
         words.append("train")
+    if point.get("device") not in (None, "cpu") and isinstance(point.get("device"), str):
+        words.append(f"on {point['device']}")
     return " ".join(words)
 
 

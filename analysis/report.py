@@ -172,8 +172,8 @@ def _where_time_goes(top: Any) -> list[str]:
         return []
     kinds = list(dict.fromkeys(top["kind"]))
     rows = []
-    for point, found in top.groupby("point", sort=False):
-        row = [escape(str(point))]
+    for _, found in top.groupby("job" if "job" in top else "point", sort=False):
+        row = [escape(str(found["point"].iloc[0]))]
         for kind in kinds:
             first = found[found["kind"] == kind].sort_values("rank").head(3)
             row.append("<br>".join(f"{escape(str(r['name'])[:60])} <b>{r['share'] * 100:.0f}%</b> "

@@ -221,3 +221,17 @@ def test_the_optimizer_of_an_inference_step_makes_no_series():
     rows.append({"status": "ok", "train": True, "optimizer": "sgd", "compile_mode": "default"})
     assert series_settings(rows) == ["optimizer"]
     assert [settings_text(r, ["optimizer"]) for r in rows] == ["", "optimizer=adamw", "optimizer=sgd"]
+
+
+def test_each_series_says_where_its_own_time_goes(tmp_path):
+    """Two dtypes of one grid point: each sentence quotes its own grid point's ops (they were once
+    looked up by a label that left the dtype out)."""
+    folder = tmp_path / "sweep"
+    job(folder, 0, size=64, compile=False, step_us=400, mm_us=200, timed_us=100, add_us=100)
+    job(folder, 1, size=64, compile=False, step_us=400, mm_us=50, timed_us=100, add_us=250, dtype="fp32")
+    analyse_folder(folder)
+    said = conclusions_html(folder)
+    assert "where the time goes, matmul_add bf16 cold eager (host self time by op, share of the step): at 64 aten::mm 50%" in said
+    assert "where the time goes, matmul_add fp32 cold eager (host self time by op, share of the step): at 64 aten::add 62%" in said
+    top = pd.read_csv(folder / "top_ops.csv")
+    assert top.groupby("job")["dtype"].nunique().max() == 1 and set(top["dtype"]) == {"bf16", "fp32"}
