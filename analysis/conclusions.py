@@ -387,8 +387,9 @@ def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[
                 total = sum(stats.number(o.get(time_key)) or 0.0 for o in every)  # the step's, annotations too
                 if not steps or not total:
                     continue
-                held.append(sum(stats.number(o.get(time_key)) or 0.0 for o in filter(is_op, every)) / total)
-                for o in filter(is_op, every):
+                counted = [o for o in every if is_op(o)] if kind == "op" else every  # kernels are all work
+                held.append(sum(stats.number(o.get(time_key)) or 0.0 for o in counted) / total)
+                for o in counted:
                     t = stats.number(o.get(time_key)) or 0.0
                     per.setdefault(str(o["name"]), []).append(
                         (t / steps, t / total, (stats.number(o.get("calls")) or 0) / steps))

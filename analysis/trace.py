@@ -943,8 +943,16 @@ def same_op(name: str) -> str:
 
 
 def is_op(row: dict[str, Any]) -> bool:
-    """A row of a trace's op table (`top_ops`) that is an op, not an annotation or a Python frame."""
-    return row.get("category") not in NOT_OP_CATEGORIES and not str(row["name"]).startswith("ProfilerStep#")
+    """A row of a trace's op table (`top_ops`, ops.csv) that is an op, not an annotation or a
+    Python frame: by its trace category, or by its name where the row has none (an ops.csv
+    written before it kept the category)."""
+    name = str(row["name"])
+    if name.startswith("ProfilerStep#"):
+        return False
+    category = row.get("category")
+    if isinstance(category, str) and category:
+        return category not in NOT_OP_CATEGORIES
+    return is_operator(name) or name.startswith(("cuda", "cu", "hip", "## Call CompiledFxGraph", "Torch-Compiled"))
 
 
 def flat(m: dict[str, Any]) -> dict[str, Any]:

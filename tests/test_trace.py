@@ -546,3 +546,14 @@ def test_per_step_keys_keep_their_order(tmp_path):
     (tmp_path / "t.json").write_text(json.dumps({"traceEvents": events}))
     phases = [f"{p}_{kind}_us" for p in ("forward", "backward", "optimizer") for kind in ("host", "compute", "device")]
     assert list(analyse_trace(tmp_path / "t.json")["per_step"]) == list(PER_STEP_KEYS[:-1]) + phases + ["top_kernel_us"]
+
+
+def test_an_op_is_told_from_an_annotation_by_category_or_else_by_name():
+    from analysis.trace import is_op
+
+    assert is_op({"name": "aten::mm", "category": "cpu_op"})
+    assert not is_op({"name": "matmul_add", "category": "user_annotation"})
+    assert not is_op({"name": "ProfilerStep#3", "category": "user_annotation"})
+    # an ops.csv from before it kept the category (or a CSV's empty cell)
+    assert is_op({"name": "aten::mm"}) and is_op({"name": "cudaLaunchKernel", "category": float("nan")})
+    assert not is_op({"name": "matmul_add"}) and not is_op({"name": "forward", "category": None})
