@@ -58,17 +58,17 @@ def _preload(config: DictConfig) -> None:
 
 def _analyse(folder: Path) -> None:
     from analysis import analyse_folder
-    from profsweep import outcome
+    from profsweep.sweep_state import SWEEP
 
     try:
         analyse_folder(folder)
     except KeyboardInterrupt:  # stopped while analysing: the tally says so and exits 130
-        outcome.interrupted = True
-        outcome.analysis_failed.append("analysis interrupted")
+        SWEEP.analysis_interrupted = True
+        SWEEP.analysis_failed.append("analysis interrupted")
         print(f"analysis interrupted\n  redo it with: python -m analysis {folder}", file=sys.stderr, flush=True)
     except Exception as exc:  # the jobs' artifacts stay; say how to redo the analysis, and fail the run
         full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
         what = str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
         why = f"analysis {'not written: disk full' if full else 'failed'}: {what}"
-        outcome.analysis_failed.append(why)
+        SWEEP.analysis_failed.append(why)
         print(f"{why}\n  redo it with: python -m analysis {folder}", file=sys.stderr, flush=True)

@@ -48,6 +48,7 @@ class SweepCallback(Callback):
     """Validates every job of a run or sweep up front and prints the final tally."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        SWEEP.reset()  # a run in a process that ran one before (a notebook, tests) starts clean
         try:
             check_configs([job_config(config)])
         except ConfigError as exc:

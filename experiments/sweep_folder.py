@@ -185,18 +185,16 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     print(f"done: {len(job_dirs)} job{'s' if len(job_dirs) != 1 else ''} ({counts}) in {folder}", flush=True)
     for name, error in failed:
         print(f"  failed: {name}: {error}", flush=True)
-    from profsweep import outcome
-
-    for why in outcome.analysis_failed:
+    for why in SWEEP.analysis_failed:
         print(f"not analysed: {why}", flush=True)
     if SWEEP.disk_error:
         print(f"stopped: {SWEEP.disk_error}\n  free some space in {folder}'s disk, then rerun the "
               f"same command into the same folder to finish (hydra.sweep.dir={folder}); jobs already ok "
               "are skipped", flush=True)
         raise SystemExit(EXIT_FAILED_JOBS)
-    if SWEEP.stopped or outcome.interrupted:
+    if SWEEP.stopped or SWEEP.analysis_interrupted:
         print("interrupted: rerun the same command into the same folder to finish "
               f"(hydra.sweep.dir={folder}); jobs already ok are skipped", flush=True)
         raise SystemExit(EXIT_INTERRUPTED)
-    if failed or missing or outcome.analysis_failed:
+    if failed or missing or SWEEP.analysis_failed:
         raise SystemExit(EXIT_FAILED_JOBS)

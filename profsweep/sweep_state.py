@@ -35,6 +35,10 @@ class SweepState:
         self.durations: list[float] = []  # how long each job that ran took
         self.resumed = 0  # jobs skipped because they were already ok (resume)
         self._after_launching: list[Callable[[], None]] = []
+        # How the analysis at the end went (the analysis callback notes it, the tally turns it into
+        # the exit status): why it was not written, and whether it was itself stopped.
+        self.analysis_failed: list[str] = []
+        self.analysis_interrupted = False
 
     def stop(self, disk_error: str | None = None) -> None:
         """Start no more jobs: the sweep was interrupted, or (`disk_error`) the disk is full."""

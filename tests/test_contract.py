@@ -71,3 +71,16 @@ def test_a_grid_points_jobs_and_a_records_tables_read_alike_from_lists_text_and_
     assert contract.point_jobs({"jobs": float("nan"), "job": "0_a"}) == ["0_a"]  # a CSV's empty cell
     assert contract.table_files({"table_file": ["a.txt"]}) == ["a.txt"]
     assert contract.trace_files({"trace_file": float("nan")}) == []
+
+
+def test_a_new_sweep_in_the_same_process_starts_with_nothing_failed_or_stopped():
+    from profsweep.sweep_state import SweepState
+
+    state = SweepState()
+    state.stop("disk full: x")
+    state.analysis_failed.append("analysis interrupted")
+    state.analysis_interrupted = True
+    state.durations.append(1.0)
+    state.reset()
+    assert not state.stopped and state.disk_error is None and state.durations == []
+    assert state.analysis_failed == [] and not state.analysis_interrupted
