@@ -215,6 +215,8 @@ def _compiler(config: JobConfig, device: str) -> Callable[[Any], Any] | None:
     if device == "cpu":
         # Name Inductor's generated C++ kernels in the trace (graph_0_cpp_fused_...), so
         # their time shows as compute instead of hiding in the compiled graph's call.
+        # A private module on purpose: torch.compile's public `options=` would carry this, but it
+        # may not be given with `mode=` (torch refuses both), and compiler.mode is a grid key.
         import torch._inductor.config as inductor_config
 
         inductor_config.cpp.enable_kernel_profile = True
@@ -419,7 +421,9 @@ def _check_memory(out: dict[str, Any], config: JobConfig, device: str, free: int
 
 
 def _compile_counters() -> dict[str, Any]:
-    """Inductor's FX graph cache hits and misses in this process: a miss is a real compilation."""
+    """Inductor's FX graph cache hits and misses in this process: a miss is a real compilation.
+    Read from Dynamo's counters, a private module: torch has no public API for them (its
+    torch.compiler namespace exposes no cache statistics); absent in a torch without them."""
     try:
         from torch._dynamo.utils import counters
     except ImportError:
