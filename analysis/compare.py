@@ -42,6 +42,7 @@ from analysis.points import (  # noqa: F401  (what a grid point is: compare's an
 )
 from analysis.trace import is_op, same_op
 from profsweep import stats
+from profsweep.columns import flat_key
 from profsweep.contract import ENVIRONMENT_FILE, point_jobs, trace_files
 
 MARGIN = 0.05  # what counts as the same: within 5%
@@ -58,11 +59,7 @@ class CompareError(ValueError):
 
 def pair_key_of(column: str) -> str:
     """The summary column a user's `--ignore` names: workload.hidden -> workload_hidden."""
-    for group, prefix in (("workload.", "workload_"), ("profiler.", "profiler_"), ("compiler.", "compile_"),
-                          ("run.", "")):
-        if column.startswith(group):
-            return prefix + column[len(group):]
-    return column
+    return flat_key(column)
 
 
 # --- verdicts ------------------------------------------------------------------------------------

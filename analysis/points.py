@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from profsweep import stats
 from profsweep import contract
+from profsweep.columns import SETTING_PREFIXES
 from profsweep.contract import SERIES_KEYS, TIMED, TIMED_SAMPLES, timed_samples
 
 # summary column -> (where each repeat's samples are, the key there): "steps" = the job's
@@ -51,7 +52,7 @@ usable = contract.usable
 
 PAIR_KEYS = ("workload", "size", "dtype", "compile", "warmup", "train", "optimizer", "device",
              "isolation", "compile_cache", "warmup_iters", "threads")
-PAIR_PREFIXES = ("workload_", "profiler_", "compile_")
+PAIR_PREFIXES = SETTING_PREFIXES
 # How many steps were profiled, how much of the table was printed and whether the trace was
 # gzipped do not change what a step measures: a sweep rerun with profiler.active=20 for tighter
 # verdicts still pairs with the first.

@@ -18,10 +18,10 @@ from analysis import points as grid_points
 from analysis.peaks import peak_for
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
+from profsweep.columns import WORKLOAD_PREFIX
 from profsweep.contract import METRICS_FILE, SCHEMA_VERSION, table_files, trace_files
 
 SERIES_KEYS = list(contract.SERIES_KEYS)
-WORKLOAD_PREFIX = "workload_"  # metrics.json's workload settings: workload_batch, workload_backend, ...
 
 
 @dataclass

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import seam
+from profsweep.columns import flat_key
 # The contract's names and writes, used through this module by the job side.
 from profsweep.contract import (  # noqa: F401
     METRICS_FILE, SCHEMA_VERSION, atomic_write_text, disk_full, write_json,
@@ -59,10 +60,10 @@ def settings_record(config: JobConfig) -> dict[str, Any]:
     record["workload_target"] = config.workload.target
     # Every setting the factory was called with, its defaults too (they name series as well).
     for key, value in {**seam.defaults(config.workload.target), **config.workload.settings}.items():
-        record[f"workload_{key}"] = value
-    for prefix, group in (("profiler", config.profiler), ("compile", config.compiler)):
+        record[flat_key(f"workload.{key}")] = value
+    for name, group in (("profiler", config.profiler), ("compiler", config.compiler)):
         for f in dataclasses.fields(group):
-            record[f"{prefix}_{f.name}"] = getattr(group, f.name)
+            record[flat_key(f"{name}.{f.name}")] = getattr(group, f.name)
     for f in dataclasses.fields(config.run):
         # run.repeats is how many the sweep planned; summary.csv's `repeats`, how many measured
         record["repeats_planned" if f.name == "repeats" else f.name] = getattr(config.run, f.name)

@@ -42,7 +42,18 @@ RECORD_FIELDS = (  # what a job's record says about itself (metrics.json), also 
     "isolation", "compile_cache", "warmup_iters", "job_timeout_s", "unavailable", "start", "exit_code", "stderr_tail",
     "repeat", "repeats_planned", "precision", "max_repeats", "threads", "platform", "variant_settings",
 )
-SETTING_PREFIXES = ("workload_", "profiler_", "compile_")  # the settings groups' keys, flattened
+# How metrics.json flattens the config: each settings group's keys under a prefix (compiler.mode ->
+# compile_mode, workload.hidden -> workload_hidden), run.* unprefixed (run.repeats -> repeats_planned).
+SETTING_GROUPS = {"workload": "workload_", "profiler": "profiler_", "compiler": "compile_", "run": ""}
+SETTING_PREFIXES = tuple(p for p in SETTING_GROUPS.values() if p)  # the settings groups' keys, flattened
+WORKLOAD_PREFIX = SETTING_GROUPS["workload"]
+
+
+def flat_key(key: str) -> str:
+    """The summary column of a config key as a person types it: workload.hidden -> workload_hidden,
+    compiler.mode -> compile_mode, run.threads -> threads (other keys as they are)."""
+    group, dot, rest = key.partition(".")
+    return SETTING_GROUPS[group] + rest if dot and group in SETTING_GROUPS else key
 DERIVED_METRICS = (
     "host_us_per_step", "device_us_per_step", "compute_us_per_step", "overhead_us_per_step",
     "achieved_flops_per_s", "achieved_bytes_per_s", "peak_flops_per_s", "peak_bytes_per_s",

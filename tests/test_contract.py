@@ -84,3 +84,11 @@ def test_a_new_sweep_in_the_same_process_starts_with_nothing_failed_or_stopped()
     state.reset()
     assert not state.stopped and state.disk_error is None and state.durations == []
     assert state.analysis_failed == [] and not state.analysis_interrupted
+
+
+def test_one_flattening_rule_for_the_record_the_summary_and_ignore():
+    from profsweep.columns import flat_key
+
+    assert flat_key("workload.hidden") == "workload_hidden"
+    assert flat_key("compiler.mode") == "compile_mode" and flat_key("profiler.active") == "profiler_active"
+    assert flat_key("run.threads") == "threads" and flat_key("size") == "size"
