@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -6,7 +6,6 @@ report opens with the mismatches), and the article's claims as data (claims.csv)
 from __future__ import annotations
 
 import fnmatch
-import math
 from typing import Any, Mapping, Sequence
 
 from profsweep.expectations import (  # noqa: F401  (the grammar, used through this module by the analysis)
