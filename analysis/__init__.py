@@ -57,7 +57,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
                  + (f", {unsure} inconclusive (their intervals straddle the value)" if unsure else "")
                  + (f", {na} n/a (no such value)" if na else ""))
     points = len(tables.points)
-    progress(f"analysis: {len(tables.jobs)} jobs" + (f", {points} grid points" if points != len(tables.jobs) else "")
+    progress(f"analysis: {len(tables.jobs)} jobs" + (f", {points} grid point{'s' if points != 1 else ''}" if points != len(tables.jobs) else "")
              + f" -> {report}")
     said = [c for c in found if c.topic != "noise"]  # the noise lines come last, as before
     if said:

@@ -260,8 +260,9 @@ def _header(page: Page) -> list[str]:
     skipped = sum(1 for j in jobs if j.get("status") == "skipped")
     text = f"{len(jobs)} jobs: {ok} ok, {len(jobs) - ok - skipped} failed" + (f", {skipped} skipped" if skipped else "")
     if len(points) != len(jobs):
-        text += (f", measuring {len(points)} grid points (each in up to "
-                 f"{max(int(p.get('repeats') or 0) for p in points)} processes: repeats)")
+        most = max(int(p.get('repeats') or 0) for p in points)
+        text += (f", measuring {len(points)} grid point{'s' if len(points) != 1 else ''}"
+                 + (f" (each in up to {most} processes: repeats)" if most else " (none measured)"))
     command = page.plan.get("command")
     said = f" Command: <code>python {escape(' '.join(map(str, command)))}</code>" if isinstance(command, list) else ""
     return [f"<h1>Profiling sweep <code>{escape(str(page.folder))}</code></h1>", f"<p>{escape(text)}.{said}</p>"]

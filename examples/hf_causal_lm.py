@@ -17,11 +17,14 @@ import torch
 
 from experiments.seam import Workload
 
+try:  # at import, so that a sweep without transformers is refused before any job starts
+    from transformers import LlamaConfig, LlamaForCausalLM
+except ImportError as exc:
+    raise ImportError("examples.hf_causal_lm needs transformers: pip install -e '.[hf]'") from exc
+
 
 def make_causal_lm(*, size: int, dtype: torch.dtype, device: torch.device, layers: int = 2,
                    hidden: int = 256, heads: int = 4, vocab: int = 1024, batch: int = 1) -> Workload:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     config = LlamaConfig(
         vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=max(size, 128),
