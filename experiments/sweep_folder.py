@@ -57,6 +57,10 @@ def start_in(folder: Path, key: str, expect: list[str]) -> None:
 
 
 def _terminate_as_interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM or SIGHUP stops the sweep as Ctrl-C does. The stop is noted first: a signal that
+    lands while Python runs a finalizer (a weakref callback during garbage collection) has its
+    KeyboardInterrupt printed and dropped there, and the sweeper must still start no more jobs."""
+    SWEEP.stop()
     raise KeyboardInterrupt(f"signal {signum}")
 
 
