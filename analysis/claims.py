@@ -107,14 +107,35 @@ class _Data:
         return self.ops[self.ops["job"] == job].set_index("name") if len(self.ops) else pd.DataFrame()
 
     def first_step_ratio(self, row: pd.Series) -> stats.Estimate:
-        """The first profiled step's host duration over the median of the later ones, in each
-        repeat of a grid point, as a value over the repeats with its interval."""
+        """The first profiled step's body (the workload's annotation: the profiler's own part of
+        the step left out, see first_step_outside) over the median of the later ones, in each
+        repeat of a grid point, as a value over the repeats with its interval. Steps without a
+        body (a trace from before it was kept) are compared whole."""
         ratios = []
-        for job in point_jobs(row):
-            host = self.steps[self.steps["job"] == job].sort_values("step")["host_us"].tolist() if len(self.steps) else []
-            if len(host) > 1 and pd.Series(host[1:]).median() > 0:
-                ratios.append([host[0] / pd.Series(host[1:]).median()])
+        for steps in self._job_steps(row):
+            if len(steps) < 2:
+                continue
+            key = "body_us" if "body_us" in steps and steps["body_us"].notna().all() else "host_us"
+            first, later = steps[key].iloc[0], steps[key].iloc[1:].median()
+            if later > 0:
+                ratios.append([first / later])
         return stats.estimate(ratios)
+
+    def first_step_outside(self, row: pd.Series) -> tuple[float, float] | None:
+        """The profiler's own time in the first profiled step and the median of the later ones
+        (µs, medians over the repeats): the step's time outside its body."""
+        firsts, laters = [], []
+        for steps in self._job_steps(row):
+            if "outside_us" in steps and len(steps) > 1 and steps["outside_us"].notna().all():
+                firsts.append(steps["outside_us"].iloc[0])
+                laters.append(steps["outside_us"].iloc[1:].median())
+        return (float(pd.Series(firsts).median()), float(pd.Series(laters).median())) if firsts else None
+
+    def _job_steps(self, row: pd.Series) -> list[pd.DataFrame]:
+        """Each repeat's steps.csv rows, in step order."""
+        if self.steps.empty:
+            return []
+        return [self.steps[self.steps["job"] == job].sort_values("step") for job in point_jobs(row)]
 
     def compute_calls_per_step(self, row: pd.Series) -> float:
         ops = self.job_ops(row["job"])
@@ -186,7 +207,11 @@ def part1(d: _Data) -> list[Claim]:
             a, b = ratios["cold"], ratios["warm"]
             holds = (_verdict(a.value > b.value) if a.repeats < 2 or b.repeats < 2 else
                      "true" if a.low > b.high else "false" if a.high < b.low else INCONCLUSIVE)
-            out.append(Claim(P, c, e, f"size {size}: first / median later step = {said}", holds))
+            outside = {k: d.first_step_outside(frame[frame["size"] == size].iloc[0])
+                       for k, frame in (("cold", cold), ("warm", warm))}
+            own = "; ".join(f"{k} {_us(v[0])} first, {_us(v[1])} later" for k, v in outside.items() if v)
+            own = f" (the workload's annotation; the profiler's own time in the step: {own})" if own else ""
+            out.append(Claim(P, c, e, f"size {size}: first / median later step = {said}{own}", holds))
 
     compiled = d.series("matmul_add", compile=True)
     pairs = sorted(set(eager["size"]) & set(compiled["size"])) if not compiled.empty else []

@@ -114,7 +114,7 @@ def name_variants(tables: SweepTables) -> None:
 TEXT_FIELDS = ("workload", "dtype", "device", "device_requested", "status", "optimizer", "workload_target",
                "device_name", "torch_version", "cuda_version", "hostname", "config_hash", "flops_source",
                "trace_file", "table_file", "start", "isolation", "compile_cache", "unavailable", "ran_dtype",
-               "ran_device", "variant_settings")
+               "ran_device", "variant_settings", "timed_in", "timed_error")
 FLAG_FIELDS = ("compile", "warmup", "train")
 COUNT_FIELDS = ("size", "steps", "repeat", "schema_version", "timed_steps", "timed_slow_steps", "torch_threads",
                 "cpu_count", "warmup_iters")
@@ -243,7 +243,7 @@ def _add_trace(tables: SweepTables, row: dict[str, Any], m: dict[str, Any]) -> N
     for i, name in enumerate(m["step_names"] or ["whole trace"]):
         step = {"job": job, **{k: row.get(k) for k in SERIES_KEYS + ["size", "repeat"]}, "step": i + 1,
                 "step_name": name}
-        for key in ("host_us", "self_cpu_us", "device_us", "compute_us", "overhead_us", "kernels",
+        for key in ("host_us", "body_us", "outside_us", "self_cpu_us", "device_us", "compute_us", "overhead_us", "kernels",
                     "launches", "memcpys", "occupancy_queries", "aten_ops", "gpu_busy", "top_kernel_us",
                     *(k for k in values if k.split("_", 1)[0] in PHASES)):
             series = values.get(key) or []

@@ -25,7 +25,9 @@ Definitions (all times in µs):
 - totals (`*_total*`, `compute_us`, `overhead_us`) are over every recorded event, as torch's
   footer is: the profiler records only its active steps (plus any Python frame around them).
 - per-step statistics: one window per `ProfilerStep#N` event when there are any, else the
-  whole trace is one window.
+  whole trace is one window. A step's body (`body_us`) is the time of the events directly inside
+  its `ProfilerStep#N` on the same thread (a profsweep job: the workload's annotation); the rest
+  of the step (`outside_us`) is the profiler's own time, dearest in its first recorded step.
 - compute on the CPU: the self time of leaf operators that touch data (see NOT_COMPUTE_OPS and
   mark_compute); everything else is framework overhead. Where there are no kernels, the
   per-kernel statistics are those of the compute ops, each call timed by its self time.
@@ -588,9 +590,12 @@ class Part(NamedTuple):
 
 
 def analyse_timing(trace: Trace) -> Part:
-    """Host time: each step's span, and the self time of host events split into compute and
+    """Host time: each step's span, the part of it its body takes (the events directly inside the
+    `ProfilerStep#N` on its thread: in a profsweep job, the workload's annotation) and the rest,
+    the profiler's own (`outside_us`); and the self time of host events split into compute and
     framework overhead."""
-    self_ns, compute_ns = [0] * len(trace.steps), [0] * len(trace.steps)
+    n = len(trace.steps)
+    self_ns, compute_ns, body_ns = [0] * n, [0] * n, [0] * n
     total_self = total_compute = 0
     for h in trace.host:
         total_self += h.self_ns
@@ -600,11 +605,17 @@ def analyse_timing(trace: Trace) -> Part:
             self_ns[h.step] += h.self_ns
             if h.compute:
                 compute_ns[h.step] += h.self_ns
+            if h.parent is not None and h.parent.name.startswith("ProfilerStep#"):
+                body_ns[h.step] += h.dur
     self_cpu, compute = total_self * US, total_compute * US
+    host = [(s.end - s.start) * US for s in trace.steps]
+    body = [v * US for v in body_ns] if trace.windowed else [None] * n
     return Part(
         {"self_cpu_total_us": self_cpu, "compute_us": compute, "overhead_us": self_cpu - compute},
         {
-            "host_us": [(s.end - s.start) * US for s in trace.steps],
+            "host_us": host,
+            "body_us": body,
+            "outside_us": [None if b is None else h - b for h, b in zip(host, body)],
             "self_cpu_us": [v * US for v in self_ns],
             "compute_us": [v * US for v in compute_ns],
             "overhead_us": [(a - b) * US for a, b in zip(self_ns, compute_ns)],

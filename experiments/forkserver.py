@@ -489,7 +489,7 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int], templat
             # The job dies with its parent, which is the template here (and that one with the
             # sweep), not the sweep process that named itself.
             os.environ[PARENT_ENV] = str(template)
-        _own_memory()
+        own_memory()
         if "numpy.random" in sys.modules:  # its global state, which a fresh process seeds from the OS
             sys.modules["numpy.random"].seed()
     except BaseException:
@@ -505,7 +505,7 @@ def run_child(argv: list[str]) -> NoReturn:
     sys.exit(_run_python(argv))
 
 
-def _own_memory() -> int:
+def own_memory() -> int:
     """Copy now every page the template wrote, which the child shares with it copy-on-write:
     a fresh interpreter owns those pages before its job starts, so the job's first calls must not
     pay the copies (measured: +20% on an eager first call without this). Pages the template never

@@ -2,14 +2,15 @@
 
     python -m experiments.job <job_dir>/job_config.json
 
-is how the sweep runs each job in a fresh interpreter (and how a person reruns one by hand).
+is how the sweep runs each job in a process of its own (and how a person reruns one by hand).
 The job's work is in parts, each filling its part of the record (`_profile`): prepare (device,
 cost, memory guard, build, compile), the first call timed on its own (cold: as the profiler's
 first wait step; warm: as the first warm-up call), warm-up (when asked), the profiled steps
-(experiments.profiling: the configured schedule, the Chrome trace and key_averages() table of
-each cycle), un-profiled timing, then peak memory and, without a cost model, FLOPs and bytes
-counted. `run_job` turns any failure into the record and writes metrics.json. Every file is
-written atomically.
+(experiments.profiling: the configured schedule), the export of each cycle's Chrome trace and
+key_averages() table, then peak memory and, without a cost model, FLOPs and bytes counted. The
+un-profiled steps are timed where no profiler has been (`timed_in`): a warm job before its
+profiled steps, a cold job in its twin (experiments.twin) once all else is done. `run_job` turns
+any failure into the record and writes metrics.json. Every file is written atomically.
 """
 
 from __future__ import annotations
@@ -35,22 +36,25 @@ if TYPE_CHECKING:  # both import torch: the job imports them once it runs (_sett
     from experiments.steps import Step
 
 MEMORY_HEADROOM = 0.9  # a job may plan to use at most this share of the free memory
-# Un-profiled timing after the profiled steps: at least TIMED_MIN_STEPS steps and TIMED_MIN_S
+# Un-profiled timing (see timed_in below): at least TIMED_MIN_STEPS steps and TIMED_MIN_S
 # seconds, for a stable median; for big steps, stop after TIMED_MAX_S once TIMED_FLOOR ran.
 TIMED_MIN_STEPS, TIMED_MIN_S = 20, 0.2
 TIMED_FLOOR, TIMED_MAX_S, TIMED_MAX_STEPS = 3, 0.5, 20_000
 TIMED_SAMPLES_KEPT = 201  # more steps are kept as this many evenly spaced order statistics (the median among them)
 
 
-def run_job(config: JobConfig, job_dir: Path) -> dict[str, Any]:
+def run_job(config: JobConfig, job_dir: Path, own_process: bool = False) -> dict[str, Any]:
     """Profile `config`, write its artifacts into `job_dir`, and return the metrics record.
+    `own_process`: this process is the job's own and has run nothing yet (`python -m
+    experiments.job`), so a cold job may fork its twin (experiments.twin) to time its un-profiled
+    steps.
 
     Never raises for a failure of the workload: the record says `failed` with the error.
     """
     record = records.base_record(config, job_dir)
     record["started_at"] = records.now_iso()
     try:
-        _profile(config, job_dir, record)
+        _profile(config, job_dir, record, twin_allowed=own_process)
         record["status"] = "ok"
     except (Exception, SystemExit) as exc:  # the record carries it; the sweep goes on
         if isinstance(exc, SystemExit):  # the workload called sys.exit(): say so, in the log too
@@ -88,40 +92,115 @@ class Prepared:
         return torch.enable_grad() if self.config.train else torch.no_grad()
 
 
-def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any]) -> None:
+def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed: bool = False) -> None:
     """Do the job's work in its parts, each adding its measurements to `out` as soon as they are
-    known: prepare, first call, warm-up, the profiled steps, un-profiled timing, the post-counts."""
-    job = _prepare(config, out)
+    known: prepare, first call, warm-up, the profiled steps, the export, the post-counts, and the
+    un-profiled timing where no profiler has been (timed_in)."""
+    _settle_process(config)
+    twin = _fork_twin(config) if twin_allowed else None
+    try:
+        job = _prepare(config, out)
+        with job.grad_mode():
+            if job.cost is None:
+                _guard_memory_of_what_was_built(job, out)
+            # As in the article, no call is added to time the first one: cold, it is the profiler's
+            # first wait step (never recorded); warm, the first of the run.warmup_iters warm-up calls.
+            first_in_profiler = not config.warmup and config.profiler.wait >= 1
+            if not first_in_profiler:
+                _first_call(job, out)
+            window_start = None
+            if config.warmup:
+                _warm_up(job, out)
+                window_start = machine.read()
+                _time_unprofiled(job, out, "this process, before the profiler")
+            session = _profiled_steps(job, job_dir, out, first_in_profiler)
+            window_start = window_start or session.window_start
+            if not config.warmup and twin is None:
+                _time_unprofiled(job, out, AFTER_PROFILER)  # before the export changes the process
+            session.export()
+            _peak_memory(job, out)
+            if job.cost is None:
+                _count_flops_and_bytes(job, out)
+        _cycle_totals(config, job.device, session.cycles, out)
+        if twin is not None:
+            del session  # the profiler's events
+            _release(job)
+            _twin_timing(twin, out)
+            twin = None
+        out.update(machine.between(window_start, machine.read()) if window_start else {})
+        out["loadavg_1m"] = machine.loadavg()
+    finally:
+        if twin is not None:
+            twin.close()
+
+
+# Where a job timed its un-profiled steps (`timed_in`): a warm job before its profiler starts; a
+# cold job, whose profiled steps must come first, in its twin (experiments.twin); a cold job in a
+# process that is not its own (run.isolation=none, a test) after its profiled steps, before the
+# trace export.
+TWIN = "a twin process that never profiled"
+AFTER_PROFILER = "this process, after the profiled steps (no twin)"
+
+
+def _fork_twin(config: JobConfig) -> Any:
+    """A cold job's twin, forked before the job runs anything, that will time the un-profiled
+    steps once the job is done (None for a warm job, or where it cannot fork)."""
+    if config.warmup:
+        return None
+    from experiments.twin import Twin
+
+    return Twin.fork(lambda: _time_in_twin(config))
+
+
+def _time_in_twin(config: JobConfig) -> dict[str, Any]:
+    """The twin's work: build the workload as the job did, call it run.warmup_iters times, time it."""
+    job = _prepare(config, {}, quiet=True)
     with job.grad_mode():
-        if job.cost is None:
-            _guard_memory_of_what_was_built(job, out)
-        # As in the article, no call is added to time the first one: cold, it is the profiler's
-        # first wait step (never recorded); warm, the first of the run.warmup_iters warm-up calls.
-        first_in_profiler = not config.warmup and config.profiler.wait >= 1
-        if not first_in_profiler:
-            _first_call(job, out)
-        if config.warmup:
-            _warm_up(job, out)
-        session = _profiled_steps(job, job_dir, out, first_in_profiler)
-        _time_unprofiled(job, session.window_start, out)
-        _peak_memory(job, out)
-        if job.cost is None:
-            _count_flops_and_bytes(job, out)
-    _cycle_totals(config, job.device, session.cycles, out)
+        for _ in range(config.run.warmup_iters):
+            job.step.call()
+        job.sync()
+        return _timed(job.step.call, job.sync)
+
+
+def _twin_timing(twin: Any, out: dict[str, Any]) -> None:
+    """The twin's timing into the record; a twin that failed leaves the job ok, without un-profiled
+    timing (`timed_error` says why: the analysis then reads the profiled step)."""
+    from experiments.twin import TwinError
+
+    try:
+        out.update(twin.result(), timed_in=TWIN)
+    except TwinError as exc:
+        out["timed_error"] = str(exc)
+        print(f"warning: no un-profiled timing: {exc}", file=sys.stderr, flush=True)
+
+
+def _release(job: Prepared) -> None:
+    """Let go of what the job built (its workload, compiled graphs) before its twin builds its own:
+    both must fit in memory at once otherwise."""
+    import gc
+
+    import torch
+
+    job.workload = job.step = None  # type: ignore[assignment]
+    job.modules.clear()
+    if job.config.compile:
+        torch.compiler.reset()
+    gc.collect()
+    if job.device == "cuda":
+        torch.cuda.empty_cache()
 
 
 # --- prepare: device, cost, memory guard, build, compile ----------------------------------------
 
 
-def _prepare(config: JobConfig, out: dict[str, Any]) -> Prepared:
-    """Everything before the first call: the process settled as a fresh interpreter's, the device
-    and machine recorded, the memory guarded (by the cost model before building, by the workload's
+def _prepare(config: JobConfig, out: dict[str, Any], quiet: bool = False) -> Prepared:
+    """Everything before the first call (the process settled as a fresh interpreter's first,
+    _settle_process): the device and machine recorded, the memory guarded (by the cost model before building, by the workload's
     own cost after), the workload built and placed, its step made (compiled when asked)."""
     import torch
 
     from experiments.steps import make_step, modules_of
 
-    _settle_process(config)
     device = resolve_device(config.device)
     if config.run.threads != AUTO:
         torch.set_num_threads(int(config.run.threads))  # before the job's first op
@@ -136,7 +215,7 @@ def _prepare(config: JobConfig, out: dict[str, Any]) -> Prepared:
     with torch.no_grad():
         workload = seam.build(w.target, w.settings, **grid)
     modules = modules_of(workload.fn)
-    _place(config, workload, modules, grid, device, out)
+    _place(config, workload, modules, grid, device, out, quiet)
     if cost is None and workload.cost is not None:
         cost = workload.cost
         _add_cost(out, cost, config)
@@ -192,7 +271,7 @@ def _synchroniser(device: str) -> Callable[[], None]:
 
 
 def _place(config: JobConfig, workload: seam.Workload, modules: list[Any], grid: dict[str, Any], device: str,
-           out: dict[str, Any]) -> None:
+           out: dict[str, Any], quiet: bool = False) -> None:
     """Record the dtype and device the factory's parameters and inputs turned out to have; refuse
     what cannot be profiled (meta tensors), say the rest as warnings."""
     from experiments import placement
@@ -202,7 +281,7 @@ def _place(config: JobConfig, workload: seam.Workload, modules: list[Any], grid:
     out.update(ran_dtype=held.dtype, ran_device=held.device, warnings=held.warnings)
     if held.refusal:
         raise JobError(held.refusal)
-    for warning in held.warnings:
+    for warning in ([] if quiet else held.warnings):
         print(f"warning: {warning}", file=sys.stderr, flush=True)
 
 
@@ -280,7 +359,7 @@ def _profiled_steps(job: Prepared, job_dir: Path, out: dict[str, Any], first_in_
                     ) -> ProfilingSession:
     """The configured schedule's steps, each under the workload's record_function, given to the
     profiling session (experiments.profiling); the first is the timed first call when it is the
-    profiler's first wait step. Returns the session, ended: its cycles and window start."""
+    profiler's first wait step. Returns the session, ended, its cycles not yet exported."""
     from torch.profiler import record_function
 
     from experiments.profiling import ProfilingSession
@@ -300,13 +379,10 @@ def _profiled_steps(job: Prepared, job_dir: Path, out: dict[str, Any], first_in_
 # --- after profiling: un-profiled timing, peak memory, FLOPs and bytes -------------------------
 
 
-def _time_unprofiled(job: Prepared, window_start: machine.Reading | None, out: dict[str, Any]) -> None:
-    """Steps without the profiler (_timed), then what else the machine did from the first recorded
-    step to the last timed one."""
+def _time_unprofiled(job: Prepared, out: dict[str, Any], where: str) -> None:
+    """Steps without the profiler (_timed), in this process; `where` is said in `timed_in`."""
     job.sync()
-    out.update(_timed(job.step.call, job.sync))
-    out.update(machine.between(window_start, machine.read()) if window_start else {})
-    out["loadavg_1m"] = machine.loadavg()
+    out.update(_timed(job.step.call, job.sync), timed_in=where)
 
 
 def _peak_memory(job: Prepared, out: dict[str, Any]) -> None:
@@ -360,10 +436,13 @@ def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
     """Steps without the profiler, each timed on its own with the device synchronised (as
     torch.utils.benchmark times them): `timed_us_per_step` (their median), `timed_samples_us`
     (the steps, or TIMED_SAMPLES_KEPT evenly spaced order statistics of them when there were
-    more: the same median) and `timed_slow_steps` (steps that waited for a busy core)."""
+    more: the same median), `timed_slow_steps` (steps that waited for a busy core) and
+    `timed_minor_faults_per_step` (the process's minor page faults over the timed steps, per step:
+    a warm step that faults is allocating fresh pages from the system every time)."""
     from profsweep.stats import median, quantiles, slow_steps
 
     samples: list[float] = []
+    faults = _minor_faults()
     start = time.perf_counter()
     while True:
         sync()
@@ -376,9 +455,20 @@ def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
         if (n >= TIMED_MAX_STEPS or (n >= TIMED_MIN_STEPS and elapsed >= TIMED_MIN_S)
                 or (n >= TIMED_FLOOR and elapsed >= TIMED_MAX_S)):
             break
+    after = _minor_faults()
     kept = samples if len(samples) <= TIMED_SAMPLES_KEPT else quantiles(samples, TIMED_SAMPLES_KEPT)
     return {"timed_us_per_step": median(samples), "timed_steps": len(samples),
-            "timed_samples_us": [round(v, 3) for v in kept], "timed_slow_steps": slow_steps(samples)}
+            "timed_samples_us": [round(v, 3) for v in kept], "timed_slow_steps": slow_steps(samples),
+            "timed_minor_faults_per_step": (after - faults) / len(samples) if None not in (faults, after) else None}
+
+
+def _minor_faults() -> int | None:
+    """Minor page faults of this process so far, all its threads (getrusage; None where there is none)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _float(text: str | None) -> float | None:
@@ -494,7 +584,7 @@ def main(argv: list[str]) -> int:
     path = Path(argv[0])
     config = config_from_dict(json.loads(path.read_text(encoding="utf-8")))
     try:
-        record = run_job(config, path.parent)
+        record = run_job(config, path.parent, own_process=True)
     except OSError as exc:  # not even metrics.json could be written
         if not records.disk_full(exc):
             raise

@@ -22,7 +22,7 @@ LOADAVG = Path("/proc/loadavg")
 class Reading:
     wall_s: float  # monotonic clock
     busy_s: float | None  # CPU time of every process on every CPU since boot (/proc/stat)
-    own_s: float  # this process's CPU time, all its threads
+    own_s: float  # this process's CPU time, all its threads, and its children's that ended (a twin)
     stalled_us: int | None  # PSI cpu "some" total: time in which a runnable task waited for a CPU
 
 
@@ -88,7 +88,17 @@ def _pressure_file() -> Path:
 
 
 def read() -> Reading:
-    return Reading(time.monotonic(), cpu_busy_s(cpus=_allowed()), time.process_time(), stalled_us())
+    return Reading(time.monotonic(), cpu_busy_s(cpus=_allowed()), time.process_time() + _children_s(), stalled_us())
+
+
+def _children_s() -> float:
+    """CPU time of this process's children that ended and were waited for (0 where unknown)."""
+    try:
+        import resource
+    except ImportError:
+        return 0.0
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _allowed() -> set[int] | None:

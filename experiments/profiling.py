@@ -4,10 +4,16 @@
         for _ in range(config.profiler.total_steps):
             run_one_step()
             session.step()
+    time_unprofiled_steps()  # the process as the profiled steps left it, nothing exported yet
+    session.export()         # each cycle's Chrome trace and key_averages() table, atomically
 
-It runs torch.profiler with the configured schedule, exports each cycle's Chrome trace and
-key_averages() table atomically, and notes what the first recorded step starts from (the device
-synchronised, CUDA's peak memory reset, the machine's counters read). Imported by the job only:
+It runs torch.profiler with the configured schedule, one `profile` per cycle, and prepares each
+cycle's first recorded step before the profiler opens it (the device synchronised, CUDA's peak
+memory reset, the machine's counters read), so that none of the job's own work lands inside a
+recorded step. The export waits for `export()`: writing a trace and building its table change
+the process they run in (seen on a 2-core machine: glibc's allocator then hands a matmul_add 1024
+step's buffers back to the system and refaults them, ~990 minor page faults and 1.6x the time of
+every later step), and the job times its un-profiled steps before that. Imported by the job only:
 it imports torch.
 """
 
@@ -31,46 +37,73 @@ DISK_FULL_BELOW = 64 * 2**20  # a trace cut short with less free space than this
 
 class ProfilingSession:
     """torch.profiler over a job's steps. The loop calls `step()` after each step and never sees
-    the profiler; `cycles` holds each exported cycle's files and footer totals, `window_start` the
-    machine's reading at the first recorded step (None until then)."""
+    the profiler. `window_start` is the machine's reading just before the first recorded step
+    (None until then); `cycles` holds each cycle's files and footer totals once `export()` wrote
+    them."""
 
     def __init__(self, config: JobConfig, job_dir: Path, device: str, sync: Callable[[], None]) -> None:
+        self.config, self.job_dir, self.device, self.sync = config, job_dir, device, sync
         p = config.profiler
-        self.device, self.sync = device, sync
         self.cycles: list[dict[str, Any]] = []
         self.window_start: machine.Reading | None = None
-        self._first_active = p.wait + p.warmup  # the first recorded step of each cycle
-        self._index = 0
+        self._cycle_steps = p.wait + p.warmup + p.active
+        self._first_active = p.wait + p.warmup  # a cycle's first recorded step, counted in the cycle
+        self._index = 0  # the step about to run, counted over every cycle
+        self._open: Any = None  # the running cycle's torch.profiler.profile
+        self._ended: list[Any] = []  # the cycles that ended, not yet exported
+
+    def __enter__(self) -> "ProfilingSession":
+        self._start_cycle()
+        return self
+
+    def step(self) -> None:
+        """One step has ended: the profiler's schedule moves on (a cycle's last step ends it)."""
+        self._index += 1
+        if self._index % self._cycle_steps == 0:
+            self._end_cycle()
+            if self._index < self.config.profiler.total_steps:
+                self._start_cycle()
+            return
+        self._before_step()
+        self._open.step()  # the profiler opens the next step only now
+
+    def __exit__(self, *exc: Any) -> Any:
+        if self._open is not None:  # a step raised inside a cycle
+            profiler, self._open = self._open, None
+            return profiler.__exit__(*exc)
+        return None
+
+    def export(self) -> None:
+        """Write each ended cycle's Chrome trace and table, and record its footer totals."""
+        while self._ended:
+            self.cycles.append(self._export_cycle(self._ended.pop(0), len(self.cycles) + 1))
+
+    def _start_cycle(self) -> None:
+        self._before_step()
+        p = self.config.profiler
         activities = [ProfilerActivity.CPU]
-        if device == "cuda":
+        if self.device == "cuda":
             activities.append(ProfilerActivity.CUDA)
-        self._profile = profile(
+        self._open = profile(
             activities=activities,
-            schedule=schedule(wait=p.wait, warmup=p.warmup, active=p.active, repeat=p.repeat),
-            on_trace_ready=_exporter(config, job_dir, device, self.cycles),
+            schedule=schedule(wait=p.wait, warmup=p.warmup, active=p.active, repeat=1),
             record_shapes=p.record_shapes,
             with_stack=p.with_stack,
             profile_memory=p.profile_memory,
         )
+        self._open.__enter__()
 
-    def __enter__(self) -> "ProfilingSession":
-        self._profile.__enter__()
-        self._before_step()
-        return self
-
-    def step(self) -> None:
-        """One step has ended: the profiler's schedule moves on."""
-        self._profile.step()
-        self._index += 1
-        self._before_step()
-
-    def __exit__(self, *exc: Any) -> Any:
-        return self._profile.__exit__(*exc)
+    def _end_cycle(self) -> None:
+        """The cycle's last recorded step has ended: the profiler stops and keeps its events."""
+        profiler, self._open = self._open, None
+        profiler.__exit__(None, None, None)
+        self._ended.append(profiler)
 
     def _before_step(self) -> None:
-        """The first recorded step starts from a synchronised device, with CUDA's peak memory
-        reset, and the machine's counters are read: the window the load is judged over starts here."""
-        if self._index != self._first_active:
+        """Before the profiler opens a cycle's first recorded step: synchronise the device, reset
+        CUDA's peak memory, and read the machine's counters once (the window the load is judged
+        over starts here)."""
+        if self._index % self._cycle_steps != self._first_active:
             return
         self.sync()
         if self.device == "cuda":
@@ -78,16 +111,11 @@ class ProfilingSession:
         if self.window_start is None:
             self.window_start = machine.read()
 
-
-def _exporter(
-    config: JobConfig, job_dir: Path, device: str, cycles: list[dict[str, Any]]
-) -> Callable[[Any], None]:
-    """on_trace_ready: write one profiler cycle's Chrome trace and table, record its totals."""
-    stem = records.artifact_stem(config)
-    sort_by = "cuda_time_total" if device == "cuda" else "cpu_time_total"
-
-    def export(prof: Any) -> None:
-        suffix = "" if config.profiler.repeat == 1 else f"_cycle{len(cycles) + 1}"
+    def _export_cycle(self, prof: Any, number: int) -> dict[str, Any]:
+        """One cycle's Chrome trace and key_averages() table, each written atomically."""
+        config, job_dir = self.config, self.job_dir
+        stem = records.artifact_stem(config)
+        suffix = "" if config.profiler.repeat == 1 else f"_cycle{number}"
         ext = ".json.gz" if config.profiler.gzip else ".json"  # torch gzips a path ending in .gz
         trace = job_dir / f"{stem}{suffix}{ext}"
         table = job_dir / f"{stem}{suffix}.txt"
@@ -101,14 +129,9 @@ def _exporter(
             partial.unlink(missing_ok=True)
             partial.with_name(f"{partial.name}.tmp").unlink(missing_ok=True)  # the profiler's own, when it failed
         events = prof.key_averages()
-        records.atomic_write_text(
-            table, events.table(sort_by=sort_by, row_limit=config.profiler.row_limit) + "\n"
-        )
-        cycles.append(
-            {"trace_file": trace.name, "table_file": table.name, **footer_totals(events)}
-        )
-
-    return export
+        sort_by = "cuda_time_total" if self.device == "cuda" else "cpu_time_total"
+        records.atomic_write_text(table, events.table(sort_by=sort_by, row_limit=config.profiler.row_limit) + "\n")
+        return {"trace_file": trace.name, "table_file": table.name, **footer_totals(events)}
 
 
 def _check_complete(trace: Path) -> None:

@@ -23,7 +23,7 @@ FLAT_KEYS = (
 )
 # Per-step statistics (step_<key>_median/min/max in summary.csv; phases add <phase>_host_us, ...).
 PER_STEP_KEYS = (
-    "host_us", "self_cpu_us", "compute_us", "overhead_us", "device_us", "kernels", "launches", "memcpys",
+    "host_us", "body_us", "outside_us", "self_cpu_us", "compute_us", "overhead_us", "device_us", "kernels", "launches", "memcpys",
     "occupancy_queries", "aten_ops", "sync_us", "gpu_busy", "launch_lag_us", "top_kernel_us",
 )
 GRID_KEYS = ("workload", "variant", "size", "dtype", "compile", "warmup", "train", "optimizer", "device",
@@ -33,7 +33,7 @@ RECORD_METRICS = (
     "status", "error", "device_name", "torch_version", "cuda_version", "first_call_ms", "warmup_ms",
     "flops_per_call", "bytes_per_call", "flops_source", "memory_estimate_bytes", "memory_available_bytes",
     "peak_memory_bytes", "peak_memory_reserved_bytes", "inductor_cache_misses", "inductor_cache_hits",
-    "timed_us_per_step", "timed_steps", "timed_slow_steps", "torch_threads", "cpu_count", "other_cpus",
+    "timed_us_per_step", "timed_steps", "timed_slow_steps", "timed_minor_faults_per_step", "torch_threads", "cpu_count", "other_cpus",
     "cpu_pressure", "loadavg_1m", "lock_wait_s", "measured_s", "ran_dtype", "ran_device", "warnings",
 )
 RECORD_FIELDS = (  # what a job's record says about itself (metrics.json), also columns
@@ -41,6 +41,7 @@ RECORD_FIELDS = (  # what a job's record says about itself (metrics.json), also 
     "git_dirty", "trace_file", "table_file", "trace_error", "record_error", "peak_memory_source",
     "isolation", "compile_cache", "warmup_iters", "job_timeout_s", "unavailable", "start", "exit_code", "stderr_tail",
     "repeat", "repeats_planned", "precision", "max_repeats", "threads", "platform", "variant_settings",
+    "timed_in", "timed_error",
 )
 # How metrics.json flattens the config: each settings group's keys under a prefix (compiler.mode ->
 # compile_mode, workload.hidden -> workload_hidden), run.* unprefixed (run.repeats -> repeats_planned).

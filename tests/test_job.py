@@ -115,3 +115,56 @@ def test_compiled_cpu_mlp_names_its_fused_kernel(tmp_path):
     fused = [line for line in table.splitlines() if "cpp_fused" in line]
     assert len(fused) == 1 and "gelu" in fused[0] and "mul" in fused[0]
     assert fused[0].split()[-1] == "3"  # one fused kernel per step
+
+
+@pytest.mark.parametrize("warmup", [False, True], ids=["cold", "warm"])
+def test_nothing_of_the_job_runs_inside_a_recorded_step(tmp_path, monkeypatch, warmup):
+    """The synchronisation and the counter read that prepare the first recorded step happen
+    before the profiler opens it: marked with record_function, they appear in no trace (a call
+    made inside a recorded step would be in it)."""
+    from torch.profiler import record_function
+
+    from experiments import job, profiling
+
+    read = profiling.machine.read
+
+    def marked_read():
+        with record_function("profsweep-counter-read"):
+            return read()
+
+    def marked_sync(device):
+        def sync():
+            with record_function("profsweep-sync"):
+                pass
+        return sync
+
+    monkeypatch.setattr(profiling.machine, "read", marked_read)
+    monkeypatch.setattr(job, "_synchroniser", marked_sync)
+    config = JobConfig(size=8, device="cpu", warmup=warmup, run=IN_PROCESS, profiler=ProfilerConfig(active=2, repeat=2))
+    record = run_job(config, tmp_path)
+    assert record["status"] == "ok", record["error"]
+    names = [e.get("name") for t in record["trace_file"].split(";")
+             for e in json.loads((tmp_path / t).read_text())["traceEvents"]]
+    assert names.count("matmul_add") == 4  # 2 recorded steps in each of 2 cycles
+    assert "profsweep-sync" not in names and "profsweep-counter-read" not in names
+    assert record["other_cpus"] is not None or record["cpu_pressure"] is not None  # the read did happen
+
+
+def test_unprofiled_steps_are_timed_before_any_trace_is_written(tmp_path, monkeypatch):
+    """The trace export changes the process (glibc's allocator): the un-profiled steps are timed
+    before it, with their page faults counted."""
+    from experiments import job
+
+    seen = []
+    timed = job._timed
+
+    def watching(call, sync):
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        return timed(call, sync)
+
+    monkeypatch.setattr(job, "_timed", watching)
+    record = run_job(JobConfig(size=8, device="cpu", run=IN_PROCESS), tmp_path)
+    assert record["status"] == "ok", record["error"]
+    assert seen == [[]]  # no trace, no table yet
+    assert (tmp_path / record["trace_file"]).exists()
+    assert record["timed_minor_faults_per_step"] >= 0 and record["timed_steps"] >= 20

@@ -121,6 +121,26 @@ def test_cpu_self_total_equals_torch_footer(tmp_path, name, fn, steps, kwargs):
         assert m["steps"] == 2 and m["dead_window_us"] is not None and m["dead_window_us"] >= 0
 
 
+def test_a_steps_body_and_the_profilers_own_part_equal_a_hand_count(tmp_path):
+    """body_us: the annotation directly inside each ProfilerStep#N; outside_us: the rest of the
+    step. Counted off the raw events (integer µs with 3 decimals) by hand."""
+    trace, _ = _profile_to_files(tmp_path, lambda: torch.randn(32, 32) @ torch.randn(32, 32), steps=True)
+    events = json.loads(trace.read_text())["traceEvents"]
+    steps = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    outer = sorted((e for e in events if e.get("name") == "outer"), key=lambda e: e["ts"])
+    assert len(steps) == len(outer) == 2
+    m = analyse_trace(trace)["per_step_values"]
+    assert m["body_us"] == pytest.approx([o["dur"] for o in outer], abs=1e-3)
+    assert m["outside_us"] == pytest.approx([s["dur"] - o["dur"] for s, o in zip(steps, outer)], abs=1e-3)
+    assert m["host_us"] == pytest.approx([s["dur"] for s in steps], abs=1e-3)
+
+
+def test_a_trace_without_steps_has_no_body(tmp_path):
+    trace, _ = _profile_to_files(tmp_path, lambda: torch.randn(8, 8) @ torch.randn(8, 8), steps=False)
+    m = analyse_trace(trace)
+    assert m["per_step_values"]["body_us"] == [None] and m["per_step"]["body_us"]["median"] is None
+
+
 def test_gzip_and_plain_give_the_same_metrics(tmp_path):
     trace, _ = _profile_to_files(tmp_path, lambda: torch.randn(8, 8) @ torch.randn(8, 8), steps=True)
     gz = tmp_path / "trace.json.gz"

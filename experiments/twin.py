@@ -1,0 +1,152 @@
+"""A job's twin: a copy of the job's process, forked before the job ran anything, that waits and
+then does one piece of work in a process the profiler never touched.
+
+    twin = Twin.fork(work)        # before the job's first tensor op; None where it cannot fork
+    ...                           # the job's own work: first call, profiled steps, export
+    result = twin.result()        # the twin runs work() now and returns its JSON-ready dict
+    twin.close()                  # (result() closes; close() alone: the twin exits unused)
+
+Why: a cold job's profiled steps must be the first steps of its process, so its un-profiled steps
+can only come after them, in a process the profiler's session and trace export have changed
+(glibc's allocator thresholds: a matmul_add 1024 step then refaults its buffers, ~990 minor page
+faults, and took 1.6x the time on this project's 2-core machine). The twin is that process as it
+was before: forked once the job has imported what it runs and settled its garbage collector, with
+no tensor op run (so no thread pool, no device context, nothing compiled). It then blocks on a
+pipe until the job is done and has let go of its workload; it owns its pages before it starts (as
+a forked job does, forkserver.own_memory), dies with the job (PR_SET_PDEATHSIG, and the pipe's
+end), and never runs anything of the job's after its work: it leaves with os._exit.
+
+A job forks a twin only where the process is its own (`python -m experiments.job`, a fresh
+interpreter or a child of the fork server) and single-threaded; elsewhere `fork` returns None.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+from typing import Any, Callable
+
+_PR_SET_PDEATHSIG = 1
+_MAX_RESULT = 1 << 20
+
+
+class TwinError(RuntimeError):
+    """The twin failed or died: the message says how."""
+
+
+class Twin:
+    """The parent's handle on a forked twin."""
+
+    def __init__(self, pid: int, go: int, results: int) -> None:
+        self.pid, self._go, self._results = pid, go, results
+        self._done = False
+
+    @classmethod
+    def fork(cls, work: Callable[[], dict[str, Any]]) -> "Twin | None":
+        """Fork the twin that will run `work` when asked (None: no fork here, or threads run)."""
+        if not hasattr(os, "fork") or not sys.platform.startswith("linux") or threading.active_count() > 1:
+            return None
+        go_read, go_write = os.pipe()
+        results_read, results_write = os.pipe()
+        parent = os.getpid()
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the twin
+            os.close(go_write)
+            os.close(results_read)
+            _serve(parent, go_read, results_write, work)
+        os.close(go_read)
+        os.close(results_write)
+        return cls(pid, go_write, results_read)
+
+    def result(self) -> dict[str, Any]:
+        """Let the twin run its work and return what it returned; TwinError if it failed."""
+        if self._done:
+            raise TwinError("the twin was already used")
+        try:
+            os.write(self._go, b"g")
+        except BrokenPipeError:
+            pass  # it died: its status says how
+        os.close(self._go)
+        chunks = []
+        while True:
+            chunk = os.read(self._results, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(self._results)
+        self._done = True
+        status = _reap(self.pid)
+        text = b"".join(chunks)[:_MAX_RESULT].decode("utf-8", errors="replace")
+        try:
+            found = json.loads(text) if text else None
+        except ValueError:
+            found = None
+        if not isinstance(found, dict):
+            how = (f"was killed by signal {-status}" if status is not None and status < 0
+                   else f"exited with code {status}")
+            raise TwinError(f"the process timing the un-profiled steps {how} without a result")
+        if "error" in found:
+            raise TwinError(str(found["error"]))
+        return found
+
+    def close(self) -> None:
+        """Let the twin go unused (the job failed before it needed it): it exits on the pipe's end."""
+        if self._done:
+            return
+        self._done = True
+        for fd in (self._go, self._results):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        _reap(self.pid)
+
+
+def _reap(pid: int) -> int | None:
+    """Wait for the twin; its exit code, or -N when signal N ended it."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status)
+
+
+def _serve(parent: int, go: int, results: int, work: Callable[[], dict[str, Any]]) -> None:
+    """The twin's whole life: wait for the go, work, write the result, leave without cleanup."""
+    code = 0
+    try:
+        _die_with(parent)
+        if os.read(go, 1) != b"g":  # the job closed the pipe unused, or died
+            os._exit(0)
+        from experiments.forkserver import own_memory
+
+        own_memory()
+        try:
+            found = work()
+        except BaseException as exc:  # the job's record says it: never a traceback of the job's own
+            traceback.print_exc()
+            found, code = {"error": f"{type(exc).__name__}: {exc}"}, 1
+        data = json.dumps(found).encode("utf-8")
+        while data:
+            data = data[os.write(results, data):]
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    finally:
+        os._exit(code)
+
+
+def _die_with(parent: int) -> None:
+    """SIGKILL when the job dies; exit at once if it already has."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(0)

@@ -1,0 +1,104 @@
+"""Where a job times its un-profiled steps: a cold job in its twin, a process forked before the
+job ran anything and that never profiled; a warm job before its profiler starts. Run as the sweep
+runs a job: `python -m experiments.job CONFIG` in a process of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.config import JobConfig, RunConfig, WorkloadConfig, config_to_dict
+from experiments.job import AFTER_PROFILER, TWIN
+from tests.conftest import ROOT
+
+# A factory that notes the process of each build (the job's, then the twin's); with fail_second,
+# the second build raises.
+FACTORY = '''
+import os
+import torch
+
+
+def make(*, size, dtype, device, log: str = "", fail_second: bool = False):
+    with open(log, "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    if fail_second and len(open(log).read().split()) > 1:
+        raise RuntimeError("the second build fails")
+    x = torch.ones(size, size, dtype=dtype, device=device)
+    return torch.mm, (x, x)
+'''
+
+
+def _run_job(tmp_path: Path, warmup: bool, **settings) -> tuple[dict, list[int], int]:
+    folder = tmp_path / "user"
+    folder.mkdir(exist_ok=True)
+    (folder / "twinbench.py").write_text(FACTORY)
+    log = tmp_path / "builds.log"
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    config = JobConfig(workload=WorkloadConfig(target="twinbench:make", name="twinbench",
+                                               settings={"log": str(log), **settings}),
+                       size=16, dtype="fp32", device="cpu", warmup=warmup, run=RunConfig(threads=1))
+    path = job_dir / "job_config.json"
+    path.write_text(json.dumps(config_to_dict(config)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)])}
+    done = subprocess.run([sys.executable, "-m", "experiments.job", str(path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    record = json.loads((job_dir / "metrics.json").read_text())
+    builds = [int(p) for p in log.read_text().split()] if log.exists() else []
+    return record, builds, done.returncode
+
+
+def test_a_cold_job_times_its_unprofiled_steps_in_a_twin(tmp_path):
+    record, builds, code = _run_job(tmp_path, warmup=False)
+    assert code == 0 and record["status"] == "ok", record["error"]
+    assert record["timed_in"] == TWIN and record["timed_steps"] >= 20
+    assert record["timed_minor_faults_per_step"] is not None
+    # Built twice, in two processes: the job's, then the twin's.
+    assert len(builds) == 2 and builds[0] != builds[1]
+    assert record["steps"] == 3 and record["trace_file"]  # the job profiled as ever
+
+
+def test_a_warm_job_times_before_its_profiler_in_its_own_process(tmp_path):
+    record, builds, code = _run_job(tmp_path, warmup=True)
+    assert code == 0 and record["status"] == "ok", record["error"]
+    assert record["timed_in"] == "this process, before the profiler" and len(builds) == 1
+
+
+def test_a_twin_that_fails_leaves_the_job_ok_without_timing(tmp_path):
+    record, builds, code = _run_job(tmp_path, warmup=False, fail_second=True)
+    assert code == 0 and record["status"] == "ok", record["error"]
+    assert record.get("timed_us_per_step") is None
+    assert "the second build fails" in record["timed_error"]
+    assert record["trace_file"]
+
+
+def test_a_job_that_fails_lets_its_twin_go(tmp_path):
+    """The workload fails in the job: the twin never builds, and no process is left behind."""
+    record, builds, code = _run_job(tmp_path, warmup=False, fail_second=False, size_typo=1)
+    assert code == 1 and record["status"] == "failed" and "size_typo" in record["error"]
+    assert builds == []
+    config = str(tmp_path / "job" / "job_config.json")
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).count(config)]
+    assert left == []
+
+
+def test_a_job_in_a_process_that_is_not_its_own_times_after_the_profiled_steps(tmp_path):
+    from experiments.job import run_job
+
+    record = run_job(JobConfig(size=8, device="cpu", run=RunConfig(isolation="none")), tmp_path)
+    assert record["status"] == "ok" and record["timed_in"] == AFTER_PROFILER
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the twin is forked: Linux")
