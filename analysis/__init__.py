@@ -33,7 +33,8 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     target = Path(out) if out is not None else folder
     tables = analyse_sweep(folder, progress)
     data = frames(tables)
-    claims = evaluate(data["summary"], data["ops"], data["steps"], data["kernels"], data["crossovers"], folder=folder)
+    claims = evaluate(data["summary"], data["ops"], data["steps"], data["kernels"], data["crossovers"], folder=folder,
+                      jobs=tables.jobs)
     checked = check_expectations(tables)
     expectations = pd.DataFrame(checked, columns=["expectation", "job", "measured", "expected", "holds"])
     top = top_ops(tables.points, tables.jobs, tables.ops, tables.kernels)
@@ -57,7 +58,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
                  + (f", {unsure} inconclusive (their intervals straddle the value)" if unsure else "")
                  + (f", {na} n/a (no such value)" if na else ""))
     points = len(tables.points)
-    progress(f"analysis: {len(tables.jobs)} jobs" + (f", {points} grid point{'s' if points != 1 else ''}" if points != len(tables.jobs) else "")
+    progress(f"analysis: {len(tables.jobs)} job{'s' if len(tables.jobs) != 1 else ''}" + (f", {points} grid point{'s' if points != 1 else ''}" if points != len(tables.jobs) else "")
              + f" -> {report}")
     said = [c for c in found if c.topic != "noise"]  # the noise lines come last, as before
     if said:

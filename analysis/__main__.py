@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from profsweep.decide import BAND
+
 
 def _us(value: Any) -> str:
     return "-" if value is None else f"{value:,.3f} us"
@@ -121,6 +123,8 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("--strict", action="store_true", help="refuse a folder a sweep is still writing")
     parser.add_argument("--fdr", type=float, default=0.05, metavar="Q",
                         help="the false discovery rate controlled across the pairs (Benjamini-Hochberg; default 0.05)")
+    parser.add_argument("--band", type=float, default=BAND, metavar="B",
+                        help=f"what counts as the same: a ratio whose interval lies within ±B (default {BAND:g})")
     args = parser.parse_args(argv)
     from analysis.compare import CompareError, compare_sides, compare_traces, diff_lines, load_side, write_compare
 
@@ -137,8 +141,10 @@ def compare_main(argv: list[str]) -> int:
             raise CompareError(f"--fail-if-slower {args.fail_if_slower} is not allowed: give a ratio >= 1, e.g. 1.10")
         if not 0 < args.fdr < 1:
             raise CompareError(f"--fdr {args.fdr} is not allowed: give a false discovery rate between 0 and 1, e.g. 0.05")
+        if not 0 <= args.band < 1:
+            raise CompareError(f"--band {args.band} is not allowed: give a fraction between 0 and 1, e.g. 0.05 (±5%)")
         base, new = load_side(args.base), load_side(args.new)
-        result = compare_sides(base, new, args.ignore, fdr=args.fdr)
+        result = compare_sides(base, new, args.ignore, fdr=args.fdr, band=args.band)
     except CompareError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -16,7 +16,12 @@ step). On log scale:
   repeats say, Sum_in sigma_i^2 / n_1^2 + Sum_rest sigma_i^2 / n_2^2 (Sum (r_i - 1) degrees of
   freedom), and what the sweeps' scatter around their level says, RSS / (n - 2) * (1 / n_1 + 1 / n_2)
   (n - 2 degrees of freedom): sweeps differ by more than their repeats when days differ (the
-  machine, its load, its clocks), and the scatter then speaks for them;
+  machine, its load, its clocks), and the scatter then speaks for them. A few sweeps say next to
+  nothing of their own scatter (two degrees of freedom from four sweeps), so where a grid of series
+  is judged together the scatter beyond the repeats is pooled over the other series of the grid
+  (pooled_scatter: their successive differences between sweeps, each series' largest left out
+  where a change it holds would be), combined with the series' own (its RSS beyond its repeats)
+  and added to the repeats' noise, with Welch-Satterthwaite's degrees of freedom;
 - it is tested for an effect beyond MIN_EFFECT (5%): t = (|d| - log 1.05) / se against Student's t
   with those degrees of freedom, two-sided as profsweep.stats.ratio_test.
 
@@ -42,6 +47,7 @@ numpy only; nothing here reads a file.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -49,8 +55,9 @@ from typing import Sequence
 import numpy as np
 
 from profsweep import stats
+from profsweep.decide import BAND
 
-MIN_EFFECT = 0.05  # a change smaller than 5% is not one (asv's default threshold)
+MIN_EFFECT = BAND  # a change smaller than 5% is not one (asv's default threshold; profsweep.decide's band)
 ALPHA = 0.05  # a split is kept while its (Bonferroni-corrected) p-value is below this
 LEVEL = 0.95  # of the ratio's interval
 CONFIRM = 2  # sweeps from the change on that must agree (the HUD's two consecutive points)
@@ -65,6 +72,7 @@ class Series:
     y: np.ndarray  # per sweep: the mean of its repeats' logs
     s2: np.ndarray  # per sweep: the variance of y from its repeats (0 where nothing says)
     dof_within: int  # Sum (r_i - 1): what the repeats say of the noise
+    pooled: tuple[float, float] | None = None  # the other series' scatter beyond the repeats and its dof (pooled_scatter)
 
     @property
     def n(self) -> int:
@@ -131,11 +139,91 @@ def _partitions(s: Series, a: int, b: int, i: np.ndarray, j: np.ndarray
     d = inside / n1 - rest / n2
     noise_in = noise[j] - noise[i]
     repeats = noise_in / n1 ** 2 + (noise[n] - noise_in) / n2 ** 2
-    scatter = None
+    scatter, dof = None, float(n - 2)
     if n > 2:
         rss = np.maximum(float((y * y).sum()) - inside ** 2 / n1 - rest ** 2 / n2, 0.0)
         scatter = rss / (n - 2) * (1 / n1 + 1 / n2)
-    return d, noises(repeats, scatter, s.dof_within, n - 2)
+    if s.pooled is not None:  # the other series' scatter beyond the repeats, with this series' own
+        tau2, pooled_dof = s.pooled
+        own = np.maximum(rss / (n - 2) - float(s2.mean()), 0.0) if n > 2 else 0.0
+        dof_excess = max(n - 2, 0) + pooled_dof
+        excess = (own * (n - 2) + tau2 * pooled_dof) / dof_excess * (1 / n1 + 1 / n2)
+        scatter = repeats + excess
+        # Welch-Satterthwaite: the repeats' part with their dof, the excess with the grid's
+        with np.errstate(divide="ignore", invalid="ignore"):
+            each = np.where(scatter > 0, scatter ** 2 / (repeats ** 2 / max(s.dof_within, 1) + excess ** 2 / dof_excess),
+                            float(dof_excess))
+        dof = float(np.min(each))
+    return d, noises(repeats, scatter, s.dof_within, dof)
+
+
+DIFF_EFFICIENCY = 2 / 3  # successive differences share their levels: degrees of freedom they are worth, each
+
+
+def pooled_scatter(many: Sequence[Series]) -> list[tuple[float, float] | None]:
+    """For each series, how much more a sweep's level scatters from the next one's than its repeats
+    say (tau^2), from the other series of the grid (leave one out: the series' own scatter is its
+    RSS, combined with this in _partitions), with its degrees of freedom; None where no other
+    series of three sweeps or more speaks, or fewer than 2 of its differences do.
+
+    From the successive differences y[i+1] - y[i], whose square is on average s2[i] + s2[i+1] +
+    2 tau^2: each series leaves out its largest difference (against its repeats: where a change it
+    holds would be), and the rest are scaled up by what leaving out the largest of k takes away
+    where nothing changed (_kept_share), so that one change per grid point does not pass for
+    scatter; tau^2 = (their sum less the repeats' part) / 2 / their count, at DIFF_EFFICIENCY
+    degrees of freedom a difference (neighbouring differences share a level). Two to four sweeps a
+    grid point say next to nothing of day-to-day scatter alone (two degrees of freedom from four
+    sweeps); a grid of them says it."""
+    parts: list[tuple[float, float, int] | None] = []  # per series: (scaled squares, repeats' part, kept)
+    for s in many:
+        if s.n < 3:
+            parts.append(None)
+            continue
+        sq = np.diff(s.y) ** 2
+        known = s.s2[1:] + s.s2[:-1]
+        keep = np.arange(len(sq)) != int(np.argmax(sq / np.maximum(known, 1e-300)))  # the most unlike its repeats
+        parts.append((float(sq[keep].sum()) / _kept_share(len(sq)), float(known[keep].sum()), int(keep.sum())))
+    speaking = [p for p in parts if p is not None]
+    total = [sum(p[i] for p in speaking) for i in range(3)]
+    out: list[tuple[float, float] | None] = []
+    for p in parts:
+        squares, known, kept = ([t - x for t, x in zip(total, p)] if p is not None else total)
+        if len(speaking) - (p is not None) < 1 or kept < 2:
+            out.append(None)
+            continue
+        out.append((max(0.0, (squares - known) / kept / 2), DIFF_EFFICIENCY * kept))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _kept_share(k: int) -> float:
+    """E[sum of k chi-square(1) draws less their largest] / (k - 1): the share of the mean square that
+    the k - 1 smallest keep, from E[max] = integral of 1 - F(x)^k, F the chi-square(1) CDF."""
+    xs = np.linspace(0.0, 60.0, 6001)
+    f = np.array([math.erf(math.sqrt(x / 2)) for x in xs])
+    y = 1 - f ** k
+    e_max = float(((y[1:] + y[:-1]) / 2 * np.diff(xs)).sum())
+    return (k - e_max) / (k - 1)
+
+
+def with_pool(s: Series, pooled: tuple[float, float] | None) -> Series:
+    return Series(s.y, s.s2, s.dof_within, pooled)
+
+
+def smallest(s: Series, alpha: float = ALPHA) -> float | None:
+    """The smallest step (a ratio, >= 1) that a change halfway through this series' sweeps would
+    need to be found at `alpha`: MIN_EFFECT plus Student's t times the noise of that split."""
+    if s.n < 2:
+        return None
+    k = s.n // 2
+    if not _judgeable(s, s.n):
+        return None
+    _, judged = _step(s, 0, k, s.n)
+    need = 0.0
+    for se, df in judged:
+        t = stats.t_quantile(1 - alpha * STEP_WEIGHT / (2 * (s.n - 1)), df)
+        need = max(need, t * se)
+    return math.exp(math.log(1 + MIN_EFFECT) + need)
 
 
 def _t(d: np.ndarray, se: np.ndarray) -> np.ndarray:
@@ -162,8 +250,8 @@ def _p(d: float, judged: list[tuple[float, float]], places: int) -> float:
 
 
 def _judgeable(s: Series, n: int) -> bool:
-    """Whether anything says how noisy a stretch of n sweeps is (repeats, or three sweeps)."""
-    return s.dof_within > 0 or n > 2
+    """Whether anything says how noisy a stretch of n sweeps is (repeats, three sweeps, or the grid)."""
+    return s.dof_within > 0 or n > 2 or s.pooled is not None
 
 
 def _best_of(s: Series, a: int, b: int, i: np.ndarray, j: np.ndarray) -> tuple[int, int, float, list]:

@@ -16,7 +16,8 @@ crossover of a series) stay code: the functions below.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, replace
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,9 @@ import pandas as pd
 from analysis.conclusions import fmt
 from analysis.expect import CUDA_ONLY, EXPECT_FILE, INCONCLUSIVE, ClaimSpec, ExpectationError, judge, parse_claims
 from analysis.html import pre_pair, read_text, table
-from profsweep.contract import point_jobs, table_files, trace_files
+from profsweep.contract import TIMED, point_jobs, table_files, timed_samples, trace_files
 from profsweep import stats
+from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
 
 PRESETS = Path(__file__).resolve().parent.parent / "conf" / "experiment"
 PARTS = ("part1", "part2", "part3")
@@ -58,17 +60,46 @@ def _interval(row: pd.Series, key: str) -> tuple[float, float] | None:
     return float(low), float(high)
 
 
-def _more(a: pd.Series, b: pd.Series, key: str) -> str:
-    """Whether `a`'s value of `key` is larger than `b`'s: over repeats, only when their intervals
-    separate (inconclusive when they overlap); else the values themselves."""
-    ia, ib = _interval(a, key), _interval(b, key)
-    if ia is not None and ib is not None:
-        if ia[0] > ib[1]:
-            return "true"
-        if ia[1] < ib[0]:
-            return "false"
-        return INCONCLUSIVE
-    return _verdict(a[key] > b[key])
+def _more(d: "_Data", a: pd.Series, b: pd.Series, key: str) -> str:
+    """Whether `a`'s `key` is larger than `b`'s, by the one rule (profsweep.decide) on the ratio
+    a / b over their processes: "true" past +5%, "false" below -5% or within the band,
+    inconclusive otherwise (or with one process a side)."""
+    return _holds(_ratio(d, b, a, key))
+
+
+def _ratio(d: "_Data", base: pd.Series, new: pd.Series, key: str) -> Decision:
+    """NEW / BASE of `key` over the two grid points' processes, decided. A side measured in one
+    process has only its steps' interval (the summary's): the two are combined on log scale, and
+    the claim says so; without any interval the values alone decide nothing."""
+    b, n = d.groups(base, key), d.groups(new, key)
+    if len(b) >= 2 and len(n) >= 2:
+        test = stats.ratio_test(b, n)
+        return decide(test.ratio, test.low, test.high, min(len(b), len(n)), df=test.df)
+    ib, in_ = _interval(base, key), _interval(new, key)
+    vb, vn = stats.number(base.get(key)), stats.number(new.get(key))
+    if not vb or not vn or vb <= 0 or vn <= 0:
+        return decide(None, None, None)
+    if ib is None or in_ is None or ib[0] <= 0 or in_[0] <= 0:
+        return decide(vn / vb, None, None, 1)
+    half = math.hypot(*(max(math.log(hi / v), math.log(v / lo)) for v, (lo, hi) in ((vb, ib), (vn, in_))))
+    r = vn / vb
+    found = decide(r, r * math.exp(-half), r * math.exp(half), 1)
+    return replace(found, why=found.why + " (one process a side: the interval covers its steps only)")
+
+
+def _holds(decision: Decision) -> str:
+    """A claim that NEW exceeds BASE: holds above the band, does not below it or within it."""
+    if decision.outcome == ABOVE:
+        return "true"
+    if decision.outcome in (BELOW, SAME):
+        return "false"
+    return INCONCLUSIVE
+
+
+def _ratio_text(decision: Decision) -> str:
+    """`2.34× [2.29, 2.40]` and, undecided, how many processes would decide it."""
+    need = decision.need()
+    return decision.interval().replace("x", "×", 1) + (f"; {need}" if need else "")
 
 
 def _span(row: pd.Series, key: str, show: Any = None) -> str:
@@ -84,12 +115,26 @@ def _us(value: Any) -> str:
 
 class _Data:
     def __init__(self, summary: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame,
-                 kernels: pd.DataFrame, crossovers: pd.DataFrame) -> None:
+                 kernels: pd.DataFrame, crossovers: pd.DataFrame, jobs: list[dict[str, Any]] | None = None) -> None:
         ok = summary[(summary.get("status") == "ok")] if len(summary) else summary
         if "trace_error" in ok:
             ok = ok[ok["trace_error"].isna()]
         self.ok = ok
         self.ops, self.steps, self.kernels, self.crossovers = ops, steps, kernels, crossovers
+        self.jobs = {str(j.get("job")): j for j in jobs or []}
+
+    def groups(self, row: pd.Series, key: str) -> list[list[float]]:
+        """A grid point's samples of `key`, one list per process: the un-profiled steps for the
+        un-profiled step, else each repeat's one value (the summary's own value without the jobs)."""
+        found = []
+        for name in point_jobs(row):
+            job = self.jobs.get(name)
+            if job is None:
+                continue
+            values = timed_samples(job) if key == TIMED else stats.clean([job.get(key)])
+            if values:
+                found.append(values)
+        return found or [stats.clean([row.get(key)])]
 
     def series(self, workload: str, compile: bool = False, warmup: bool | None = False) -> pd.DataFrame:
         """One series over size, bf16 when there is one, sorted by size."""
@@ -164,6 +209,8 @@ def part1(d: _Data) -> list[Claim]:
                 & (x["warmup"].astype(bool) == bool(first["warmup"]))]
         if row.empty:
             out.append(_na(P, c, e, "no crossover series for eager matmul_add"))
+        elif _fits(row.iloc[0]) and {"regime", "regime_uncertain"} <= set(eager.columns):
+            out.append(_crossing_by_fit(P, c, e, row.iloc[0], eager))
         else:
             r = row.iloc[0]
             size = f"size ≈ {r['crossover_size']:.0f} ({r['status']})" if pd.notna(r["crossover_size"]) else r["status"]
@@ -185,7 +232,7 @@ def part1(d: _Data) -> list[Claim]:
         size = both[0]
         cr, wr = cold[cold["size"] == size].iloc[0], warm[warm["size"] == size].iloc[0]
         out.append(Claim(P, c, e, f"size {size}: {_span(cr, 'dead_window_us')} cold, "
-                         f"{_span(wr, 'dead_window_us')} warm", _more(cr, wr, "dead_window_us"),
+                         f"{_span(wr, 'dead_window_us')} warm", _more(d, cr, wr, "dead_window_us"),
                          f"{cr['job']}, {wr['job']}"))
 
     c, e = "a cold first step costs more than the later ones; a warm one does not", \
@@ -221,12 +268,41 @@ def part1(d: _Data) -> list[Claim]:
     else:
         size = pairs[0]
         er, cr = eager[eager["size"] == size].iloc[0], compiled[compiled["size"] == size].iloc[0]
-        ratio = cr["host_us_per_step"] / er["host_us_per_step"]
-        out.append(Claim(P, c, e, f"size {size}: {_span(cr, 'host_us_per_step')} compiled vs "
-                         f"{_span(er, 'host_us_per_step')} eager ({ratio:.2f}×)", _more(cr, er, "host_us_per_step"),
-                         f"{er['job']}, {cr['job']}"))
+        key = TIMED if pd.notna(er.get(TIMED)) and pd.notna(cr.get(TIMED)) else "host_us_per_step"
+        said = "un-profiled step" if key == TIMED else "host time of a profiled step"
+        found = _ratio(d, er, cr, key)
+        out.append(Claim(P, c, e, f"size {size}, {said}: {_span(cr, key)} compiled vs {_span(er, key)} eager "
+                         f"({_ratio_text(found)})", _holds(found), f"{er['job']}, {cr['job']}"))
 
     return out
+
+
+def _fits(crossing: pd.Series) -> bool:
+    """A series whose model of the un-profiled steps fits (analysis.fit; crossovers.csv's fit_*)."""
+    return pd.notna(crossing.get("fit_overhead_us")) and not str(crossing.get("fit_check") or "").startswith("does not")
+
+
+def _crossing_by_fit(part: str, claim: str, expected: str, crossing: pd.Series, series: pd.DataFrame) -> Claim:
+    """Work overtakes the overhead between the smallest and the largest size: the smallest size
+    decidedly overhead-bound and the largest decidedly compute-bound by the model (both decided by
+    the one rule); false when both ends are decidedly on one side."""
+    ends = series.iloc[[0, -1]]
+    words = [f"{r['size']}: {r['regime']}{' (undecided)' if r.get('regime_uncertain') in (True, 'True') else ''}"
+             for _, r in ends.iterrows()]
+    at = crossing.get("fit_crossover_size")
+    said = (f"the model of the un-profiled steps crosses at size ≈ {at:.0f} "
+            f"[{crossing.get('fit_crossover_size_low'):.0f}, {crossing.get('fit_crossover_size_high'):.0f}]"
+            if pd.notna(at) else "the model has no overhead floor") + f"; {', '.join(words)}"
+    decided = [isinstance(r.get("regime"), str) and r.get("regime_uncertain") in (False, "False")
+               for _, r in ends.iterrows()]
+    small, large = ends.iloc[0]["regime"], ends.iloc[-1]["regime"]
+    if all(decided):
+        holds = _verdict(small == "overhead-bound" and large != "overhead-bound")
+    elif (decided[0] and small != "overhead-bound") or (decided[1] and large == "overhead-bound"):
+        holds = "false"
+    else:
+        holds = INCONCLUSIVE
+    return Claim(part, claim, expected, said, holds, ", ".join(str(j) for j in ends["job"]))
 
 
 def _attention_jobs(d: _Data) -> dict[str, pd.Series]:
@@ -305,7 +381,7 @@ def part3(d: _Data) -> list[Claim]:
         ratio = math[key] / inplace[key]
         out.append(Claim(P, c, e, f"size {math['size']}: {ratio:.2f}× ({_span(math, key)} vs {_span(inplace, key)} per "
                          f"forward, {'device' if key.startswith('device') else 'host (CPU)'})",
-                         _more(math, inplace, key), f"{math['job']}, {inplace['job']}"))
+                         _more(d, math, inplace, key), f"{math['job']}, {inplace['job']}"))
 
     gpu = {n: r for n, r in jobs.items() if _on_gpu(r)}
 
@@ -315,7 +391,7 @@ def part3(d: _Data) -> list[Claim]:
         out.append(_na(P, c, e, CUDA_ONLY + " of flash, efficient and cudnn"))
     else:
         by = {str(r["workload_backend"]): r for r in trio}
-        verdicts = {_more(by["cudnn"], by[n], "host_us_per_step") for n in ("flash", "efficient")}
+        verdicts = {_more(d, by["cudnn"], by[n], "host_us_per_step") for n in ("flash", "efficient")}
         out.append(Claim(P, c, e, ", ".join(f"{n} {_span(r, 'host_us_per_step')}" for n, r in by.items()),
                          "false" if "false" in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts else "true",
                          ", ".join(r["job"] for r in trio)))
@@ -387,13 +463,14 @@ CODE = {"part1": ({"matmul_add"}, part1), "part3": ({"attention"}, part3)}  # co
 
 
 def evaluate(summary: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame, kernels: pd.DataFrame,
-             crossovers: pd.DataFrame, folder: Path | None = None, presets: Path = PRESETS) -> pd.DataFrame:
+             crossovers: pd.DataFrame, folder: Path | None = None, presets: Path = PRESETS,
+             jobs: list[dict[str, Any]] | None = None) -> pd.DataFrame:
     """claims.csv's rows for every part whose workloads the sweep ran (empty when none): the
     presets' claims (the sweep's own, from `folder`'s expect.json, where it composed a preset),
     then the comparisons across jobs."""
     if summary.empty or "workload" not in summary:
         return pd.DataFrame(columns=list(Claim.__dataclass_fields__))
-    d = _Data(summary, ops, steps, kernels, crossovers)
+    d = _Data(summary, ops, steps, kernels, crossovers, jobs)
     workloads = set(summary["workload"].dropna())
     own = sweep_claims(folder)
     parts_own = {c.part for c in own}

@@ -43,8 +43,9 @@ from analysis.trace import is_op, same_op
 from profsweep import stats
 from profsweep.columns import flat_key
 from profsweep.contract import ENVIRONMENT_FILE, point_jobs, trace_files
+from profsweep.decide import ABOVE, BAND, BELOW, SAME, decide
 
-MARGIN = 0.05  # what counts as the same: within 5%
+MARGIN = BAND  # what counts as the same: within 5% (profsweep.decide, the one rule)
 FDR = 0.05  # the false discovery rate controlled across the pairs
 ENVIRONMENT_KEYS = ("torch_version", "cuda_build", "driver_version", "gpus", "cpu_model", "cpu_count",
                     "hostname", "git_commit", "git_dirty", "command", "python_version", "platform")
@@ -72,31 +73,35 @@ class Verdict:
     high: float | None
     why: str
     p_value: float | None = None
+    processes_needed: int | None = None  # a side, to decide an inconclusive pair (profsweep.decide)
 
 
-def verdict(base: Sequence[Sequence[float]], new: Sequence[Sequence[float]], seed: int = 0) -> Verdict:
+def verdict(base: Sequence[Sequence[float]], new: Sequence[Sequence[float]], seed: int = 0,
+            band: float = MARGIN) -> Verdict:
     """The rule of the module docstring on each side's samples, one list per repeat (before the
-    control of false discoveries across the grid)."""
-    test = stats.ratio_test(base, new, margin=MARGIN, seed=seed)
+    control of false discoveries across the grid): profsweep.decide on the ratio test's interval."""
+    test = stats.ratio_test(base, new, margin=band, seed=seed)
     if test.ratio is None:
         return Verdict("inconclusive", None, None, None, test.why)
     if test.why == "identical samples":
         return Verdict("same", 1.0, 1.0, 1.0, "identical samples", 1.0)
+    reps = (sum(1 for g in base if stats.clean(g)), sum(1 for g in new if stats.clean(g)))
     if test.low is None or test.high is None:
-        reps = (len(stats._groups(base)), len(stats._groups(new)))
         return Verdict("inconclusive", test.ratio, None, None,
                        f"{'1 repeat per side' if reps == (1, 1) else f'{reps[0]} vs {reps[1]} repeats'}: one process "
                        f"says nothing of the variation between processes; rerun both with run.repeats={MORE_REPEATS}")
-    up, down = 1 + MARGIN, 1 / (1 + MARGIN)
+    d = decide(test.ratio, test.low, test.high, min(reps), band, df=test.df)
     interval = f"95% interval {test.low:.3f}–{test.high:.3f}"
-    if test.low > up:
+    if d.outcome == ABOVE:
         return Verdict("slower", test.ratio, test.low, test.high, interval, test.p_value)
-    if test.high < down:
+    if d.outcome == BELOW:
         return Verdict("faster", test.ratio, test.low, test.high, interval, test.p_value)
-    if down <= test.low and test.high <= up:
-        return Verdict("same", test.ratio, test.low, test.high, interval + f" within ±{MARGIN:.0%}", test.p_value)
+    if d.outcome == SAME:
+        return Verdict("same", test.ratio, test.low, test.high, interval + f" within ±{band:.0%}", test.p_value)
+    need = d.need()
     return Verdict("inconclusive", test.ratio, test.low, test.high,
-                   interval + f" straddles the ±{MARGIN:.0%} band: more repeats (run.repeats) narrow it", test.p_value)
+                   interval + f" straddles the ±{band:.0%} band" + (f": {need}" if need else ""), test.p_value,
+                   d.processes_needed)
 
 
 def control_discoveries(pairs: list[dict[str, Any]], fdr: float = FDR) -> None:
@@ -302,7 +307,8 @@ def _ratio(a: Any, b: Any) -> float | None:
     return b / a
 
 
-def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float = FDR) -> dict[str, Any]:
+def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float = FDR,
+                  band: float = MARGIN) -> dict[str, Any]:
     """Pairs, their verdicts and diffs, the unmatched jobs of each side, the environment diff."""
     known = set(pairing_columns(base.jobs + new.jobs, ()))
     wanted = [pair_key_of(k) for k in ignore]
@@ -323,7 +329,7 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
             continue
         partner = candidates[0]
         used.add(partner["job"])
-        pairs.append(_pair(base, partner, new, job, columns))
+        pairs.append(_pair(base, partner, new, job, columns, band))
     unmatched_base = [j["job"] for j in base.jobs if j["job"] not in used]
     if not pairs:
         raise CompareError(f"{base.folder} and {new.folder} have nothing in common: no job of one measured "
@@ -336,7 +342,7 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
         for k in ENVIRONMENT_KEYS if _show(base.environment.get(k)) != _show(new.environment.get(k))
     ]
     return {"columns": columns, "pairs": pairs, "unmatched_base": unmatched_base,
-            "unmatched_new": unmatched_new, "environment": environment, "fdr": fdr,
+            "unmatched_new": unmatched_new, "environment": environment, "fdr": fdr, "band": band,
             "tested": sum(1 for p in pairs if p.get("p_value") is not None)}
 
 
@@ -344,20 +350,23 @@ def _show(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (list, dict)) else "" if value is None else str(value)
 
 
-def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: list[str]) -> dict[str, Any]:
+def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: list[str],
+          band: float = MARGIN) -> dict[str, Any]:
     def has(key: str) -> bool:
         return b.get(key) is not None and n.get(key) is not None and not _nan(b[key]) and not _nan(n[key])
 
     on, said = (("device_us", "device time per step") if has("device_us_per_step") else
                 ("timed", "un-profiled step") if has("timed_us_per_step") else ("host_us", "host duration per step"))
     base_samples, new_samples = _samples(base, b, on), _samples(new, n, on)
-    judged = verdict(base_samples, new_samples)
+    judged = verdict(base_samples, new_samples, band=band)
     loaded = [side for side, point in (("BASE", b), ("NEW", n)) if point.get("noise_load") in (True, "True")]
     if loaded and judged.why != "identical samples":
         reasons = "; ".join(f"{side} noisy: {point.get('noise_reason')}" for side, point in (("BASE", b), ("NEW", n))
                             if side in loaded)
+        interval = (f"95% interval {judged.low:.3f}–{judged.high:.3f}; " if judged.low is not None
+                    and judged.high is not None else "")
         judged = Verdict("inconclusive", judged.ratio, judged.low, judged.high,
-                         f"{reasons}; rerun {' and '.join(loaded)} on a quiet machine", None)
+                         f"{interval}{reasons}; rerun {' and '.join(loaded)} on a quiet machine", None)
     row: dict[str, Any] = {c: n.get(c) if n.get(c) is not None else b.get(c) for c in columns}
     row.update({
         "base_job": b["job"], "new_job": n["job"], "variant": n.get("variant"),
@@ -368,7 +377,7 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
         "timed_us_per_step_base": b.get("timed_us_per_step"), "timed_us_per_step_new": n.get("timed_us_per_step"),
         "verdict": judged.verdict, "verdict_on": said,
         "step_ratio": judged.ratio, "interval_low": judged.low, "interval_high": judged.high, "p_value": judged.p_value,
-        "verdict_why": judged.why,
+        "verdict_why": judged.why, "processes_needed": judged.processes_needed,
         "repeats_base": len(base_samples), "repeats_new": len(new_samples),
         "noisy_base": b.get("noisy"), "noisy_new": n.get("noisy"),
         "first_call_ms_ratio": _ratio(b.get("first_call_ms"), n.get("first_call_ms")),
@@ -466,7 +475,7 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
                                                for v, n in counts.items()) + ". Paired by "
         + escape(", ".join(result["columns"])) + ". Verdicts: the ratio NEW/BASE of the medians over repeats "
         "(one process each) of each repeat's median step, with a 95% interval from a hierarchical bootstrap over "
-        f"both sides' repeats; <i>same</i> within ±{MARGIN:.0%}; <i>inconclusive</i> when the interval straddles "
+        f"both sides' repeats; <i>same</i> within ±{result.get('band', MARGIN):.0%}; <i>inconclusive</i> when the interval straddles "
         "that band, a side has one repeat, or a side was measured on a loaded machine. False discoveries "
         f"controlled across the grid: Benjamini–Hochberg at {result.get('fdr', FDR):g} over "
         f"{result.get('tested', 0)} pairs.</p>",
@@ -499,12 +508,14 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
         for p in chosen:
             label = " ".join(f"{c}={_fmt(p.get(c))}" for c in result["columns"] if c in GRID_WORDS)
             rows.append([escape(label), f"<span class='{style.get(p['verdict'], '')}'>{escape(p['verdict'])}</span>",
+                         escape(_rests_on(p)), escape(str(p["verdict_on"])),
                          escape(_fmt(p["host_us_per_step_ratio"])), escape(_fmt(p["device_us_per_step_ratio"])),
                          escape(_fmt(p["host_us_per_step_base"])), escape(_fmt(p["host_us_per_step_new"])),
                          escape(p["verdict_why"]), escape(_fmt(p["first_call_ms_ratio"])),
                          escape(_fmt(p["peak_memory_ratio"])), _most_changed(p),
                          f"{link(base, p['base_job'], SERVED_BASE)} · {link(new, p['new_job'], SERVED_NEW)}"])
-        parts.append(_table(["grid point", "verdict", "host ratio", "device ratio", "host µs base", "host µs new",
+        parts.append(_table(["grid point", "verdict", "ratio NEW/BASE [95% interval]", "the verdict is on",
+                             "profiled host ratio", "device ratio", "host µs base", "host µs new",
                              "why", "first call ratio", "peak memory ratio", "op most changed (self time per step)",
                              "traces (base · new)"],
                             rows, left=2))
@@ -526,6 +537,14 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
 
 
 DIFF_ROWS_SHOWN = 25  # per pair and kind in compare.html; ops_diff.csv has them all
+
+
+def _rests_on(pair: dict[str, Any]) -> str:
+    """`2.049× [1.53, 2.75]`: the ratio and interval a pair's verdict rests on."""
+    ratio, low, high = pair.get("step_ratio"), pair.get("interval_low"), pair.get("interval_high")
+    if ratio is None:
+        return ""
+    return f"{ratio:.3f}×" + (f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else " (no interval)")
 
 
 def _most_changed(pair: dict[str, Any]) -> str:

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from analysis import points as grid_points
+from analysis.sweep import FITTED
 from analysis.trace import is_op, same_op
 from profsweep import stats
 from profsweep.contract import SERIES_KEYS, TIMED, point_jobs, timed_samples
+from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
 
 TOP = 10  # ops and kernels per grid point in top_ops.csv
 SAID = 3  # of which the conclusions name
@@ -61,6 +63,16 @@ def us(value: float | None) -> str:
     return f"{value:.3g} µs"
 
 
+def rate(value: float | None, unit: str) -> str:
+    """A rate with an SI prefix: 417 GFLOP/s, 12.3 GB/s."""
+    if value is None:
+        return "?"
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
 def nbytes(n: float | None) -> str:
     if n is None:
         return "?"
@@ -76,20 +88,26 @@ def count(x: float) -> str:
 
 
 def times(x: float) -> str:
-    return f"{x:.2f}×" if x < 10 else f"{x:.1f}×" if x < 100 else f"{x:,.0f}×"
+    """A ratio: 0.0029×, 0.50×, 12.0×, 272×."""
+    return (f"{x:.2g}×" if x < 0.1 else f"{x:.2f}×" if x < 10 else f"{x:.1f}×" if x < 100 else f"{x:,.0f}×")
 
 
 TOO_WIDE = 100  # an interval whose ends are further apart than this says nothing in numbers
 
 
-def _interval(row: dict[str, Any], key: str, unit: Any = None) -> str:
-    """` [low, high]` of a summary value over its repeats ('' with one repeat; said to be too wide
-    where its ends lie more than TOO_WIDE times apart, as two noisy repeats give)."""
+def _interval(row: dict[str, Any], key: str, unit: Any = None, always: bool = False) -> str:
+    """` [low, high]` of a summary value over its repeats ('' with one repeat unless `always`; said
+    to be too wide where its ends lie more than TOO_WIDE times apart, as two noisy repeats give)."""
     low, high = stats.number(row.get(f"{key}_low")), stats.number(row.get(f"{key}_high"))
-    if low is None or high is None or (stats.number(row.get("repeats")) or 0) < 2:
+    if always and low is not None and row.get(f"{key}_high") == math.inf:
+        return f" [{(unit or times)(low)}, ∞]"
+    if low is None or high is None or (not always and (stats.number(row.get("repeats")) or 0) < 2):
         return ""
+    if always and low == 0 and high >= 0:  # a bound at zero (the model's floor in some draws): said as such
+        return f" [0, {(unit or times)(high)}]"
     if low <= 0 or high / low > TOO_WIDE:
-        return f" [too wide to read: {int(stats.number(row.get('repeats')) or 0)} repeats]"
+        n = int(stats.number(row.get("repeats")) or 0)
+        return f" [too wide to read{f': {n} repeats' if n else ''}]"
     show = unit or times
     return f" [{show(low)}, {show(high)}]"
 
@@ -197,19 +215,27 @@ def _ran_otherwise(jobs: list[dict[str, Any]]) -> list[Conclusion]:
 
 
 def _regime(rows: list[dict[str, Any]], crossover: dict[str, Any] | None) -> list[Conclusion]:
-    """The regime at each size, judged by measured time as the article does (host or framework
-    overhead against device or compute time within a step), and the crossover size."""
+    """The regime at each size and the crossover size. Where the series' model fits (analysis.fit:
+    the un-profiled step as an overhead floor plus a cost per unit of work), both come from it:
+    the fitted work cost over the floor at each size; else from the split of the profiled steps
+    (host or framework overhead against device or compute time within a step)."""
     gpu = _on_gpu(rows[0])
     work, host = ("device", "host") if gpu else ("compute", "overhead")
+    fitted = all(r.get("regime_source") == FITTED for r in rows if r.get("regime") is not None)
     runs: list[tuple[str, list[str]]] = []
     for r in rows:
         regime = r.get("regime")
-        ratio = stats.number(r.get(grid_points.RATIO))
-        if regime is None or ratio is None:
+        key = "work_overhead_ratio" if r.get("regime_source") == FITTED else grid_points.RATIO
+        raw = r.get(key)
+        ratio = stats.number(raw)
+        if regime is None or (ratio is None and raw != math.inf):
             continue
-        text = f"{r['size']} ({times(ratio)}{_interval(r, grid_points.RATIO)}"
+        text = f"{r['size']} ({times(ratio)}{_interval(r, key)}" if ratio is not None else f"{r['size']} (no overhead floor"
         flags = [word for word, on in (("uncertain", _yes(r.get("regime_uncertain"))), ("noisy", _yes(r.get("noisy"))))
                  if on]
+        needed = stats.number(r.get("regime_processes_needed"))
+        if _yes(r.get("regime_uncertain")) and needed is not None:
+            flags.append(f"{needed:.0f} processes would decide it" if needed <= 1000 else "at the crossover")
         text += "".join(f", {w}" for w in flags) + ")"
         if runs and runs[-1][0] == regime:
             runs[-1][1].append(text)
@@ -223,26 +249,48 @@ def _regime(rows: list[dict[str, Any]], crossover: dict[str, Any] | None) -> lis
         intensity = [x for x in intensity if x is not None]
         ai = (f"Arithmetic intensity {fmt(intensity[0])} to {fmt(intensity[-1])} FLOP/byte (the workload's FLOPs "
               "over the bytes it must move: shown as such, not as the regime)." if len(intensity) > 1 else "")
-        out.append(Conclusion("regime", f"{name}, by measured time ({work} / {host} within a step): {said}.",
-                              "summary", ai))
+        how = ("the un-profiled step's fitted work cost / overhead floor" if fitted
+               else f"{work} / {host} within a profiled step")
+        out.append(Conclusion("regime", f"{name}, by measured time ({how}): {said}.", "summary", ai))
     if crossover is not None and len(rows) > 1:
-        size = stats.number(crossover.get("crossover_size"))
-        status = str(crossover.get("status") or "")
-        sizes = [r["size"] for r in rows]
-        if size is not None:
-            between = status.split(" (uncertain")[0].removeprefix("crossed ")
-            unsure = f"; uncertain: the interval of {work} / {host} holds 1 there" if _yes(crossover.get("uncertain")) else ""
-            text = f"{name}: {work} time overtakes {host} time at size ≈{fmt(size)}, {between}{unsure}."
-        elif status.startswith("not reached: work exceeds"):
-            text = (f"{name}: no crossover between sizes {sizes[0]} and {sizes[-1]}: {work} exceeds {host} at every "
-                    f"size; it would lie below {sizes[0]}.")
-        elif status.startswith("not reached: host exceeds"):
-            text = (f"{name}: no crossover between sizes {sizes[0]} and {sizes[-1]}: {host} exceeds {work} at every "
-                    f"size; it would lie above {sizes[-1]}.")
-        else:
-            text = f"{name}: crossover {status}."
-        out.append(Conclusion("crossover", text, "crossovers"))
+        out.append(Conclusion("crossover", _crossing(name, crossover, rows, work, host), "crossovers"))
     return out
+
+
+def _crossing(name: str, crossover: dict[str, Any], rows: list[dict[str, Any]], work: str, host: str) -> str:
+    """The crossover in words: the model's where it fits (with the floor and the throughput), else
+    where the profiled split crosses."""
+    size = stats.number(crossover.get("fit_crossover_size"))
+    check = str(crossover.get("fit_check") or "")
+    floor = stats.number(crossover.get("fit_overhead_us"))
+    sizes = [r["size"] for r in rows]
+    if floor is not None and not check.startswith("does not fit"):
+        unit = "FLOP/s" if crossover.get("fit_work") == "flops" else "B/s"
+        speed = stats.number(crossover.get("fit_throughput"))
+        said = (f"{name}: the un-profiled step fits {us(floor)}"
+                f"{_interval(crossover, 'fit_overhead_us', us, always=True)} of overhead plus the work at "
+                f"{rate(speed, unit)}{_interval(crossover, 'fit_throughput', lambda v: rate(v, unit), always=True)}")
+        if size is None:
+            return said + f"; no overhead floor measurable: {work} dominates at every size."
+        where = ("between the sizes swept" if sizes[0] <= size <= sizes[-1] else
+                 f"below the smallest size swept ({sizes[0]})" if size < sizes[0] else
+                 f"above the largest size swept ({sizes[-1]})")
+        return (f"{said}; the work costs more than the overhead from size ≈{fmt(size)}"
+                f"{_interval(crossover, 'fit_crossover_size', fmt, always=True)}, {where} ({check}).")
+    size = stats.number(crossover.get("crossover_size"))
+    status = str(crossover.get("status") or "")
+    misfit = f" The model of the un-profiled steps {check}." if check.startswith("does not fit") else ""
+    if size is not None:
+        between = status.split(" (uncertain")[0].removeprefix("crossed ")
+        unsure = f"; uncertain: the interval of {work} / {host} holds 1 there" if _yes(crossover.get("uncertain")) else ""
+        return f"{name}: {work} time overtakes {host} time at size ≈{fmt(size)}, {between}{unsure}.{misfit}"
+    if status.startswith("not reached: work exceeds"):
+        return (f"{name}: no crossover between sizes {sizes[0]} and {sizes[-1]}: {work} exceeds {host} at every "
+                f"size; it would lie below {sizes[0]}.{misfit}")
+    if status.startswith("not reached: host exceeds"):
+        return (f"{name}: no crossover between sizes {sizes[0]} and {sizes[-1]}: {host} exceeds {work} at every "
+                f"size; it would lie above {sizes[-1]}.{misfit}")
+    return f"{name}: crossover {status}.{misfit}"
 
 
 def _samples(point: dict[str, Any], by_job: dict[str, dict[str, Any]]) -> list[list[float]]:
@@ -259,9 +307,10 @@ def _samples(point: dict[str, Any], by_job: dict[str, dict[str, Any]]) -> list[l
 
 def change(base: list[list[float]], new: list[list[float]], base_value: float | None,
            new_value: float | None) -> tuple[str, float] | None:
-    """`2.00× slower [1.81, 2.20]`, `1.30× faster (0.77× [0.70, 0.83])`, `no clear difference
-    (0.98× [0.90, 1.07])`: NEW against BASE, from the repeats' samples where both have them, else
-    from the two medians (said to have no interval)."""
+    """`2.00× slower [1.81, 2.20]`, `1.30× faster (0.77× [0.70, 0.83])`, `the same within ±5%
+    (0.98× [0.96, 1.02])`, `no clear difference (0.98× [0.80, 1.20]; 9 processes a side would
+    decide it)`: NEW against BASE by the one rule (profsweep.decide), from the repeats' samples
+    where both have them, else from the two medians (said to have no interval)."""
     test = stats.ratio_test(base, new) if base and new else None
     ratio = test.ratio if test is not None and test.ratio is not None else (
         new_value / base_value if new_value and base_value else None)
@@ -270,14 +319,22 @@ def change(base: list[list[float]], new: list[list[float]], base_value: float | 
     if test is None or test.low is None or test.high is None:
         word = f"{times(ratio)} slower" if ratio >= 1 else f"{times(1 / ratio)} faster ({times(ratio)})"
         return f"{word} (one process each: no interval)", ratio
+    d = decide(ratio, test.low, test.high, min(len(base), len(new)), df=test.df)
     if test.low <= 0 or test.high / test.low > TOO_WIDE:
-        return f"no clear difference ({times(ratio)}; its interval too wide to read)", ratio
+        return f"no clear difference ({times(ratio)}; its interval too wide to read{_need(d)})", ratio
     where = f"[{times(test.low)}, {times(test.high)}]"
-    if test.low > 1:
+    if d.outcome == ABOVE:
         return f"{times(ratio)} slower {where}", ratio
-    if test.high < 1:
+    if d.outcome == BELOW:
         return f"{times(1 / ratio)} faster ({times(ratio)} {where})", ratio
-    return f"no clear difference ({times(ratio)} {where})", ratio
+    if d.outcome == SAME:
+        return f"the same within ±{d.band:.0%} ({times(ratio)} {where})", ratio
+    return f"no clear difference ({times(ratio)} {where}{_need(d)})", ratio
+
+
+def _need(d: Decision) -> str:
+    need = d.need()
+    return f"; {need}" if need else ""
 
 
 def _pairs(points: list[dict[str, Any]], key: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -364,9 +421,10 @@ def _cold_warm(points: list[dict[str, Any]]) -> list[Conclusion]:
 def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[str, list[dict[str, Any]]],
             kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """top_ops.csv: per grid point the top ops by host self time and the top kernels by device time
-    (on the CPU: compute ops by their time), each per step (median over the point's repeats) and
-    as a share of the step's total of its kind (host self time, annotations' included, or device
-    time), with calls per step. Annotations and Python frames are not ops (trace.is_op)."""
+    (on the CPU: compute ops by their time), each per step (in each repeat the median over its
+    profiled steps, then the median over the point's repeats) and as a share of the step's total of
+    its kind (its median over the steps: host self time, annotations' included, device time, or on
+    the CPU compute), with calls per step. Annotations and Python frames are not ops (trace.is_op)."""
     by_job = {str(j.get("job")): j for j in jobs}
     kernels_of: dict[str, list[dict[str, Any]]] = {}
     for k in kernels:
@@ -377,22 +435,31 @@ def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[
             continue
         names = [n for n in point_jobs(p) if n in by_job]
         kernel_kind = "kernel" if _on_gpu(p) else "compute op"
-        for kind, of_job, time_key in (("op", lambda j: ops.get(j, []), "self_host_us"),
-                                       (kernel_kind, lambda j: kernels_of.get(j, []), "total_us")):
+        for kind, of_job, time_key, median_key in (
+                ("op", lambda j: ops.get(j, []), "self_host_us", "self_host_us_step_median"),
+                (kernel_kind, lambda j: kernels_of.get(j, []), "total_us", "step_median_us")):
             per: dict[str, list[tuple[float, float, float]]] = {}
             held: list[float] = []  # per repeat: the share of the step all its ops take together
+            # the step's median total of the kind: host self time; device time, or compute on the CPU
+            whole_key = ("host_us_per_step" if kind == "op" else
+                         "device_us_per_step" if kind == "kernel" else "compute_us_per_step")
             for name in names:
                 steps = stats.number(by_job[name].get("steps"))
                 every = of_job(name)
-                total = sum(stats.number(o.get(time_key)) or 0.0 for o in every)  # the step's, annotations too
+                total = sum(stats.number(o.get(time_key)) or 0.0 for o in every)  # the steps', annotations too
                 if not steps or not total:
                     continue
                 counted = [o for o in every if is_op(o)] if kind == "op" else every  # kernels are all work
                 held.append(sum(stats.number(o.get(time_key)) or 0.0 for o in counted) / total)
                 for o in counted:
                     t = stats.number(o.get(time_key)) or 0.0
+                    # its time in a step: the median over the profiled steps (a cold first step
+                    # is one of three, not a third of the figure); the mean where a table lacks it
+                    step = stats.number(o.get(median_key))
+                    whole = stats.number(by_job[name].get(whole_key)) if step is not None else None
+                    step, whole = (t / steps, total / steps) if step is None or not whole else (step, whole)
                     per.setdefault(str(o["name"]), []).append(
-                        (t / steps, t / total, (stats.number(o.get("calls")) or 0) / steps))
+                        (step, step / whole, (stats.number(o.get("calls")) or 0) / steps))
             ranked = sorted(per.items(), key=lambda kv: -stats.median([x[0] for x in kv[1]]))
             for rank, (name, values) in enumerate(ranked[:TOP], 1):
                 rows.append({
@@ -440,8 +507,9 @@ def _where_time_goes(points: list[dict[str, Any]], top: list[dict[str, Any]]) ->
                     f"{short_name(r['name'])} {r['share'] * 100:.0f}% ({us(r['us_per_step'])})" for r in found) + rest)
         if said:
             what = "device time by kernel" if kind == "kernel" else "host self time by op"
-            out.append(Conclusion("time", f"where the time goes, {series_name(rows[0])} ({what}, share of the "
-                                  f"step): {'; '.join(said)}.", "where-the-time-goes"))
+            out.append(Conclusion("time", f"where the time goes, {series_name(rows[0])} ({what} in a profiled step, "
+                                  f"the median over its steps; share of the step): {'; '.join(said)}.",
+                                  "where-the-time-goes"))
     return out
 
 

@@ -16,7 +16,7 @@ ignored settings that differ, and its ops and kernels by the change in time per 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,6 +26,7 @@ from analysis.points import PAIR_DEFAULTS, PAIR_KEYS, PAIR_PREFIXES, pairing_col
 from analysis.conclusions import us
 from analysis.store import Store, StoreError, SweepFolder
 from profsweep import stats
+from profsweep.decide import ABOVE, BELOW, decide
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
 # its profiled step's host self time (per series: the first every sweep of it has)
@@ -64,6 +65,7 @@ class Line:
     series: changes.Series | None = None
     found: list[int] = field(default_factory=list)
     steps: list[changes.Step] = field(default_factory=list)
+    smallest: float | None = None  # the smallest step its history could have found (changes.smallest)
 
     def values(self, point: Point) -> list[float]:
         """The point's repeats' values (read for changed lines only)."""
@@ -251,15 +253,30 @@ def analyse(history: History, fdr: float = FDR) -> None:
             line.series = changes.from_moments([p.moments[line.metric] for p in line.points])
             judged.append(line)
     found, history.tested = judge([line.series for line in judged], fdr)
-    for line, steps in zip(judged, found):
-        line.steps = steps
+    pools = changes.pooled_scatter([line.series for line in judged])
+    for line, steps, pool in zip(judged, found, pools):
+        line.steps = [_checked(line, s) for s in steps]
         line.found = [s.at for s in steps]
+        line.series = changes.with_pool(line.series, pool)
+        line.smallest = changes.smallest(line.series)
+
+
+def _checked(line: Line, step: changes.Step) -> changes.Step:
+    """A change is confirmed only as compare would call it (one rule, profsweep.decide): its
+    interval past the band, and none of the sweeps it rests on (the last before it and the
+    changes.CONFIRM from it on) measured on a loaded machine."""
+    rests_on = line.points[max(0, step.at - 1): step.at + changes.CONFIRM]
+    decided = decide(step.ratio, step.low, step.high).outcome in (ABOVE, BELOW)
+    if step.confirmed and (not decided or any(p.noise for p in rests_on)):
+        return replace(step, confirmed=False)
+    return step
 
 
 def judge(many: Sequence[changes.Series], fdr: float = FDR) -> tuple[list[list[changes.Step]], int]:
     """The changes of each series that are discoveries of Benjamini-Hochberg at `fdr` over every
     change's p-value and, for a series without one, its best split's; and how many were tested."""
     tests: list[tuple[int, int | None, float | None]] = []  # (series, change or None, p)
+    many = [changes.with_pool(s, pool) for s, pool in zip(many, changes.pooled_scatter(many))]
     for n, s in enumerate(many):
         found, first = changes.find(s)
         tests += [(n, at, p) for at, p in found] if found else [(n, None, first)]
@@ -416,7 +433,7 @@ def trends(history: History) -> list[dict[str, Any]]:
                          "started_at": sweep["started_at"], "order": p.sweep, "measured_on": line.metric,
                          "repeats": r, "level_us": math.exp(y), "low_us": math.exp(y - half),
                          "high_us": math.exp(y + half), "fitted_us": fitted[i], "segment": segment,
-                         "change": starts.get(i, "")})
+                         "change": starts.get(i, ""), "smallest_change": line.smallest})
     return rows
 
 

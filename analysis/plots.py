@@ -499,6 +499,8 @@ def _crossover(ok: pd.DataFrame, sweep: Sweep, crossovers: pd.DataFrame) -> Figu
         quantity(ok[gpu], "device (self CUDA)", "device_us_per_step"),
         quantity(ok[~gpu], "framework overhead", "overhead_us_per_step"),
         quantity(ok[~gpu], "compute", "compute_us_per_step"),
+        *([quantity(ok[ok["timed_us_per_step"].notna()], "un-profiled step", "timed_us_per_step")]
+          if "timed_us_per_step" in ok else []),
     ]
     data = pd.concat([p for p in parts if not p.empty], ignore_index=True)
     col = "series" if _varies(data, "series") else None
@@ -512,6 +514,8 @@ def _crossover(ok: pd.DataFrame, sweep: Sweep, crossovers: pd.DataFrame) -> Figu
     crossed = _crossover_lines(grid, data, crossovers, row, col, style)
     if crossed:
         notes.insert(0, crossed)
+    if _fit_lines(grid, data, crossovers, row, col):
+        notes.insert(0, "black: the fit a + b·work of the un-profiled step")
     for ax, part in _facets(grid, data, row, col):
         _sizes_axis(ax, data["size"])
         _log_axis(ax, duration_label)
@@ -520,31 +524,66 @@ def _crossover(ok: pd.DataFrame, sweep: Sweep, crossovers: pd.DataFrame) -> Figu
     return _finish(grid, _title("Work vs host per step", about, notes), {"quantity": "per step"})
 
 
-def _crossover_lines(grid: Any, data: pd.DataFrame, crossovers: pd.DataFrame, row: str | None, col: str | None,
-                     style: str | None) -> str:
-    """A vertical line at each series' crossover size (crossovers.csv), in the panel of that series;
-    returns the title's note for them, '' where no series crosses."""
-    if crossovers.empty or "crossover_size" not in crossovers:
-        return ""
+def _series_rows(data: pd.DataFrame, crossovers: pd.DataFrame) -> Iterator[tuple[pd.Series, pd.DataFrame]]:
+    """Each crossovers.csv row with the plotted rows of its series."""
     keys = [k for k in ("workload", "variant", "dtype", "compile", "warmup", "train", "device")
             if k in crossovers and k in data]
-    panels = {(ax_row, ax_col): ax for ax_row, ax_col, ax in _panel_keys(grid, row, col)}
-    phases = set()
-    for _, c in crossovers.dropna(subset=["crossover_size"]).iterrows():
+    for _, c in crossovers.iterrows():
         match = data
         for k in keys:
             match = match[match[k].map(_plain) == _plain(c[k])]
-        if match.empty:
+        if not match.empty:
+            yield c, match
+
+
+def _fitted(c: pd.Series) -> bool:
+    """A series whose model of the un-profiled steps fits (analysis.fit)."""
+    return pd.notna(c.get("fit_overhead_us")) and not str(c.get("fit_check") or "").startswith("does not fit")
+
+
+def _fit_lines(grid: Any, data: pd.DataFrame, crossovers: pd.DataFrame, row: str | None, col: str | None) -> bool:
+    """Each fitted series' line a + b·work through its sizes, in its panel; whether any was drawn."""
+    if crossovers.empty or "fit_overhead_us" not in crossovers:
+        return False
+    panels = {(ax_row, ax_col): ax for ax_row, ax_col, ax in _panel_keys(grid, row, col)}
+    drawn = False
+    for c, match in _series_rows(data, crossovers):
+        if not _fitted(c):
             continue
+        key = "bytes_per_call" if c.get("fit_work") == "bytes" else "flops_per_call"
+        points = match.drop_duplicates("size").dropna(subset=[key]).sort_values("size") if key in match else match[:0]
+        first = match.iloc[0]
+        ax = panels.get((first[row] if row else None, first[col] if col else None))
+        if ax is None or len(points) < 2:
+            continue
+        fitted = c["fit_overhead_us"] + points[key].astype(float) / c["fit_throughput"] * 1e6
+        ax.plot(points["size"], fitted, color="black", linewidth=1, zorder=5)
+        drawn = True
+    return drawn
+
+
+def _crossover_lines(grid: Any, data: pd.DataFrame, crossovers: pd.DataFrame, row: str | None, col: str | None,
+                     style: str | None) -> str:
+    """A vertical line at each series' crossover size, in the panel of that series: the model's
+    (fit_crossover_size) where it fits, else the profiled split's (crossover_size); returns the
+    title's note for them, '' where no series crosses."""
+    if crossovers.empty or "crossover_size" not in crossovers:
+        return ""
+    panels = {(ax_row, ax_col): ax for ax_row, ax_col, ax in _panel_keys(grid, row, col)}
+    phases = set()
+    for c, match in _series_rows(data, crossovers):
+        at = c.get("fit_crossover_size") if _fitted(c) else c.get("crossover_size")
+        if at is None or pd.isna(at) or not match["size"].min() <= at <= match["size"].max():
+            continue  # none, or the model's beyond the sizes swept: said in words, not drawn off the axis
         first = match.iloc[0]
         ax = panels.get((first[row] if row else None, first[col] if col else None))
         if ax is None:
             continue
         phase = first["phase"]
-        ax.axvline(c["crossover_size"], color="0.3", linestyle="--" if phase == "cold" else ":", linewidth=1)
-        size = size_label(round(c["crossover_size"]))
+        ax.axvline(at, color="0.3", linestyle="--" if phase == "cold" else ":", linewidth=1)
+        size = size_label(round(at))
         label = f" {phase}: {size}" if style else f" {size}"
-        ax.annotate(label, (c["crossover_size"], 0.95 if phase == "cold" else 0.87),
+        ax.annotate(label, (at, 0.95 if phase == "cold" else 0.87),
                     xycoords=("data", "axes fraction"), fontsize=8, ha="left")
         phases.add(phase)
     if not phases:

@@ -218,7 +218,8 @@ def noise_reasons(point: dict[str, Any], ok: list[dict[str, Any]],
     reasons: dict[str, str] = {}
     spread, apart = stats.number(point.get("spread")), stats.number(point.get("dispersion"))
     if apart is not None and apart > NOISE_DISPERSION:
-        reasons["spread"] = f"repeats disagree {spread or 0:.1f}x (processes {apart:.0%} apart)"
+        reasons["spread"] = (f"repeats disagree {spread or 0:.1f}x (processes {apart:.0%} apart): "
+                             + disagreement(ok, _main(point)))
     other = stats.number(point.get("other_cpus"))
     cores = stats.number(point.get("cpu_count"))
     threads = stats.number(point.get("torch_threads"))
@@ -236,6 +237,70 @@ def noise_reasons(point: dict[str, Any], ok: list[dict[str, Any]],
         reasons["time slices"] = (f"steps waited for a busy core in whole OS time slices ({slow:.0f} of "
                                   f"{timed:.0f} timed steps)")
     return reasons
+
+
+MODES_GAP = 1.3  # sorted repeat medians this far apart (x) split into two modes
+FAULTS_APART = 2.0  # the slow processes faulted this many times as many pages a step (and 50 more)
+LOAD_APART = 0.3  # other processes used this many more CPUs during the slow processes
+
+
+def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
+    """What differed between a grid point's processes when their medians disagree, from what each
+    job recorded, and the remedy for that cause: two modes or a spread; more minor page faults a
+    step (glibc's allocator handing memory back), more load (other processes, waits for a CPU, time
+    slices) during the slow ones; or, with several threads and nothing else different, the threads'
+    placement. Words for the noise reason."""
+    found = sorted(((v, r) for r in ok if (v := stats.number(r.get(metric))) is not None and v > 0),
+                   key=lambda vr: vr[0])
+    if len(found) < 2:
+        return "rerun with more processes"
+    values = [v for v, _ in found]
+    gaps = [b / a for a, b in zip(values, values[1:])]
+    cut = max(range(len(gaps)), key=lambda i: gaps[i]) + 1
+    if gaps[cut - 1] >= MODES_GAP:
+        fast, slow = found[:cut], found[cut:]
+        shape = (f"two modes, {_us(stats.median([v for v, _ in fast]))} ({len(fast)} processes) and "
+                 f"{_us(stats.median([v for v, _ in slow]))} ({len(slow)})")
+    else:
+        half = len(found) // 2
+        fast, slow = found[:half], found[len(found) - half:]
+        shape = f"from {_us(values[0])} to {_us(values[-1])}"
+
+    def typical(rows: list[tuple[float, dict[str, Any]]], key: str) -> float | None:
+        return stats.median(stats.clean(r.get(key) for _, r in rows))
+
+    causes = []
+    f_fast, f_slow = typical(fast, "timed_minor_faults_per_step"), typical(slow, "timed_minor_faults_per_step")
+    if f_fast is not None and f_slow is not None and f_slow >= FAULTS_APART * f_fast + 50:
+        causes.append(f"the slow processes faulted {f_slow:,.0f} pages a step, the fast ones {f_fast:,.0f}: "
+                      "glibc's allocator handed their buffers back to the system and got them again every step "
+                      "(timed_minor_faults_per_step)")
+    o_fast, o_slow = typical(fast, "other_cpus"), typical(slow, "other_cpus")
+    if o_fast is not None and o_slow is not None and o_slow - o_fast > LOAD_APART:
+        causes.append(f"other processes used {o_slow:.1f} CPUs during the slow ones, {o_fast:.1f} during "
+                      "the fast: rerun on a quiet machine")
+    p_fast, p_slow = typical(fast, "cpu_pressure"), typical(slow, "cpu_pressure")
+    if p_fast is not None and p_slow is not None and p_slow - p_fast > 0.1:
+        causes.append(f"runnable tasks waited for a CPU {p_slow:.0%} of the time during the slow ones, {p_fast:.0%} "
+                      "during the fast: rerun on a quiet machine")
+    s_fast, s_slow = typical(fast, "timed_slow_steps"), typical(slow, "timed_slow_steps")
+    if s_slow is not None and s_slow >= 2 and s_slow > 2 * (s_fast or 0):
+        causes.append(f"the slow processes' steps waited for a core in whole time slices ({s_slow:.0f} steps): "
+                      "rerun on a quiet machine")
+    threads = stats.number(found[0][1].get("torch_threads"))
+    if not causes and threads is not None and threads > 1:
+        causes.append(f"nothing else they record differs; with {threads:.0f} threads, processes here settle in two "
+                      "modes by where their threads run: run.threads=1 gives one (README, 'Threads')")
+    if not causes:
+        causes.append("nothing they record differs (threads, page faults, load, time slices): more processes "
+                      "narrow the interval")
+    return f"{shape}; {'; '.join(causes)}"
+
+
+def _us(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value / 1e3:.3g} ms" if value >= 1e3 else f"{value:.3g} µs"
 
 
 def points(jobs: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -265,6 +330,22 @@ def describe(point: dict[str, Any]) -> str:
     return " ".join(words)
 
 
+def remedy(noisy: list[dict[str, Any]], measured: list[dict[str, Any]]) -> str:
+    """What to do about the noisy points, by their causes: a quiet machine for load, one thread for
+    two modes that only threads explain, else more processes (as many as their verdicts need)."""
+    reasons = " ".join(str(r.get("noise_reason") or "") for r in noisy)
+    said = []
+    if "run.threads=1" in reasons:
+        said.append("rerun with run.threads=1")
+    if any(r.get("noise_load") is True for r in noisy) or "quiet machine" in reasons:
+        said.append("rerun on a quiet machine")
+    needed = [int(n) for r in noisy if (n := stats.number(r.get("regime_processes_needed"))) is not None and n <= 1000]
+    repeats = max(int(stats.number(r.get("repeats")) or 1) for r in measured)
+    if not said or "more processes" in reasons:
+        said.append(f"rerun with run.repeats={max([5, repeats + 2, *needed])}")
+    return "; ".join(said)
+
+
 KIND_WORDS = (  # how the sweep's last line names each kind of noise, by the start of its reason
     ("repeats disagree", "repeats disagree"), ("other processes", "other processes used CPUs while they measured"),
     ("runnable tasks", "runnable tasks waited for a CPU"),
@@ -288,9 +369,8 @@ def noise_lines(rows: list[dict[str, Any]]) -> list[str]:
         for kind, found in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
             reason, point = found[0]
             said.append(f"{reason} at {describe(point)}" if len(found) == 1 else f"{kind} ({len(found)} points)")
-        repeats = max(int(stats.number(r.get("repeats")) or 1) for r in measured)
         lines.append(f"{len(noisy)} of {len(measured)} grid points noisy: {'; '.join(said)}; "
-                     f"rerun with run.repeats={max(5, repeats + 2)} on a quiet machine")
+                     f"{remedy(noisy, measured)}")
     single = [r for r in measured if (stats.number(r.get("repeats")) or 0) < 2]
     if single and len(single) == len(measured):
         lines.append("one process per grid point: intervals cover its steps only, not the variation between "

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from analysis import points as grid_points
+from analysis.fit import FIT_COLUMNS, fit_series
 from analysis.peaks import peak_for
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
-from profsweep.columns import WORKLOAD_PREFIX
+from profsweep.decide import SAME, Decision, decide
+from profsweep.columns import OP_COLUMNS, WORKLOAD_PREFIX
 from profsweep.contract import METRICS_FILE, SCHEMA_VERSION, table_files, trace_files
 
 SERIES_KEYS = list(contract.SERIES_KEYS)
@@ -296,13 +298,34 @@ def derive(row: dict[str, Any]) -> None:
     if ratio is None:
         row["regime"], row["regime_uncertain"] = None, None
         return
-    if ratio < 1:
+    low = stats.number(row.get(f"{grid_points.RATIO}_low"))
+    high = stats.number(row.get(f"{grid_points.RATIO}_high"))
+    if low is None or high is None:  # a job's own row: no interval to decide by, the value says it
+        set_regime(row, Decision(SAME, ratio, None, None, 0.0), ridge, PROFILED_SPLIT)
+        row["regime_uncertain"] = None
+        return
+    set_regime(row, decide(ratio, low, high, int(stats.number(row.get("repeats")) or 1)), ridge, PROFILED_SPLIT)
+
+
+# Where a grid point's regime comes from (`regime_source`).
+FITTED = "fit of the un-profiled steps"  # the series' model (analysis.fit): b * work / a at its size
+PROFILED_SPLIT = "split of the profiled steps"  # work / host within each profiled step (one size, or no fit)
+
+
+def set_regime(row: dict[str, Any], d: Decision, ridge: float | None, source: str) -> None:
+    """A grid point's regime from the verdict on its work / overhead ratio (profsweep.decide):
+    overhead-bound below 1, else compute-bound (or memory-bound by the roofline where the device's
+    ridge is known); `regime_uncertain` unless the verdict is decided past the band."""
+    flops, moved = row.get("flops_per_call"), row.get("bytes_per_call")
+    if d.ratio is not None and d.ratio < 1:
         row["regime"] = "overhead-bound"
     elif flops and moved and ridge:  # the work dominates: the roofline says which limit it meets
         row["regime"] = "compute-bound" if flops / moved >= ridge else "memory-bound"
     else:  # the work dominates, judged by measured time as the article does
         row["regime"] = "compute-bound"
-    row["regime_uncertain"] = straddles_one(row)
+    row["regime_uncertain"] = not d.decided or d.outcome == SAME
+    row["regime_processes_needed"] = d.processes_needed
+    row["regime_source"] = source
 
 
 def straddles_one(row: dict[str, Any]) -> bool:
@@ -374,9 +397,10 @@ def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 status += " (uncertain: the interval of work / host holds 1 there)"
         added = [_profiler_added(r) for r in found]
         bare = [h - a if h is not None and a is not None else None for h, a in zip(host, added)]
+        fit = _fit(found)
         if not found[0].get("warmup"):
-            unprofiled, status_unprofiled = None, ("cold series: its un-profiled steps run after the profiled "
-                                                   "ones, warm by then; see the warm series")
+            unprofiled, status_unprofiled = None, ("cold series: its profiled steps hold the cold start's "
+                                                   "excess; see fit_crossover_size (the un-profiled steps' model)")
         elif all(a is not None for a in added):
             unprofiled, status_unprofiled = crossover(sizes, bare, work)
         else:
@@ -387,8 +411,38 @@ def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "sizes": ";".join(str(s) for s in sizes),
             "crossover_size": size, "status": status, "uncertain": uncertain,
             "crossover_size_unprofiled": unprofiled, "status_unprofiled": status_unprofiled,
+            **(fit.columns() if fit is not None else {}),
         })
     return out
+
+
+def _fit(rows: list[dict[str, Any]]) -> Any:
+    """The series' model (analysis.fit) over its un-profiled steps and their work: FLOPs, or the
+    bytes moved where the roofline calls it memory-bound (or no FLOPs were counted). Where the
+    model fits, each grid point's regime is the model's (`regime_source`); else the profiled
+    steps' split stays."""
+    memory = sum(1 for r in rows if r.get("regime") == "memory-bound") > len(rows) / 2
+    kind = "bytes" if memory or not all(stats.number(r.get("flops_per_call")) for r in rows) else "flops"
+    key = "bytes_per_call" if kind == "bytes" else "flops_per_call"
+    usable = []
+    for r in rows:
+        value, low, high = step_time(r)
+        work = stats.number(r.get(key))
+        if value and work and value > 0 and work > 0:
+            usable.append((r, value, low, high, work))
+    if len(usable) < 2:
+        return None
+    fit = fit_series([float(r["size"]) for r, *_ in usable], [w for *_, w in usable], [v for _, v, *_ in usable],
+                     [lo for _, _, lo, _, _ in usable], [hi for _, _, _, hi, _ in usable],
+                     [int(stats.number(r.get("repeats")) or 1) for r, *_ in usable], kind=kind)
+    if fit is None:
+        return None
+    for (r, *_), d in zip(sorted(usable, key=lambda u: float(u[0]["size"])), fit.ratios):
+        r["work_overhead_ratio"], r["work_overhead_ratio_low"], r["work_overhead_ratio_high"] = d.ratio, d.low, d.high
+        if fit.fits:
+            peak_f, peak_b = stats.number(r.get("peak_flops_per_s")), stats.number(r.get("peak_bytes_per_s"))
+            set_regime(r, d, peak_f / peak_b if peak_f and peak_b else None, FITTED)
+    return fit
 
 
 def _work_over_host(row: dict[str, Any], host_key: str, work_key: str) -> float | None:
@@ -466,10 +520,10 @@ def frames(tables: SweepTables) -> dict[str, Any]:
         "kernels": pd.DataFrame(tables.kernels),
         "ops": pd.DataFrame(
             [{"job": job, **op} for job, ops in tables.ops.items() for op in ops],
-            columns=["job", "name", "calls", "self_host_us", "self_device_us", "compute_calls", "category"]),
+            columns=["job", "name", *OP_COLUMNS]),
         "crossovers": pd.DataFrame(tables.crossovers, columns=[
             *SERIES_KEYS, "settings", "host_metric", "work_metric", "sizes", "crossover_size", "status", "uncertain",
-            "crossover_size_unprofiled", "status_unprofiled"]),
+            "crossover_size_unprofiled", "status_unprofiled", *FIT_COLUMNS]),
     }
 
 

@@ -732,6 +732,7 @@ class _Op:
     self_host_ns: int = 0
     self_device_ns: int = 0  # of the device work its runtime calls launched
     compute_calls: int = 0
+    by_step: dict[int, int] = field(default_factory=dict)  # step -> its self host ns in that step
 
 
 def analyse_ops(trace: Trace) -> Part:
@@ -746,15 +747,18 @@ def analyse_ops(trace: Trace) -> Part:
         op.calls += 1
         op.self_host_ns += h.self_ns
         op.compute_calls += h.compute
-        if h.step is not None and h.name.startswith("aten::"):
-            aten[h.step] += 1
+        if h.step is not None:
+            op.by_step[h.step] = op.by_step.get(h.step, 0) + h.self_ns
+            if h.name.startswith("aten::"):
+                aten[h.step] += 1
     for d in trace.device:
         if d.launch is not None:  # the op whose runtime call launched it (or the call itself)
             owner = d.launch.parent.name if d.launch.parent is not None else d.launch.name
             table.setdefault(owner, _Op(None)).self_device_ns += d.dur
     rows = sorted(
         ({"name": name, "calls": op.calls, "self_host_us": op.self_host_ns * US,
-          "self_device_us": op.self_device_ns * US, "compute_calls": op.compute_calls, "category": op.category}
+          "self_device_us": op.self_device_ns * US, "compute_calls": op.compute_calls, "category": op.category,
+          "self_host_us_step_median": _step_median(op.by_step, len(trace.steps)) if trace.windowed else None}
          for name, op in table.items()),
         key=lambda r: -(r["self_host_us"] + r["self_device_us"]),
     )
@@ -781,6 +785,9 @@ def analyse_kernels(trace: Trace, platform: str) -> Part:
     after = kernels_after_occupancy_query(trace)
     rows = sorted((_kernel_row(trace, platform, name, durs, after.get(name, 0)) for name, durs in merged.items()),
                   key=lambda r: -r["total_us"])
+    for row in rows:  # its time in each step, the median over the steps (0 in a step it did not run)
+        row["step_median_us"] = (_step_median({i: sum(c.get(row["name"], [])) for i, c in enumerate(calls)},
+                                              len(calls)) if trace.windowed else None)
     top = rows[0]["name"] if rows else None
     return Part({"kernels": rows}, {"top_kernel_us": [sum(c.get(top, [])) * US for c in calls] if top else []})
 
@@ -795,6 +802,11 @@ def _kernel_row(trace: Trace, platform: str, name: str, durs: list[int], after_q
         "occupancy_pct": statistics.median(occupancy) if occupancy else None,
         **{key: recorded.get(key) for key in ("registers_per_thread", "shared_memory_bytes", "block")},
     }
+
+
+def _step_median(by_step: dict[int, int], steps: int) -> float:
+    """The median over `steps` steps of a time in ns per step (0 where absent), in µs."""
+    return statistics.median(by_step.get(i, 0) for i in range(steps)) * US if steps else 0.0
 
 
 def analyse_dead_window(trace: Trace) -> Part:

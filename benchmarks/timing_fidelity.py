@@ -83,9 +83,9 @@ def job_us(config: dict) -> tuple[float, float]:
         subprocess.run([sys.executable, "-m", "experiments.job", str(path)], cwd=ROOT, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         m = json.loads((Path(tmp) / "metrics.json").read_text())
-    if m["status"] != "ok":
-        raise RuntimeError(m["error"])
-    return m["timed_us_per_step"], m["timed_minor_faults_per_step"]
+    if m["status"] != "ok" or m.get("timed_us_per_step") is None:
+        raise RuntimeError(m.get("error") or m.get("timed_error") or "no un-profiled timing")
+    return m["timed_us_per_step"], m.get("timed_minor_faults_per_step") or 0.0
 
 
 def reference_us(config: dict) -> tuple[float, float]:

@@ -181,7 +181,7 @@ class RunConfig:
     # to `max_repeats`). Three: the fewest that give verdicts on this project's 2-core machine
     # (README, "Numbers you can trust").
     repeats: Any = 3
-    precision: float = 0.05
+    precision: float = 0.025  # half the one rule's band (profsweep.decide): two such points that measure the same usually come out "same"
     max_repeats: int = 10
     repeat: int = 1  # which repeat a job is: set by the sweep
     threads: Any = AUTO  # torch's intra-op threads: auto (what torch chooses) or a count

@@ -117,6 +117,8 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
             window_start = window_start or session.window_start
             if not config.warmup and twin is None:
                 _time_unprofiled(job, out, AFTER_PROFILER)  # before the export changes the process
+            # what else the machine did while this process measured (a twin says its own)
+            out.update(machine.between(window_start, machine.read()) if window_start else {})
             session.export()
             _peak_memory(job, out)
             if job.cost is None:
@@ -127,7 +129,6 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
             _release(job)
             _twin_timing(twin, out)
             twin = None
-        out.update(machine.between(window_start, machine.read()) if window_start else {})
         out["loadavg_1m"] = machine.loadavg()
     finally:
         if twin is not None:
@@ -159,7 +160,9 @@ def _time_in_twin(config: JobConfig) -> dict[str, Any]:
         for _ in range(config.run.warmup_iters):
             job.step.call()
         job.sync()
-        return _timed(job.step.call, job.sync)
+        start = machine.read()
+        timed = _timed(job.step.call, job.sync)
+        return {**timed, "window": machine.between(start, machine.read())}
 
 
 def _twin_timing(twin: Any, out: dict[str, Any]) -> None:
@@ -168,7 +171,14 @@ def _twin_timing(twin: Any, out: dict[str, Any]) -> None:
     from experiments.twin import TwinError
 
     try:
-        out.update(twin.result(), timed_in=TWIN)
+        found = twin.result()
+        window = found.pop("window", {})
+        out.update(found, timed_in=TWIN)
+        # the machine over both windows: the job's profiled steps and the twin's timed ones
+        for key in ("other_cpus", "cpu_pressure"):
+            values = [v for v in (out.get(key), window.get(key)) if v is not None]
+            out[key] = max(values) if values else None
+        out["measured_s"] = (out.get("measured_s") or 0.0) + (window.get("measured_s") or 0.0)
     except TwinError as exc:
         out["timed_error"] = str(exc)
         print(f"warning: no un-profiled timing: {exc}", file=sys.stderr, flush=True)
@@ -456,9 +466,10 @@ def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
                 or (n >= TIMED_FLOOR and elapsed >= TIMED_MAX_S)):
             break
     after = _minor_faults()
-    kept = samples if len(samples) <= TIMED_SAMPLES_KEPT else quantiles(samples, TIMED_SAMPLES_KEPT)
-    return {"timed_us_per_step": median(samples), "timed_steps": len(samples),
-            "timed_samples_us": [round(v, 3) for v in kept], "timed_slow_steps": slow_steps(samples),
+    kept = [round(v, 3) for v in (samples if len(samples) <= TIMED_SAMPLES_KEPT else quantiles(samples, TIMED_SAMPLES_KEPT))]
+    # the median of what is kept (the kept order statistics hold the median): the record agrees with itself
+    return {"timed_us_per_step": median(kept), "timed_steps": len(samples),
+            "timed_samples_us": kept, "timed_slow_steps": slow_steps(samples),
             "timed_minor_faults_per_step": (after - faults) / len(samples) if None not in (faults, after) else None}
 
 

@@ -100,15 +100,15 @@ class ProfilingSession:
         self._ended.append(profiler)
 
     def _before_step(self) -> None:
-        """Before the profiler opens a cycle's first recorded step: synchronise the device, reset
-        CUDA's peak memory, and read the machine's counters once (the window the load is judged
-        over starts here)."""
+        """Before the profiler opens a cycle's first recorded step: synchronise the device; before
+        the first cycle's, also reset CUDA's peak memory and read the machine's counters (the
+        window the load is judged over starts here)."""
         if self._index % self._cycle_steps != self._first_active:
             return
         self.sync()
-        if self.device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        if self.window_start is None:
+        if self.window_start is None:  # once: the peak is over every cycle's recorded steps
+            if self.device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
             self.window_start = machine.read()
 
     def _export_cycle(self, prof: Any, number: int) -> dict[str, Any]:

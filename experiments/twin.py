@@ -4,7 +4,7 @@ then does one piece of work in a process the profiler never touched.
     twin = Twin.fork(work)        # before the job's first tensor op; None where it cannot fork
     ...                           # the job's own work: first call, profiled steps, export
     result = twin.result()        # the twin runs work() now and returns its JSON-ready dict
-    twin.close()                  # (result() closes; close() alone: the twin exits unused)
+    twin.close()                  # (result() closes; close() alone: the twin is killed unused)
 
 Why: a cold job's profiled steps must be the first steps of its process, so its un-profiled steps
 can only come after them, in a process the profiler's session and trace export have changed
@@ -14,7 +14,8 @@ was before: forked once the job has imported what it runs and settled its garbag
 no tensor op run (so no thread pool, no device context, nothing compiled). It then blocks on a
 pipe until the job is done and has let go of its workload; it owns its pages before it starts (as
 a forked job does, forkserver.own_memory), dies with the job (PR_SET_PDEATHSIG, and the pipe's
-end), and never runs anything of the job's after its work: it leaves with os._exit.
+end), and never runs anything of the job's after its work: it leaves with os._exit. A twin that
+hangs in the workload holds the job as the workload itself would: until run.job_timeout_s.
 
 A job forks a twin only where the process is its own (`python -m experiments.job`, a fresh
 interpreter or a child of the fork server) and single-threaded; elsewhere `fork` returns None.
@@ -51,12 +52,20 @@ class Twin:
         """Fork the twin that will run `work` when asked (None: no fork here, or threads run)."""
         if not hasattr(os, "fork") or not sys.platform.startswith("linux") or threading.active_count() > 1:
             return None
-        go_read, go_write = os.pipe()
-        results_read, results_write = os.pipe()
-        parent = os.getpid()
-        for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
-            stream.flush()
-        pid = os.fork()
+        opened: list[int] = []
+        try:
+            go_read, go_write = os.pipe()
+            opened += [go_read, go_write]
+            results_read, results_write = os.pipe()
+            opened += [results_read, results_write]
+            parent = os.getpid()
+            for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
+                stream.flush()
+            pid = os.fork()
+        except OSError:  # no pipe, no process left (EMFILE, EAGAIN, ENOMEM): the job times without a twin
+            for fd in opened:
+                os.close(fd)
+            return None
         if pid == 0:  # the twin
             os.close(go_write)
             os.close(results_read)
@@ -97,7 +106,8 @@ class Twin:
         return found
 
     def close(self) -> None:
-        """Let the twin go unused (the job failed before it needed it): it exits on the pipe's end."""
+        """Let the twin go unused (the job failed before it needed it): killed and reaped, since a
+        process the workload forked may hold the pipe open and the twin would wait for ever."""
         if self._done:
             return
         self._done = True
@@ -106,6 +116,10 @@ class Twin:
                 os.close(fd)
             except OSError:
                 pass
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         _reap(self.pid)
 
 
@@ -125,9 +139,11 @@ def _serve(parent: int, go: int, results: int, work: Callable[[], dict[str, Any]
         _die_with(parent)
         if os.read(go, 1) != b"g":  # the job closed the pipe unused, or died
             os._exit(0)
+        code = 1  # whatever fails from here is the twin's failure, never a silent success
         from experiments.forkserver import own_memory
 
         own_memory()
+        code = 0
         try:
             found = work()
         except BaseException as exc:  # the job's record says it: never a traceback of the job's own

@@ -61,13 +61,15 @@ DERIVED_METRICS = (
     "fraction_of_peak_flops", "arithmetic_intensity", "regime", "top_kernel", "top_kernel_calls",
     "top_kernel_median_us", "top_kernel_min_us", "top_kernel_max_us", "top_kernel_spread",
     "malformed_names", "trace_bytes", "profiler_overhead_ratio", "regime_uncertain", "work_host_ratio",
+    "regime_source", "regime_processes_needed", "work_overhead_ratio",
     # over the repeats of a grid point (summary.csv)
     "repeats", "repeats_failed", "jobs", "noisy", "noise_reason", "noise_load", "spread", "dispersion",
     "interval_width",
 )
-OP_COLUMNS = ("calls", "self_host_us", "self_device_us", "compute_calls", "category")  # ops.csv
+OP_COLUMNS = ("calls", "self_host_us", "self_device_us", "compute_calls", "category",
+              "self_host_us_step_median")  # ops.csv
 KERNEL_COLUMNS = ("calls", "total_us", "median_us", "min_us", "max_us", "after_occupancy_query", "tensor_cores",
-                  "occupancy_pct", "registers_per_thread", "shared_memory_bytes", "block")  # kernels.csv
+                  "occupancy_pct", "registers_per_thread", "shared_memory_bytes", "block", "step_median_us")  # kernels.csv
 
 
 def known_metrics() -> set[str]:

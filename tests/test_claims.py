@@ -143,6 +143,9 @@ def _part3_frames(**changes):
                      "dtype": "bf16", "compile": False, "warmup": True, "train": False, "device": "cuda",
                      "steps": 3, "workload_backend": backend, "host_us_per_step": host,
                      "device_us_per_step": device, "step_kernels_median": k, "step_memcpys_median": m})
+        if not changes.get("no_intervals"):  # one process each: its steps' interval, ±3%
+            rows[-1].update({f"{key}_{end}": rows[-1][key] * f for key in ("host_us_per_step", "device_us_per_step")
+                             for end, f in (("low", 0.97), ("high", 1.03))})
         kernels += [{"job": job, "name": n, "calls": 3 * k // len(names), "total_us": 3 * device / len(names),
                      "tensor_cores": t, "occupancy_pct": o} for n, t, o in names]  # k per forward, 3 steps
         ops += [{"job": job, "name": n, "calls": 3 * c, "compute_calls": 0} for n, c in per_forward.items()]
@@ -164,6 +167,14 @@ def test_part3_claims_hold_on_the_articles_numbers():
         "flash's reported occupancy is low and cuDNN's reads 0",
     }}
     assert len(part3) == 10 and set(part3.values()) == {"true"}, part3
+
+
+def test_part3_timing_claims_without_intervals_decide_nothing():
+    """The one rule (profsweep.decide): a ratio without an interval is never decided."""
+    v = _verdicts(evaluate(*_part3_frames(no_intervals=True)))
+    assert v["the math backend is slower than in-place"] == "inconclusive"
+    assert v["cuDNN costs more host time per forward than flash and efficient"] == "inconclusive"
+    assert v["the math backend runs many more kernels per forward than in-place"] == "true"  # counted, not timed
 
 
 def test_part3_claims_fail_when_the_trace_says_otherwise():

@@ -74,17 +74,27 @@ def test_conclusions_state_the_crossover_and_what_compile_changed_with_the_table
     said = conclusions_html(folder)
     crossovers = pd.read_csv(folder / "crossovers.csv")
     eager = crossovers[~crossovers["compile"].astype(bool)].iloc[0]
-    assert abs(eager["crossover_size"] - 256) < 1e-6  # log-interpolated between 0.5 at 64 and 2 at 1024
-    assert "matmul_add bf16 cold eager: compute time overtakes overhead time at size ≈256.0, between 64 and 1024" in said
+    assert abs(eager["crossover_size"] - 256) < 1e-6  # the profiled split: 0.5 at 64 and 2 at 1024, log-interpolated
+    # The model of the un-profiled steps, by hand: 100 µs at 64 (2 * 64^3 FLOPs), 1300 at 1024:
+    # b = 1200 / (2 * 1024^3 - 2 * 64^3) µs a FLOP, a = 100 - b * 2 * 64^3, crossover where b * work = a.
+    b = 1200 / (2 * 1024 ** 3 - 2 * 64 ** 3)
+    a = 100 - b * 2 * 64 ** 3
+    crossing = (a / b / 2) ** (1 / 3)
+    assert eager["fit_overhead_us"] == pytest.approx(a, rel=0.01)
+    assert eager["fit_throughput"] == pytest.approx(1e6 / b, rel=0.01)
+    assert eager["fit_crossover_size"] == pytest.approx(crossing, rel=0.01)
+    assert eager["fit_crossover_size_low"] < crossing < eager["fit_crossover_size_high"]
+    assert f"the work costs more than the overhead from size ≈{crossing:.1f}" in said, said
     assert re.search(r"2\.0\d× slower \[[\d.]+×, [\d.]+×\] at 64", said), said
     assert re.search(r"1\.3\d× faster \(0\.7\d× \[[\d.]+×, [\d.]+×\]\) at 1024", said), said
-    # the regime by measured time, with the ratio's interval
-    assert re.search(r"cold eager, by measured time \(compute / overhead within a step\): overhead-bound at 64 "
-                     r"\(0\.50×( \[[^]]+\])?\); compute-bound at 1024 \(2\.00×", said), said
+    # the regime by the model: b * work / a at each size, with its interval
+    low, high = b * 2 * 64 ** 3 / a, b * 2 * 1024 ** 3 / a
+    assert re.search(rf"cold eager, by measured time \(the un-profiled step's fitted work cost / overhead floor\): "
+                     rf"overhead-bound at 64 \({low:.2g}× \[[^]]+\]\); compute-bound at 1024 \({high:.1f}×", said), said
     # ... and the terminal's last lines say the same
     out = capsys.readouterr().out
     assert "conclusions (with their tables and plots in report.html):" in out
-    assert "at size ≈256.0, between 64 and 1024" in out
+    assert f"from size ≈{crossing:.1f}" in out
 
 
 def test_where_the_time_goes_per_grid_point_in_top_ops_csv(tmp_path):
@@ -231,7 +241,28 @@ def test_each_series_says_where_its_own_time_goes(tmp_path):
     job(folder, 1, size=64, compile=False, step_us=400, mm_us=50, timed_us=100, add_us=250, dtype="fp32")
     analyse_folder(folder)
     said = conclusions_html(folder)
-    assert "where the time goes, matmul_add bf16 cold eager (host self time by op, share of the step): at 64 aten::mm 50%" in said
-    assert "where the time goes, matmul_add fp32 cold eager (host self time by op, share of the step): at 64 aten::add 62%" in said
+    assert "where the time goes, matmul_add bf16 cold eager (host self time by op in a profiled step, the median over its steps; share of the step): at 64 aten::mm 50%" in said
+    assert "where the time goes, matmul_add fp32 cold eager (host self time by op in a profiled step, the median over its steps; share of the step): at 64 aten::add 62%" in said
     top = pd.read_csv(folder / "top_ops.csv")
     assert top.groupby("job")["dtype"].nunique().max() == 1 and set(top["dtype"]) == {"bf16", "fp32"}
+
+
+def test_an_ops_time_per_step_is_the_median_over_the_steps_not_the_mean(tmp_path):
+    """A cold first step whose aten::mm takes 10x: the figure per step is the later steps' (200 µs),
+    not the mean (560 µs)."""
+    folder = tmp_path / "sweep"
+    path = job(folder, 0, size=64, compile=False, step_us=400, mm_us=200, timed_us=100, steps=5)
+    trace = json.loads((path / "t.json").read_text())
+    first = [e for e in trace["traceEvents"] if e["name"] in ("ProfilerStep#1", "aten::mm")][:2]
+    first[0]["dur"], first[1]["dur"] = 2200.0, 2000.0  # the first step, and its aten::mm
+    for e in trace["traceEvents"]:
+        if e["ts"] > first[0]["ts"] + 1:
+            e["ts"] += 1800.0
+    (path / "t.json").write_text(json.dumps(trace))
+    analyse_folder(folder)
+    top = pd.read_csv(folder / "top_ops.csv")
+    mm = top[(top["kind"] == "op") & (top["name"] == "aten::mm")].iloc[0]
+    assert mm["us_per_step"] == 200.0
+    ops = pd.read_csv(folder / "ops.csv").set_index("name")
+    assert ops.loc["aten::mm", "self_host_us"] == 2000 + 4 * 200  # the total stays the total
+    assert ops.loc["aten::mm", "self_host_us_step_median"] == 200.0

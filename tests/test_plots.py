@@ -284,10 +284,17 @@ def test_the_crossover_note_only_where_a_series_crosses(sweeps, close_all):
     data = sweeps["main"]
     crossed = data["crossovers"].copy()
     crossed["crossover_size"] = [float("nan"), 300.0] if len(crossed) == 2 else 300.0
+    crossed["fit_overhead_us"] = float("nan")  # no model: the profiled split's crossover
     figure = figures({**data, "crossovers": crossed})["crossover"]
     assert "dashed: crossover" in figure.get_suptitle()
     marks = [(set(line.get_xdata()), line.get_linestyle()) for ax in figure.axes for line in guides(ax)]
     assert marks == [({300.0}, "--")]
+    fitted = crossed.assign(fit_overhead_us=50.0, fit_throughput=1e10, fit_crossover_size=[float("nan"), 123.0]
+                            if len(crossed) == 2 else 123.0, fit_check="2 sizes: the line passes through both")
+    figure = figures({**data, "crossovers": fitted})["crossover"]
+    marks = [(set(line.get_xdata()), line.get_linestyle()) for ax in figure.axes for line in guides(ax)]
+    assert ({123.0}, "--") in marks and ({300.0}, "--") not in marks  # where the model fits, its crossover
+    assert "black: the fit a + b·work of the un-profiled step" in figure.get_suptitle()
     none = crossed.assign(crossover_size=float("nan"))
     figure = figures({**data, "crossovers": none})["crossover"]
     assert "crossover" not in figure.get_suptitle().split(":")[0] + figure.get_suptitle().split("\n")[-1]

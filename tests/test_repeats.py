@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis import points as grid_points
-from analysis.claims import _more
+from analysis.claims import _Data, _more
 from analysis.expect import check, parse
 from experiments import machine, records
 from experiments.config import ConfigError, JobConfig, RunConfig, config_from_dict, config_to_dict
@@ -145,7 +145,7 @@ def test_noise_from_other_processes_and_time_slices():
     assert grid_points.points(few, [])[0]["noisy"] is False
     lines = grid_points.noise_lines([row, grid_points.points([_job("9", "g", 1, [5.0] * 3)], [])[0]])
     assert lines[0] == ("1 of 2 grid points noisy: steps waited for a busy core in whole OS time slices (5 of 20 "
-                        "timed steps) at matmul_add size 64 eager cold; rerun with run.repeats=5 on a quiet machine")
+                        "timed steps) at matmul_add size 64 eager cold; rerun on a quiet machine")
     many = [dict(row, job=str(i)) for i in range(3)] + [loaded_row]
     assert grid_points.noise_lines(many)[0].startswith(
         "4 of 4 grid points noisy: steps waited for a busy core in whole OS time slices (3 points); other processes")
@@ -154,15 +154,28 @@ def test_noise_from_other_processes_and_time_slices():
 # --- claims and expectations over intervals ------------------------------------------------------------
 
 
-def test_a_comparison_holds_only_when_the_intervals_separate():
-    def row(value, low, high):
-        return pd.Series({"dead_window_us": value, "dead_window_us_low": low, "dead_window_us_high": high})
+def test_a_comparison_is_decided_by_the_one_rule_on_the_ratio_over_processes():
+    """claims._more: NEW / BASE over each side's processes (from the jobs), decided by
+    profsweep.decide: past +5% "true", past -5% or within ±5% "false", else inconclusive; one
+    process a side uses its steps' interval, and no interval decides nothing."""
+    def point(name, values):
+        return pd.Series({"jobs": ";".join(f"{name}{i}" for i in range(len(values))),
+                          "dead_window_us": sorted(values)[len(values) // 2]})
 
-    assert _more(row(30, 25, 35), row(10, 8, 12), "dead_window_us") == "true"
-    assert _more(row(10, 8, 12), row(30, 25, 35), "dead_window_us") == "false"
-    assert _more(row(15.8, 12, 20), row(15.3, 11, 19), "dead_window_us") == "inconclusive"
-    plain = pd.Series({"dead_window_us": 15.8})  # one process: no interval, the values decide
-    assert _more(plain, pd.Series({"dead_window_us": 15.3}), "dead_window_us") == "true"
+    def data(*points):
+        jobs = [{"job": f"{name}{i}", "dead_window_us": v} for name, values in points for i, v in enumerate(values)]
+        return _Data(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), jobs)
+
+    cold, warm, same = [30.0, 30.2, 29.9], [10.0, 10.4, 9.8], [30.1, 29.95, 30.05]
+    d = data(("c", cold), ("w", warm), ("s", same))
+    assert _more(d, point("c", cold), point("w", warm), "dead_window_us") == "true"
+    assert _more(d, point("w", warm), point("c", cold), "dead_window_us") == "false"
+    assert _more(d, point("s", same), point("c", cold), "dead_window_us") == "false"  # the same within ±5%
+    wide = [15.8, 9.0, 25.0]
+    d = data(("c", wide), ("w", [15.3, 10.0, 22.0]))
+    assert _more(d, point("c", wide), point("w", [15.3, 10.0, 22.0]), "dead_window_us") == "inconclusive"
+    plain = pd.Series({"dead_window_us": 15.8})  # one process, no interval: nothing is decided
+    assert _more(data(), plain, pd.Series({"dead_window_us": 15.3}), "dead_window_us") == "inconclusive"
 
 
 def test_an_expectation_on_a_measured_interval_can_be_inconclusive():

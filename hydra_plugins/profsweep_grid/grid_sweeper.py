@@ -63,7 +63,7 @@ class GridSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         target = str(self.config.hydra.launcher.get("_target_"))
         run = self.config.get("run") or {}
-        repeats = Repeats(run.get("repeats", 1), run.get("precision", 0.05), run.get("max_repeats", 10), sweep_dir)
+        repeats = Repeats(run.get("repeats", 1), run.get("precision", 0.025), run.get("max_repeats", 10), sweep_dir)
         self.left = len(jobs) * repeats.count
         try:
             self._launch(jobs, target, repeats)

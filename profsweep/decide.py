@@ -1,0 +1,116 @@
+"""One rule for every verdict on a ratio: compare, the conclusions, the article's claims, the
+expectations, history, the regime and `run.repeats=auto` all decide with `decide`.
+
+A ratio (NEW / BASE, or work / overhead) with its 95% interval [low, high] is, against a band of
+±BAND (5%: TorchBench sees 5-9% run-to-run noise and asv's default threshold is 5%):
+
+    above         low  > 1 + band                  (NEW slower; work exceeds overhead)
+    below         high < 1 / (1 + band)            (NEW faster; overhead exceeds work)
+    same          the whole interval within the band
+    inconclusive  otherwise: the interval reaches past the band on one side and into it (or past
+                  it on the other): more processes would decide it (`processes_needed`)
+
+as nvbench's compare says FAST / SLOW / SAME / AMBG. A ratio without an interval (one process
+a side) is never decided. How many processes would decide an inconclusive ratio at the spread
+observed: the interval's half-width on log scale shrinks as sqrt(R / n) with n processes a side
+(R now), with Student's t for n - 1 degrees of freedom a side; the smallest n whose interval,
+centred where it is now, would clear the band's edge nearest it (or fit inside the band).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from profsweep.stats import LEVEL, t_quantile
+
+BAND = 0.05
+ABOVE, BELOW, SAME, INCONCLUSIVE = "above", "below", "same", "inconclusive"
+MAX_PROCESSES = 1000  # beyond this, "more than 1000": the ratio sits on the band's edge
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A ratio's verdict under the band, the numbers it rests on, and what would decide it."""
+
+    outcome: str  # ABOVE, BELOW, SAME or INCONCLUSIVE
+    ratio: float | None
+    low: float | None
+    high: float | None
+    band: float
+    processes_needed: int | None = None  # a side, to decide an inconclusive ratio (None: decided, or unknown)
+    why: str = ""
+
+    @property
+    def decided(self) -> bool:
+        return self.outcome != INCONCLUSIVE
+
+    def interval(self) -> str:
+        """`1.23x [1.10, 1.38]` (the ratio alone where it has no interval)."""
+        if self.ratio is None:
+            return "?"
+        if self.low is None or self.high is None:
+            return f"{self.ratio:.3g}x"
+        return f"{self.ratio:.3g}x [{self.low:.3g}, {self.high:.3g}]"
+
+    def need(self) -> str:
+        """`5 processes a side would decide it` ('' when decided or unknown)."""
+        if self.decided or self.processes_needed is None:
+            return ""
+        if self.low is None or self.high is None:
+            return "3 processes a side or more (run.repeats=3) would show the spread between processes"
+        if self.processes_needed > MAX_PROCESSES:
+            return f"more than {MAX_PROCESSES} processes a side would be needed: it sits on the ±{self.band:.0%} band's edge"
+        return f"{self.processes_needed} processes a side would decide it at the spread observed"
+
+
+def decide(ratio: float | None, low: float | None, high: float | None, repeats: int | None = None,
+           band: float = BAND, df: float | None = None) -> Decision:
+    """The verdict on `ratio` with its interval [low, high], measured over `repeats` processes a
+    side (the fewer of the two sides; None: unknown, then no processes_needed); `df`: the degrees
+    of freedom of the t quantile the interval was built with (default repeats - 1)."""
+    if band < 0 or band >= 1:
+        raise ValueError(f"band={band!r} is not allowed: give a fraction between 0 and 1 (0.05: ±5%)")
+    if ratio is None or not math.isfinite(ratio) or ratio <= 0:
+        return Decision(INCONCLUSIVE, ratio, low, high, band, why="no ratio")
+    if low is None or high is None or not (low > 0) or not (high >= low):
+        return Decision(INCONCLUSIVE, ratio, low, high, band, processes_needed=3 if repeats is not None else None,
+                        why="no interval: one process a side says nothing of the variation between processes")
+    up, down = 1 + band, 1 / (1 + band)
+    if low > up:
+        return Decision(ABOVE, ratio, low, high, band, why=f"interval above +{band:.0%}")
+    if high < down:
+        return Decision(BELOW, ratio, low, high, band, why=f"interval below -{band:.0%}")
+    if down <= low and high <= up:
+        return Decision(SAME, ratio, low, high, band, why=f"interval within ±{band:.0%}")
+    return Decision(INCONCLUSIVE, ratio, low, high, band,
+                    processes_needed=processes_needed(ratio, low, high, repeats, band, df=df),
+                    why=f"interval straddles the ±{band:.0%} band")
+
+
+def processes_needed(ratio: float, low: float, high: float, repeats: int | None, band: float = BAND,
+                     level: float = LEVEL, df: float | None = None) -> int | None:
+    """The smallest number of processes a side whose interval (this one's, narrowed as
+    sqrt(repeats / n), with t for df * (n - 1) / (repeats - 1) degrees of freedom: df those of the
+    interval now, default repeats - 1) would decide `ratio`; None without `repeats` >= 2;
+    MAX_PROCESSES + 1 when none up to MAX_PROCESSES would."""
+    if repeats is None or repeats < 2:
+        return None
+    d = math.log(ratio)
+    half = max(d - math.log(low), math.log(high) - d)  # the wider side, on log scale
+    if half <= 0 or not math.isfinite(half):
+        return None if half <= 0 else MAX_PROCESSES + 1
+    m = math.log(1 + band)
+    gap = abs(abs(d) - m)  # to the band's nearest edge: clear it outward, or fit inside
+    if gap == 0:
+        return MAX_PROCESSES + 1
+    per = (df if df and df > 0 else repeats - 1) / (repeats - 1)  # degrees of freedom per process beyond one
+    tail = 1 - (1 - level) / 2
+    se = half / t_quantile(tail, per * (repeats - 1))  # what the interval says of the standard error now
+    z = t_quantile(tail, 1e6)  # t is above the normal quantile for every n: no n below this one can do
+    n = max(repeats + 1, math.ceil(repeats * (z * se / gap) ** 2))
+    while n <= MAX_PROCESSES:
+        if t_quantile(tail, per * (n - 1)) * se * math.sqrt(repeats / n) < gap:
+            return n
+        n += 1
+    return MAX_PROCESSES + 1

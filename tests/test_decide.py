@@ -1,0 +1,71 @@
+"""The one decision rule (profsweep.decide), against hand-worked intervals, and the processes it
+says would decide an inconclusive ratio, checked by simulation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from profsweep import stats
+from profsweep.decide import ABOVE, BELOW, INCONCLUSIVE, MAX_PROCESSES, SAME, decide, processes_needed
+
+
+@pytest.mark.parametrize("ratio,low,high,outcome", [
+    (1.20, 1.10, 1.30, ABOVE),       # the whole interval past +5%
+    (0.50, 0.30, 0.80, BELOW),
+    (1.02, 0.97, 1.04, SAME),        # the whole interval inside ±5%
+    (1.04, 0.90, 1.20, INCONCLUSIVE),
+    (1.06, 1.04, 1.08, INCONCLUSIVE),  # past +5% by its value, not by its interval
+    (1.051, 1.0501, 1.06, ABOVE),
+])
+def test_a_ratio_is_decided_by_its_interval_against_the_band(ratio, low, high, outcome):
+    assert decide(ratio, low, high, 3).outcome == outcome
+
+
+def test_the_band_is_a_setting():
+    assert decide(1.08, 1.06, 1.10, 3).outcome == ABOVE
+    assert decide(1.08, 1.06, 1.10, 3, band=0.10).outcome == SAME
+    with pytest.raises(ValueError, match="band=1.5"):
+        decide(1.0, 0.9, 1.1, 3, band=1.5)
+
+
+def test_no_interval_decides_nothing():
+    d = decide(2.0, None, None, 1)
+    assert d.outcome == INCONCLUSIVE and "run.repeats=3" in d.need()
+
+
+def test_a_ratio_on_the_band_edge_needs_more_than_any_sweep_runs():
+    assert processes_needed(1.05, 1.0, 1.1, 3) > MAX_PROCESSES
+
+
+def test_the_processes_needed_would_decide_at_the_spread_observed():
+    """Simulate processes with a known spread (8% apart) and a true 1.15x: over 3 processes a side
+    the ratio is mostly inconclusive; the processes each such draw says would decide it are, in
+    the median, within 2x of the number at which simulated sweeps decide it half the time (13 to
+    15 here)."""
+    rng = np.random.default_rng(1)
+    sd, true = 0.08, math.log(1.15)
+
+    def side(center: float, n: int) -> list[list[float]]:
+        return [[math.exp(center + rng.normal(0, sd))] for _ in range(n)]
+
+    def decided_share(n: int, trials: int = 40) -> float:
+        hits = 0
+        for trial in range(trials):
+            t = stats.ratio_test(side(0.0, n), side(true, n), seed=trial)
+            hits += decide(t.ratio, t.low, t.high, n, df=t.df).decided
+        return hits / trials
+
+    needs = []
+    for trial in range(30):
+        t = stats.ratio_test(side(0.0, 3), side(true, 3), seed=trial)
+        d = decide(t.ratio, t.low, t.high, 3, df=t.df)
+        if not d.decided:
+            needs.append(d.processes_needed)
+    assert len(needs) >= 20  # three processes a side rarely decide a 15% change at 8% spread
+    typical = sorted(needs)[len(needs) // 2]
+    assert 6 <= typical <= 28, sorted(needs)
+    # the estimate is of the median case, from a noisy spread: within 2x of what decides half the time
+    assert decided_share(3) < 0.15 and decided_share(2 * typical) > 0.5

@@ -1,0 +1,60 @@
+"""The model per series (analysis.fit): synthetic points with a known floor and throughput, a
+misfit found, and, end to end, a custom step that spins for a known time plus a matmul."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from analysis.fit import fit_series
+from profsweep.decide import ABOVE, BELOW
+
+A, B = 20.0, 1e-4  # a 20 µs floor; 1e-4 µs a FLOP: 10 GFLOP/s
+SIZES = [16, 64, 256, 1024, 4096]
+WORK = [2 * n**3 for n in SIZES]
+
+
+def _points(t, rel=0.03):
+    return t, [v * (1 - rel) for v in t], [v * (1 + rel) for v in t], [3] * len(t)
+
+
+def test_a_known_floor_and_throughput_are_found_with_their_crossover():
+    t = [A + B * w for w in WORK]
+    f = fit_series(SIZES, WORK, *_points(t))
+    assert f.overhead_us == pytest.approx(A, rel=1e-6) and f.overhead_us_low < A < f.overhead_us_high
+    assert f.throughput == pytest.approx(1e10, rel=1e-6)
+    crossing = (A / B / 2) ** (1 / 3)  # 2 n^3 B = A
+    assert f.crossover_size == pytest.approx(crossing, rel=1e-6)
+    assert f.crossover_size_low < crossing < f.crossover_size_high < 3 * f.crossover_size_low
+    assert f.fits and [r.outcome for r in f.ratios] == [BELOW, ABOVE, ABOVE, ABOVE, ABOVE]
+
+
+def test_noise_from_the_intervals_widens_the_fits_intervals():
+    t = [A + B * w for w in WORK]
+    tight, loose = fit_series(SIZES, WORK, *_points(t, 0.01)), fit_series(SIZES, WORK, *_points(t, 0.2))
+    assert (loose.overhead_us_high - loose.overhead_us_low) > 5 * (tight.overhead_us_high - tight.overhead_us_low)
+
+
+def test_a_step_off_the_line_says_the_model_does_not_fit():
+    t = [A + B * w for w in WORK]
+    t[3] *= 2  # a change of kernel at 1024
+    f = fit_series(SIZES, WORK, *_points(t))
+    assert not f.fits and "at 1024" in f.check and "does not fit" in f.check
+
+
+def test_two_sizes_fit_exactly_and_say_there_is_nothing_to_check():
+    f = fit_series(SIZES[:2], WORK[:2], *_points([A + B * w for w in WORK[:2]]))
+    assert f.fits and f.check.startswith("2 sizes")
+
+
+def test_no_floor_when_time_is_proportional_to_work():
+    f = fit_series(SIZES, WORK, *_points([B * w for w in WORK]))
+    assert f.overhead_us == pytest.approx(0, abs=1e-9) and f.crossover_size is None
+    assert all(r.outcome == ABOVE for r in f.ratios)
+
+
+def test_one_size_or_no_work_is_no_fit():
+    assert fit_series([64], [1.0], [5.0], [4.0], [6.0], [3]) is None
+    assert fit_series([64, 128], [0, 0], [5.0, 6.0], [4.0, 5.0], [6.0, 7.0], [3, 3]) is None
