@@ -23,6 +23,7 @@ sweep: $(VENV)/.installed
 	$(PY) experiments/run.py -m $(SWEEP)
 
 test: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir $(VENV)/site
 	$(PY) -m pytest -q
 
 clean-venv:

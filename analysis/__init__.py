@@ -45,6 +45,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     write_tables(target, {**data, **extra})
     found = conclude(tables.points, tables.crossovers, tables.jobs, top, claims if len(claims) else None,
                      expectations if checked is not None else None)
+    write_conclusions(target, found)
     plots = write_plots(data["summary"], data["steps"], data["crossovers"], target / PLOTS_DIR)
     report = write_report(tables, plots, data, claims, expectations if checked is not None else None, out=target,
                           conclusions=found)
@@ -70,6 +71,20 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     for line in noise_lines(tables.points):
         progress(line)
     return tables.problems
+
+
+def write_conclusions(folder: Path, found: list) -> Path:
+    """conclusions.json: each conclusion's topic, sentence, detail and the report's anchor that
+    shows it (what profsweep.load(...).conclusions reads)."""
+    import json
+
+    from analysis.files import atomic_write_text
+    from profsweep.contract import CONCLUSIONS_FILE
+
+    path = Path(folder) / CONCLUSIONS_FILE
+    atomic_write_text(path, json.dumps([{"topic": c.topic, "text": c.text, "detail": c.detail, "link": c.link}
+                                        for c in found], indent=1) + "\n")
+    return path
 
 
 def point_latest(folder: Path) -> None:

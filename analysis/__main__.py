@@ -22,6 +22,9 @@ from typing import Any
 
 from profsweep.decide import BAND
 
+PROG = "python -m analysis"  # how the commands name themselves (the `profsweep` command sets its own)
+ANALYSE = ""  # the analysis's own subcommand word after PROG (`profsweep analyse`)
+
 
 def _us(value: Any) -> str:
     return "-" if value is None else f"{value:,.3f} us"
@@ -110,7 +113,9 @@ def live(folder: Path, strict: bool) -> bool:
 
 def compare_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m analysis compare",
+        prog=f"{PROG} compare",
+        epilog="example: %(prog)s outputs/multirun/2026-12-03/10-00-00 outputs/multirun/2026-12-04/10-00-00 "
+               "--fail-if-slower 1.10",
         description="Compare two sweeps (or runs) grid point by grid point, or two traces op by op.")
     parser.add_argument("base", type=Path, help="the sweep (or run) folder, or trace, to compare against")
     parser.add_argument("new", type=Path, help="the sweep (or run) folder, or trace, that changed")
@@ -190,7 +195,7 @@ def _every(seconds: float):
 
 def history_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m analysis history",
+        prog=f"{PROG} history", epilog="example: %(prog)s outputs/nightly --fail-on-change 1.10",
         description="Put sweeps into one store (history.duckdb, new ones only), pair their grid points as compare "
         "does, find where each grid point's time per step changed, and write regressions.csv, trends.csv and "
         "history.html.")
@@ -255,7 +260,9 @@ def history_main(argv: list[str]) -> int:
 
 def sql_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m analysis sql",
+        prog=f"{PROG} sql",
+        epilog='example: %(prog)s outputs/nightly/history "SELECT sweep, size, timed_us_per_step FROM trend '
+               'ORDER BY started_at"',
         description="Run one SQL query (DuckDB's dialect) on a history store, read-only, and print the result.")
     parser.add_argument("db", type=Path, help="the store: history.duckdb, or the folder holding it")
     parser.add_argument("query", help='e.g. "SELECT sweep, size, timed_us_per_step FROM trend ORDER BY started_at"')
@@ -285,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "sql":
         return sql_main(argv[1:])
     if argv and argv[0] == "trace":
-        parser = argparse.ArgumentParser(prog="python -m analysis trace", description="Metrics of one Chrome trace.")
+        parser = argparse.ArgumentParser(prog=f"{PROG} trace", description="Metrics of one Chrome trace.",
+                                         epilog="example: %(prog)s outputs/latest/0_matmul_add_64_bf16_cold_eager/64_bf16_cold_eager.json")
         parser.add_argument("file", type=Path, help="a torch.profiler Chrome trace, .json or .json.gz")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         args = parser.parse_args(argv[1:])
@@ -307,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         return compare_main(argv[1:])
     if argv and argv[0] == "serve":
         parser = argparse.ArgumentParser(
-            prog="python -m analysis serve",
+            prog=f"{PROG} serve", epilog="example: %(prog)s outputs/latest",
             description="Serve a sweep's report.html (or a comparison's compare.html) on 127.0.0.1 and open it, "
             "so that its Perfetto buttons can hand traces to ui.perfetto.dev.")
         parser.add_argument("folder", type=Path, help="a sweep, run or comparison folder")
@@ -321,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args.folder, args.port, browser=not args.no_browser)
 
     parser = argparse.ArgumentParser(
-        prog="python -m analysis",
+        prog=f"{PROG}{ANALYSE}", epilog="example: %(prog)s outputs/latest",
         description="Write summary.csv, crossovers.csv, plots/ and report.html into a sweep folder. "
         "For one trace: python -m analysis trace FILE [--json]; two sweeps: python -m analysis compare BASE NEW; "
         "serve a report: python -m analysis serve FOLDER; many sweeps over time: python -m analysis history SWEEP...; "

@@ -152,6 +152,10 @@ class _Data:
         return self.ops[self.ops["job"] == job].set_index("name") if len(self.ops) else pd.DataFrame()
 
     def first_step_ratio(self, row: pd.Series) -> stats.Estimate:
+        """first_step_ratios as a value over the repeats with its interval."""
+        return stats.estimate(self.first_step_ratios(row))
+
+    def first_step_ratios(self, row: pd.Series) -> list[list[float]]:
         """The first profiled step's body (the workload's annotation: the profiler's own part of
         the step left out, see first_step_outside) over the median of the later ones, in each
         repeat of a grid point, as a value over the repeats with its interval. Steps without a
@@ -164,7 +168,7 @@ class _Data:
             first, later = steps[key].iloc[0], steps[key].iloc[1:].median()
             if later > 0:
                 ratios.append([first / later])
-        return stats.estimate(ratios)
+        return ratios
 
     def first_step_outside(self, row: pd.Series) -> tuple[float, float] | None:
         """The profiler's own time in the first profiled step and the median of the later ones
@@ -231,8 +235,9 @@ def part1(d: _Data) -> list[Claim]:
     else:
         size = both[0]
         cr, wr = cold[cold["size"] == size].iloc[0], warm[warm["size"] == size].iloc[0]
+        found = _ratio(d, wr, cr, "dead_window_us")
         out.append(Claim(P, c, e, f"size {size}: {_span(cr, 'dead_window_us')} cold, "
-                         f"{_span(wr, 'dead_window_us')} warm", _more(d, cr, wr, "dead_window_us"),
+                         f"{_span(wr, 'dead_window_us')} warm (cold / warm {_ratio_text(found)})", _holds(found),
                          f"{cr['job']}, {wr['job']}"))
 
     c, e = "a cold first step costs more than the later ones; a warm one does not", \
@@ -251,9 +256,13 @@ def part1(d: _Data) -> list[Claim]:
         if ratios["cold"].value is None or ratios["warm"].value is None:
             out.append(_na(P, c, e, "needs more than one profiled step per job"))
         else:
-            a, b = ratios["cold"], ratios["warm"]
-            holds = (_verdict(a.value > b.value) if a.repeats < 2 or b.repeats < 2 else
-                     "true" if a.low > b.high else "false" if a.high < b.low else INCONCLUSIVE)
+            # the one rule on cold's ratio over warm's, over their processes
+            groups = {k: d.first_step_ratios(frame[frame["size"] == size].iloc[0])
+                      for k, frame in (("cold", cold), ("warm", warm))}
+            test = stats.ratio_test(groups["warm"], groups["cold"])
+            found = decide(test.ratio, test.low, test.high, min(len(groups["cold"]), len(groups["warm"])), df=test.df)
+            holds = _holds(found)
+            said += f" (cold / warm {_ratio_text(found)})"
             outside = {k: d.first_step_outside(frame[frame["size"] == size].iloc[0])
                        for k, frame in (("cold", cold), ("warm", warm))}
             own = "; ".join(f"{k} {_us(v[0])} first, {_us(v[1])} later" for k, v in outside.items() if v)

@@ -168,7 +168,11 @@ def _check(size: np.ndarray, x: np.ndarray, y: np.ndarray, sigma: np.ndarray, a:
     bad = (np.abs(off) > math.log(1 + MISFIT)) & (np.abs(off) > 3 * sigma)
     if not bad.any():
         worst = int(np.argmax(np.abs(off)))
-        return True, f"fits: every size within {math.exp(abs(off[worst])) - 1:.0%} of the line"
+        far = math.exp(abs(off[worst])) - 1
+        if far <= MISFIT:
+            return True, f"fits: every size within {far:.0%} of the line"
+        return True, (f"fits within the points' intervals (at {size[worst]:g} the step is {math.exp(off[worst]):.2f}x "
+                      "the line, inside its own interval)")
     worst = int(np.argmax(np.where(bad, np.abs(off), 0)))
     return False, (f"does not fit: at {size[worst]:g} the step is {math.exp(off[worst]):.2f}x the line "
                    "(caches, a change of kernel, another regime)")

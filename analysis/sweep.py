@@ -117,7 +117,7 @@ TEXT_FIELDS = ("workload", "dtype", "device", "device_requested", "status", "opt
                "device_name", "torch_version", "cuda_version", "hostname", "config_hash", "flops_source",
                "trace_file", "table_file", "start", "isolation", "compile_cache", "unavailable", "ran_dtype",
                "ran_device", "variant_settings", "timed_in", "timed_error")
-FLAG_FIELDS = ("compile", "warmup", "train")
+FLAG_FIELDS = ("compile", "warmup", "train", "failure_is_final")
 COUNT_FIELDS = ("size", "steps", "repeat", "schema_version", "timed_steps", "timed_slow_steps", "torch_threads",
                 "cpu_count", "warmup_iters")
 LIST_FIELDS = ("timed_samples_us",)
@@ -182,6 +182,12 @@ def untrusted(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 
 def _add_job(tables: SweepTables, job_dir: Path) -> None:
+    out_of = next((p for p in (job_dir, job_dir / METRICS_FILE) if contract.leads_out(p, tables.folder)), None)
+    if out_of is not None:
+        tables.jobs.append({"job": job_dir.name, "status": "failed", "trace_error": None,
+                            "record_error": f"{out_of} is a link out of the sweep folder: not read",
+                            "error": f"{METRICS_FILE} not read: a link out of the sweep folder"})
+        return
     if not (job_dir / METRICS_FILE).exists():
         tables.jobs.append({"job": job_dir.name, "status": "missing", "trace_error": None, "record_error": None,
                             "error": f"no {METRICS_FILE}: the job was not run or did not finish"})
@@ -209,8 +215,12 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
         row["record_error"] = f"{row['record_error']}; {said}" if row["record_error"] else said
     if row["status"] == "ok":
         names = trace_files(row)
-        row["trace_bytes"] = sum((job_dir / n).stat().st_size for n in names if (job_dir / n).is_file())
         try:
+            out = next((job_dir / n for n in [*names, *table_files(row)]
+                        if contract.leads_out(job_dir / n, tables.folder)), None)
+            if out is not None:
+                raise TraceError(f"{out} is a link out of the sweep folder: not read")
+            row["trace_bytes"] = sum((job_dir / n).stat().st_size for n in names if (job_dir / n).is_file())
             if not names:
                 raise TraceError(f"{job_dir / METRICS_FILE}: names no trace file")
             m = analyse_trace([job_dir / n for n in names])

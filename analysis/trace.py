@@ -261,8 +261,12 @@ def _check_head(path: Path, size: int = 1 << 16) -> None:
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise TraceError(f"{path}: cannot read it ({exc})") from None
     start = head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1]
-    if start not in (b"{", b"["):
-        raise TraceError(f"{path}: not a Chrome trace (it does not start as JSON: {head[:16]!r})")
+    if start not in (b"{", b"["):  # say what it is not and how big, never what it holds
+        try:
+            size = f"{path.stat().st_size:,} bytes"
+        except OSError:
+            size = "its size unknown"
+        raise TraceError(f"{path}: not a Chrome trace (it does not start as a JSON object or list; {size})")
 
 
 class _EventBatches:

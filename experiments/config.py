@@ -67,6 +67,7 @@ def _require_bool(key: str, value: Any) -> None:
 
 # --- the workload: a factory named by import path, and its own settings ------------------------
 
+BUILTIN_WORKLOADS = ("matmul_add", "bmm", "linear", "mlp", "attention")  # conf/workload/, experiments/workloads.py
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # it names job folders and series
 SETTING_TYPES = (bool, int, float, str, type(None))
 
@@ -91,6 +92,11 @@ class WorkloadConfig:
         if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
             raise ConfigError(f"workload.name={self.name!r} is not allowed: use letters, digits, "
                               "'_', '.' or '-' (it names the job folders)")
+        if self.name in BUILTIN_WORKLOADS and self.target != f"experiments.workloads.{self.name}":
+            raise ConfigError(
+                f"workload._target_={self.target!r} is not allowed with workload={self.name}: the jobs would run "
+                f"your factory under the name, folders and claims of the built-in {self.name}; add workload=custom "
+                f"(the jobs are then named after the factory), e.g. workload=custom workload._target_={self.target}")
         for key, value in self.settings.items():
             if key == "target":
                 raise ConfigError("workload.target is not allowed: the factory is workload._target_")
@@ -179,7 +185,7 @@ class RunConfig:
     # Every grid point is measured in this many job processes, round by round over the grid
     # (`auto`: two rounds, then more for the points whose interval is wider than `precision`, up
     # to `max_repeats`). Three: the fewest that give verdicts on this project's 2-core machine
-    # (README, "Numbers you can trust").
+    # (docs/numbers.md).
     repeats: Any = 3
     precision: float = 0.025  # half the one rule's band (profsweep.decide): two such points that measure the same usually come out "same"
     max_repeats: int = 10

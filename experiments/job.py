@@ -30,6 +30,7 @@ from experiments import machine, records, seam
 from experiments.config import AUTO, ConfigError, JobConfig, config_from_dict
 from experiments.lifeline import die_with_parent
 from experiments.records import JobError
+from profsweep.contract import FINAL
 
 if TYPE_CHECKING:  # both import torch: the job imports them once it runs (_settle_process)
     from experiments.profiling import ProfilingSession
@@ -63,10 +64,19 @@ def run_job(config: JobConfig, job_dir: Path, own_process: bool = False) -> dict
         else:
             traceback.print_exc()
         record["error"] = (f"{records.DISK_FULL}: {exc}" if records.disk_full(exc)
-                           else f"{type(exc).__name__}: {exc}")
+                           else f"{'JobError' if type(exc) is records.Refusal else type(exc).__name__}: {exc}")
+        record[FINAL] = final_failure(exc)
     record["finished_at"] = records.now_iso()
     records.write_json(job_dir / records.METRICS_FILE, record)
     return record
+
+
+def final_failure(exc: BaseException) -> bool:
+    """A failure that no other process of the grid point can change: the factory's return value or
+    settings (seam.WorkloadError), a step that cannot be made (steps.StepError), a configuration
+    refused (ConfigError), a refusal of what the job was given (records.Refusal). A timeout, running
+    out of memory, a signal, a lost lock or the workload's own exception may change: not final."""
+    return isinstance(exc, (seam.WorkloadError, ConfigError, records.Refusal))
 
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -143,6 +153,9 @@ TWIN = "a twin process that never profiled"
 AFTER_PROFILER = "this process, after the profiled steps (no twin)"
 
 
+TWIN_WARMUP_CALLS = 2  # before the twin times: its first call (compiling, if compiled) and one more
+
+
 def _fork_twin(config: JobConfig) -> Any:
     """A cold job's twin, forked before the job runs anything, that will time the un-profiled
     steps once the job is done (None for a warm job, or where it cannot fork)."""
@@ -154,10 +167,18 @@ def _fork_twin(config: JobConfig) -> Any:
 
 
 def _time_in_twin(config: JobConfig) -> dict[str, Any]:
-    """The twin's work: build the workload as the job did, call it run.warmup_iters times, time it."""
+    """The twin's work: build the workload as the job did, call it twice (the first call compiles
+    when compiled; the timed median over many steps leaves any later warm-up out), time it."""
+    if config.compile:
+        # No compile worker pool beside the timed steps (Inductor starts one for Triton): the
+        # twin finds the job's graph in its cache (compile_threads is not part of the cache key).
+        # A private module on purpose, as _compiler's: torch.compile has no public option for it.
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = 1
     job = _prepare(config, {}, quiet=True)
     with job.grad_mode():
-        for _ in range(config.run.warmup_iters):
+        for _ in range(TWIN_WARMUP_CALLS):
             job.step.call()
         job.sync()
         start = machine.read()
@@ -290,7 +311,7 @@ def _place(config: JobConfig, workload: seam.Workload, modules: list[Any], grid:
                         requested_device=config.device, target=config.workload.target)
     out.update(ran_dtype=held.dtype, ran_device=held.device, warnings=held.warnings)
     if held.refusal:
-        raise JobError(held.refusal)
+        raise records.Refusal(held.refusal)
     for warning in ([] if quiet else held.warnings):
         print(f"warning: {warning}", file=sys.stderr, flush=True)
 
@@ -345,7 +366,7 @@ def _first_call(job: Prepared, out: dict[str, Any]) -> None:
     job.sync()
     out["first_call_ms"] = (time.perf_counter() - start) * 1e3
     if any(t.is_meta for t in counting.tensors([result])):  # meta tensors the factory hid from the check
-        raise JobError(f"meta tensors are refused: {config.workload.target}'s step returned a tensor on device "
+        raise records.Refusal(f"meta tensors are refused: {config.workload.target}'s step returned a tensor on device "
                        "'meta' (no data: nothing ran); build the model and its inputs on the device the "
                        "factory is given")
     if config.compile:

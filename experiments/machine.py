@@ -108,13 +108,18 @@ def _allowed() -> set[int] | None:
         return None
 
 
+MIN_BUSY_WINDOW_S = 0.1  # other_cpus over a shorter window is not measured (ticks of 10 ms)
+
+
 def between(start: Reading, end: Reading) -> dict[str, float | None]:
     """What the machine did between two readings: `other_cpus`, the CPUs (on average, of those
-    this process may use) that other processes kept busy; `cpu_pressure`, the share of the time
-    some runnable task waited for a CPU; `measured_s`, the window's length."""
+    this process may use) that other processes kept busy (None over less than MIN_BUSY_WINDOW_S);
+    `cpu_pressure`, the share of the time some runnable task waited for a CPU; `measured_s`, the
+    window's length."""
     wall = end.wall_s - start.wall_s
     other = pressure = None
-    if wall > 0 and start.busy_s is not None and end.busy_s is not None:
+    # /proc/stat counts in clock ticks (10 ms): over a shorter window one tick reads as CPUs' worth
+    if wall >= MIN_BUSY_WINDOW_S and start.busy_s is not None and end.busy_s is not None:
         other = max(0.0, (end.busy_s - start.busy_s - (end.own_s - start.own_s)) / wall)
     if wall > 0 and start.stalled_us is not None and end.stalled_us is not None:
         pressure = min(1.0, max(0.0, (end.stalled_us - start.stalled_us) / 1e6 / wall))

@@ -44,6 +44,23 @@ def plain_config(cfg: DictConfig) -> dict[str, Any]:
         }
     except (MissingMandatoryValue, InterpolationToMissingValueError) as exc:
         raise missing_value(exc) from None
+    except OmegaConfBaseException as exc:  # an interpolation that cannot be resolved: ${oops}
+        raise unresolved(cfg, exc) from None
+
+
+def unresolved(cfg: DictConfig, exc: OmegaConfBaseException) -> ConfigError:
+    """A value OmegaConf cannot resolve (`size=${oops}`), in words: the key, the value as given,
+    and what OmegaConf could not find."""
+    key = str(getattr(exc, "full_key", None) or "a key")
+    try:
+        given = OmegaConf.to_container(cfg, resolve=False)
+        for part in key.split("."):
+            given = given[int(part)] if isinstance(given, list) else given[part]
+    except (KeyError, IndexError, ValueError, TypeError):
+        given = "?"
+    said = str(getattr(exc, "msg", None) or exc).strip().splitlines()[0]
+    return ConfigError(f"{key}={given} is not allowed: OmegaConf cannot resolve it ({said}); an interpolation "
+                       "${...} names another key of the configuration (write \\${...} for the text itself)")
 
 
 def missing_value(exc: Exception) -> ConfigError:
@@ -258,6 +275,12 @@ def _set(composed: DictConfig, axis: Axis, k: int, job: list[str], plain: dict[s
     if plain is None:
         _job_config(composed, _with(job, axis, k))
         return
+    try:
+        value = OmegaConf.select(composed, axis.key)
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value, resolve=True)
+    except OmegaConfBaseException as exc:
+        refuse(f"{unresolved(composed, exc)} (in the job {' '.join(_with(job, axis, k))})")
     data = dict(plain)
     node, *path = axis.key.split(".")
     if path:
@@ -265,9 +288,9 @@ def _set(composed: DictConfig, axis: Axis, k: int, job: list[str], plain: dict[s
         for part in [node, *path[:-1]]:
             outer[part] = dict(outer.get(part) or {})
             outer = outer[part]
-        outer[path[-1]] = OmegaConf.select(composed, axis.key)
+        outer[path[-1]] = value
     else:
-        data[node] = OmegaConf.select(composed, axis.key)
+        data[node] = value
     try:
         config_from_dict(data)
     except ConfigError as exc:

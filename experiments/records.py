@@ -39,6 +39,13 @@ class JobError(RuntimeError):
     starts with this class's name: `JobError: memory: ...`)."""
 
 
+class Refusal(JobError):
+    """A job refused for what it was given (meta tensors, a setting found wrong inside the job):
+    no other process of the grid point can change it (the record's `failure_is_final`)."""
+
+
+
+
 def artifact_stem(config: JobConfig) -> str:
     """`<size>_<dtype>_<cold|warm>_<eager|compile>`, the article's file names (`_train` after
     them for training steps)."""

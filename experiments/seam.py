@@ -302,7 +302,7 @@ def build(target: str, settings: Mapping[str, Any], **grid: Any) -> Workload:
     elif isinstance(made, (tuple, list)) and len(made) == 2:
         workload = Workload(made[0], made[1])
     else:
-        raise WorkloadError(f"{target} returned a {type(made).__name__}: a workload factory returns "
+        raise WorkloadError(f"{target} returned a value of type {type(made).__name__}: a workload factory returns "
                             "(fn, args) or experiments.seam.Workload(fn, args, kwargs=..., loss=..., cost=...)")
     args = workload.args
     if not isinstance(args, (tuple, list)):

@@ -9,7 +9,7 @@ training step in three phases.
 A training step needs parameters: those of the modules the callable runs (`modules_of`: an
 nn.Module itself, or the modules a lambda, a functools.partial or a bound method closes over),
 or, for a plain function (matmul_add), its floating-point tensor inputs, which then require
-gradients and are what the optimizer updates (documented in the README). Imported by the job
+gradients and are what the optimizer updates (documented in docs/own-model.md). Imported by the job
 only: it imports torch.
 """
 
@@ -25,13 +25,15 @@ from torch import nn
 from torch.profiler import record_function
 
 from experiments.config import OPTIMIZERS
+from experiments.records import Refusal
 from experiments.seam import Workload
 
 LEARNING_RATE = 1e-3  # the step's cost does not depend on it
 
 
-class StepError(RuntimeError):
-    """A workload that cannot be stepped as configured; the message is what the user reads."""
+class StepError(Refusal):
+    """A workload that cannot be stepped as configured; the message is what the user reads (no
+    other process can change it: a records.Refusal)."""
 
 
 @dataclass

@@ -21,7 +21,7 @@ from experiments.preflight import (
     check_configs, check_expectations, job_config, preflight, refuse_swept_sweep_settings, skip_reason, sweep_grid,
 )
 from experiments.refusals import refuse
-from experiments.sweep_folder import start_in, tally, warn_if_short_of_space, write_plan
+from experiments.sweep_folder import defer_stops, start_in, tally, warn_if_short_of_space, write_plan
 from profsweep.progress import planned_jobs
 from profsweep.sweep_state import SWEEP
 
@@ -41,7 +41,25 @@ def task(cfg: DictConfig) -> dict[str, Any] | None:
     index, total = 1, 1
     if hydra_cfg.mode.name == "MULTIRUN":
         index, total = hydra_cfg.job.num + 1, planned_jobs(Path(hydra_cfg.sweep.dir))
-    return run_task(config, Path(hydra_cfg.runtime.output_dir), index, total, skip=skip_reason(config))
+    record = run_task(config, Path(hydra_cfg.runtime.output_dir), index, total, skip=skip_reason(config))
+    if hydra_cfg.mode.name != "MULTIRUN":
+        defer_stops()  # a single run's job is done: a stop now waits for its analysis
+    return record
+
+
+def resolved_sweep_dir(config: DictConfig, mode: str = "sweep") -> Path:
+    """hydra.sweep.dir (or hydra.run.dir), resolved; one whose interpolation cannot be resolved
+    (`hydra.sweep.dir=/tmp/x/${oops}`) is refused in our words before anything is written."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return Path(str(config.hydra[mode].dir))
+    except OmegaConfBaseException as exc:
+        given = OmegaConf.to_container(config.hydra[mode], resolve=False).get("dir")
+        said = str(getattr(exc, "msg", None) or exc).strip().splitlines()[0]
+        refuse(f"hydra.{mode}.dir={given} is not allowed: OmegaConf cannot resolve it ({said}); "
+               "an interpolation ${...} names another key, or a resolver such as ${now:%Y-%m-%d}")
 
 
 class SweepCallback(Callback):
@@ -49,6 +67,7 @@ class SweepCallback(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         SWEEP.reset()  # a run in a process that ran one before (a notebook, tests) starts clean
+        resolved_sweep_dir(config, "run")
         try:
             check_configs([job_config(config)])
         except ConfigError as exc:
@@ -60,6 +79,7 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.global_hydra import GlobalHydra
 
+        resolved_sweep_dir(config)
         axes = sweep_grid(config)
         refuse_swept_sweep_settings(axes)
         compose = GlobalHydra.instance().config_loader().load_sweep_config
@@ -79,6 +99,7 @@ class SweepCallback(Callback):
         # Once the grid sweeper has launched the last job: no template, and no thread watching
         # it, while the analysis runs (the sweeper calls this through SWEEP, not by importing us).
         SWEEP.after_launching(forkserver.shutdown)
+        SWEEP.after_launching(defer_stops)  # from the last job on, a stop waits for the analysis
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         job_dir = Path(str(config.hydra.runtime.output_dir))

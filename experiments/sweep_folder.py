@@ -64,6 +64,25 @@ def _terminate_as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def defer_stops() -> None:
+    """Once the jobs are done (or stopped), a stop must not cost the analysis of what finished: from
+    here Ctrl-C, SIGTERM and SIGHUP are noted (the tally then says `interrupted` and exits 130)
+    and the analysis goes on; a second one abandons it."""
+    def note(signum: int, frame: Any) -> None:
+        if SWEEP.stop_noted:
+            raise KeyboardInterrupt(f"signal {signum}")
+        SWEEP.stop()
+        SWEEP.stop_noted = True
+        print("stopping: analysing what finished first (stop again to abandon the analysis)",
+              file=sys.stderr, flush=True)
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(signum, note)
+        except ValueError:  # not the main thread (a sweep run from a thread): nothing to defer
+            return
+
+
 LOCK_FILE = SWEEP_LOCK_FILE
 _claimed: list[Any] = []  # the open lock files of this process's sweep folders
 
@@ -166,6 +185,16 @@ def _bytes(n: float) -> str:
         n /= 1000
     return f"{n:.1f} TB"
 
+def _not_run(folder: Path) -> list[str]:
+    """The errors of the grid points whose later repeats the sweeper did not run (sweep.json)."""
+    try:
+        plan = json.loads((folder / PLAN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    found = plan.get("not_run") if isinstance(plan, dict) else None
+    return [str(item.get("error")) for item in found if isinstance(item, dict)] if isinstance(found, list) else []
+
+
 def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     """Print counts and failed jobs from the metrics.json files; exit 1 when any job failed."""
     failed: list[tuple[str, str]] = []
@@ -189,12 +218,21 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     print(f"done: {len(job_dirs)} job{'s' if len(job_dirs) != 1 else ''} ({counts}) in {folder}", flush=True)
     for name, error in failed:
         print(f"  failed: {name}: {error}", flush=True)
+    settled = _not_run(folder)
+    if settled:
+        print(f"  not run: the later repeats of {len(settled)} grid point{'s' if len(settled) != 1 else ''} whose "
+              "first process failed for a reason no other process can change (the factory's return value, a "
+              f"refused setting): {settled[0]}" + (f"; and {len(settled) - 1} more" if len(settled) > 1 else ""),
+              flush=True)
     for why in SWEEP.analysis_failed:
         print(f"not analysed: {why}", flush=True)
     if SWEEP.disk_error:
         print(f"stopped: {SWEEP.disk_error}\n  free some space in {folder}'s disk, then rerun the "
               f"same command into the same folder to finish (hydra.sweep.dir={folder}); jobs already ok "
               "are skipped", flush=True)
+        raise SystemExit(EXIT_FAILED_JOBS)
+    if SWEEP.compose_error:
+        print(f"stopped: {SWEEP.compose_error}", flush=True)
         raise SystemExit(EXIT_FAILED_JOBS)
     if SWEEP.stopped or SWEEP.analysis_interrupted:
         print("interrupted: rerun the same command into the same folder to finish "

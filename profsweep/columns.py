@@ -41,7 +41,7 @@ RECORD_FIELDS = (  # what a job's record says about itself (metrics.json), also 
     "git_dirty", "trace_file", "table_file", "trace_error", "record_error", "peak_memory_source",
     "isolation", "compile_cache", "warmup_iters", "job_timeout_s", "unavailable", "start", "exit_code", "stderr_tail",
     "repeat", "repeats_planned", "precision", "max_repeats", "threads", "platform", "variant_settings",
-    "timed_in", "timed_error",
+    "timed_in", "timed_error", "failure_is_final",
 )
 # How metrics.json flattens the config: each settings group's keys under a prefix (compiler.mode ->
 # compile_mode, workload.hidden -> workload_hidden), run.* unprefixed (run.repeats -> repeats_planned).

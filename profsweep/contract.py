@@ -19,12 +19,15 @@ METRICS_FILE = "metrics.json"  # a job's record (one per job folder)
 PLAN_FILE = "sweep.json"  # a sweep's plan: jobs, grid points, repeats, axes, rounds, command
 ENVIRONMENT_FILE = "environment.json"  # a sweep's machine and software
 SUMMARY_FILE = "summary.csv"  # the analysis: one row per grid point
+CONCLUSIONS_FILE = "conclusions.json"  # the analysis: its conclusions in words (what the report opens with)
+REPORT_FILE = "report.html"  # the analysis: the report
 SWEEP_LOCK_FILE = ".profsweep.lock"  # in a sweep folder: held (flock) by the live sweep, naming its pid
 SCHEMA_VERSION = 1  # of metrics.json
 
 # --- the record -----------------------------------------------------------------------------------
 TIMED = "timed_us_per_step"  # a job's un-profiled median step (metrics.json) ...
 TIMED_SAMPLES = "timed_samples_us"  # ... and its samples
+FINAL = "failure_is_final"  # a failed record's flag: no other process of its grid point can change it
 # A series: the grid points that differ only in size (crossovers, plots, conclusions).
 SERIES_KEYS = ("workload", "variant", "dtype", "compile", "warmup", "train", "device")
 
@@ -51,6 +54,16 @@ def trace_files(record: dict[str, Any]) -> list[str]:
 def table_files(record: dict[str, Any]) -> list[str]:
     """A record's profiler tables, one per profiler cycle."""
     return _names(record.get("table_file"))
+
+
+def leads_out(path: Path, root: Path) -> bool:
+    """Whether `path`, links followed, lies outside `root` (a sweep folder, or a single run's):
+    a sweep folder is shared, served and ingested, and nothing outside it is read through it."""
+    try:
+        target, top = Path(path).resolve(), Path(root).resolve()
+    except (OSError, RuntimeError):  # a loop of links
+        return True
+    return target != top and top not in target.parents
 
 
 def point_jobs(point: dict[str, Any]) -> list[str]:

@@ -30,7 +30,9 @@ class SweepState:
 
     def _clear(self) -> None:
         self.stopped = False  # interrupted (Ctrl-C, SIGTERM) or the disk filled: start no more jobs
+        self.stop_noted = False  # a stop after the last job was noted, the analysis going on (defer_stops)
         self.disk_error: str | None = None  # the error of the job (or write) that found the disk full
+        self.compose_error: str | None = None  # Hydra could not compose the next job's configuration
         self.started: float | None = None  # monotonic clock when the jobs began
         self.durations: list[float] = []  # how long each job that ran took
         self.resumed = 0  # jobs skipped because they were already ok (resume)
@@ -40,15 +42,20 @@ class SweepState:
         self.analysis_failed: list[str] = []
         self.analysis_interrupted = False
 
-    def stop(self, disk_error: str | None = None) -> None:
-        """Start no more jobs: the sweep was interrupted, or (`disk_error`) the disk is full."""
+    def stop(self, disk_error: str | None = None, compose_error: str | None = None) -> None:
+        """Start no more jobs: the sweep was interrupted, (`disk_error`) the disk is full, or
+        (`compose_error`) the next job's configuration could not be composed."""
         self.stopped = True
         if disk_error:
             self.disk_error = disk_error
+        if compose_error:
+            self.compose_error = compose_error
 
     def why(self) -> str:
         """Why jobs were not started, in words."""
-        return "the disk is full" if self.disk_error else "the sweep was interrupted"
+        if self.disk_error:
+            return "the disk is full"
+        return "a job's configuration could not be composed" if self.compose_error else "the sweep was interrupted"
 
     def progress_line(self, index: int, total: int | None) -> str:
         """`3 min 10 s elapsed, ~14 min left` before job `index` of `total` starts ('' before

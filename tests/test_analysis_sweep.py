@@ -339,3 +339,34 @@ def test_each_gpu_gets_its_own_peak_however_its_name_nests():
     assert peak_for("NVIDIA H100 PCIe").bandwidth_gbps == 2000.0
     assert peak_for("NVIDIA A100-SXM4-80GB").bandwidth_gbps == 2039.0
     assert peak_for("Intel(R) Xeon(R) Processor") is None
+
+
+@pytest.mark.parametrize("linked", ["trace", "table", "metrics", "folder"])
+def test_a_job_file_that_links_out_of_the_sweep_folder_is_not_read(tmp_path, linked):
+    """A sweep folder is shared, served and ingested: a link that leads out of it (to /etc/passwd,
+    say) is reported as such, never followed, and its bytes are quoted nowhere."""
+    from tests.test_conclusions import job
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "passwd"
+    secret.write_text("root:x:0:0:secret-word:/root:/bin/bash\n")
+    folder = tmp_path / "sweep"
+    path = job(folder, 0, size=64, compile=False, step_us=400, mm_us=200, timed_us=100)
+    if linked == "trace":
+        (path / "t.json").unlink()
+        (path / "t.json").symlink_to(secret)
+    elif linked == "table":
+        (path / "t.txt").symlink_to(secret)
+    elif linked == "metrics":
+        moved = outside / "metrics.json"
+        (path / "metrics.json").rename(moved)
+        (path / "metrics.json").symlink_to(moved)
+    else:
+        moved = outside / path.name
+        path.rename(moved)
+        path.symlink_to(moved, target_is_directory=True)
+    analyse_folder(folder)
+    written = "".join(p.read_text(errors="replace") for p in folder.glob("*.csv")) + (folder / "report.html").read_text()
+    assert "secret-word" not in written
+    assert "is a link out of the sweep folder: not read" in written

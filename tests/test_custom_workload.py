@@ -47,6 +47,11 @@ def picky(*, size, dtype, device, limit: int = 32):
 
 
 NOT_A_FUNCTION = 42
+
+
+def returns_int(*, size, dtype, device):
+    """A broken factory: returns a number, not (fn, args)."""
+    return 7
 '''
 
 
@@ -163,3 +168,42 @@ def test_bad_targets_are_refused_before_any_job(user_code, tmp_path, overrides, 
     for needle in needles:
         assert needle in done.stderr
     assert not sweep.exists()  # nothing written
+
+
+@pytest.mark.slow
+def test_a_failure_no_process_can_change_runs_one_process_per_grid_point(user_code, tmp_path):
+    """A factory that returns an int fails the same way in every process: with run.repeats=3 only
+    the first repeat of each grid point runs; the later ones are not run, said once."""
+    sweep = tmp_path / "sweep"
+    done = run_cli("-m", "workload=custom", "workload._target_=mybench.blocks:returns_int", "size=8,16",
+                   "run.repeats=3", f"hydra.sweep.dir={sweep}", env={"PYTHONPATH": str(user_code)}, repeats=None)
+    assert done.returncode == 1, done.stdout + done.stderr
+    dirs = job_dirs(sweep)
+    assert len(dirs) == 2  # one process per grid point, not three
+    assert all(read_metrics(d)["failure_is_final"] is True and "returned a value of type int" in read_metrics(d)["error"]
+               for d in dirs)
+    assert "done: 2 jobs (0 ok, 2 failed) in" in done.stdout and "missing" not in done.stdout
+    assert done.stdout.count("not run: the later repeats of 2 grid points") == 1
+
+
+@pytest.mark.slow
+def test_a_failure_that_can_change_is_repeated(user_code, tmp_path):
+    """A factory that raises its own exception may not raise it in another process: repeated."""
+    sweep = tmp_path / "sweep"
+    done = run_cli("-m", "workload=custom", "workload._target_=mybench.blocks:picky", "workload.limit=4", "size=8",
+                   "run.repeats=2", f"hydra.sweep.dir={sweep}", env={"PYTHONPATH": str(user_code)}, repeats=None)
+    assert done.returncode == 1
+    assert len(job_dirs(sweep)) == 2 and read_metrics(job_dirs(sweep)[0])["failure_is_final"] is False
+
+
+@pytest.mark.parametrize("multirun", [False, True], ids=["run", "sweep"])
+def test_a_target_without_workload_custom_is_refused(user_code, tmp_path, multirun):
+    """workload._target_ on a built-in workload would run the user's factory under matmul_add's name,
+    folders and claims: refused before any job, with the fix."""
+    where = tmp_path / "out"
+    args = (["-m", f"hydra.sweep.dir={where}"] if multirun else [f"hydra.run.dir={where}"])
+    done = run_cli(*args, "workload._target_=mybench.blocks:make_geglu", "size=8", env={"PYTHONPATH": str(user_code)})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "workload._target_='mybench.blocks:make_geglu' is not allowed with workload=matmul_add" in done.stderr
+    assert "add workload=custom" in done.stderr
+    assert not where.exists() or not any(where.rglob("metrics.json"))

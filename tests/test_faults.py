@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -238,3 +239,62 @@ def test_a_compiled_cold_job_that_hit_a_shared_cache_is_not_called_cold(sweep_di
     second = read_metrics(job_dirs(sweep_dir)[1])  # the first compiled this very graph in this process
     assert second["inductor_cache_hits"] >= 1 and "Inductor's cache" in second["not_cold"]
     assert "(not cold: the compiled graph came from Inductor's cache" in done.stdout
+
+
+def stop_at_random(sweep_dir: Path, delay: float) -> tuple[int, str]:
+    """Start a sweep, wait for its first job's line, then `delay` seconds more, and SIGTERM it
+    (nothing if it has ended). Returns its exit code and what it printed."""
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "experiments/run.py", "-m", "size=16,17,18", "run.repeats=1",
+                             "device=cpu", f"hydra.sweep.dir={sweep_dir}"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    lines = [next(proc.stdout).rstrip("\n")]
+    while not lines[-1].startswith("[1/3]"):
+        lines.append(next(proc.stdout).rstrip("\n"))
+
+    def later() -> None:
+        time.sleep(delay)
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    sender = threading.Thread(target=later)
+    sender.start()
+    lines += proc.stdout.read().splitlines()
+    code = proc.wait(120)
+    sender.join()
+    return code, "\n".join(lines)
+
+
+@pytest.mark.slow
+def test_a_stop_at_any_moment_ends_the_same_way(tmp_path):
+    """SIGTERM at random moments from the first job to the end, with a busy loop beside the sweep
+    (load moves every moment): every outcome is the analysis of what finished, the `interrupted`
+    line and exit 130 (or exit 0 where the sweep had ended), never a traceback. Counted."""
+    import random
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        rng = random.Random(7)
+        outcomes: dict[str, int] = {}
+        for trial in range(12):
+            folder = tmp_path / f"s{trial}"
+            code, said = stop_at_random(folder, rng.uniform(0.0, 12.0))
+            assert "Traceback" not in said and "KeyboardInterrupt" not in said, said
+            ok = sum(1 for p in folder.glob("*/metrics.json") if json.loads(p.read_text())["status"] == "ok")
+            if code == 0:
+                outcomes["ended before the stop"] = outcomes.get("ended before the stop", 0) + 1
+                continue
+            assert code == 130, said
+            assert "interrupted: rerun the same command" in said, said
+            if ok:
+                assert (folder / "summary.csv").is_file() and (folder / "report.html").is_file(), said
+            where = "after the last job" if ok == 3 else f"after {ok} of 3 jobs"
+            outcomes[where] = outcomes.get(where, 0) + 1
+        print(outcomes)
+        assert sum(outcomes.values()) == 12
+    finally:
+        busy.kill()
+        busy.wait()

@@ -99,6 +99,10 @@ def test_other_processes_cpu_time_from_recorded_proc_stat_readings():
     seen = machine.between(start, end)
     assert seen["other_cpus"] == pytest.approx(200 * tick * 3 / 4 / 2.0)
     assert seen["cpu_pressure"] == pytest.approx(0.3) and seen["measured_s"] == 2.0
+    # a window of a few milliseconds (three tiny profiled steps) holds at most a tick or two of
+    # /proc/stat: it does not say how many CPUs others used (it would read as several)
+    short = machine.Reading(wall_s=10.002, busy_s=machine.cpu_busy_s(before) + tick, own_s=1.0, stalled_us=1_000_100)
+    assert machine.between(start, short)["other_cpus"] is None
     assert machine.stalled_us("some avg10=0.00 avg60=0.00 avg300=0.00 total=2392698\nfull total=0") == 2392698
     assert machine.cpu_busy_s("garbage") is None and machine.stalled_us("") is None
     # only the CPUs the job may run on: another process busy on CPU 2 is not this job's load

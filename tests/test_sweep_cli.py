@@ -108,6 +108,10 @@ BAD_INPUTS = {
     "non-ascii": ("dtype=ñ", "dtype=ñ", ["dtype=ñ is not allowed: it is not a valid override", "quote"]),
     "backend": ("compile=true compiler.backend=nope", "compile=true compiler.backend=inductor,nope",
                 ["compiler.backend='nope' is not allowed", "aot_eager", "inductor"]),
+    "interpolation": ("size=${oops}", "size=16,${oops}",
+                      ["size=${oops} is not allowed: OmegaConf cannot resolve it", "Interpolation key 'oops' not found"]),
+    "interpolated dir": ("hydra.run.dir=${oops}/x", "size=16 hydra.sweep.dir=${oops}/x",
+                         ["dir=${oops}/x is not allowed: OmegaConf cannot resolve it", "'oops'"]),
 }
 
 
@@ -117,9 +121,9 @@ def test_bad_input_is_refused_before_any_job(tmp_path, case, multirun):
     single, sweep, needles = BAD_INPUTS[case]
     out = tmp_path / "out"
     if multirun:
-        done = run_cli("-m", *sweep.split(), f"hydra.sweep.dir={out}")
+        done = run_cli("-m", *sweep.split(), *([] if "hydra.sweep.dir" in sweep else [f"hydra.sweep.dir={out}"]))
     else:
-        done = run_cli(*single.split(), f"hydra.run.dir={out}")
+        done = run_cli(*single.split(), *([] if "hydra.run.dir" in single else [f"hydra.run.dir={out}"]))
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.startswith("error: ") and "HYDRA_FULL_ERROR" not in done.stderr + done.stdout
     for needle in needles:
@@ -283,3 +287,12 @@ def test_a_bad_value_deep_in_a_large_grid_is_refused_before_any_job(tmp_path):
     assert "dtype='fp99' is not allowed" in done.stderr
     assert "(in the job size=1 dtype=fp99 run.repeats=1)" in done.stderr
     assert not out.exists() and " ok " not in done.stdout
+
+
+def test_interpolations_that_work_keep_working(tmp_path):
+    """A swept value that names another key, and the time stamp in the sweep folder: resolved."""
+    done = run_cli("-m", "workload=bmm", "workload.batch=2", "size=8,${workload.batch}",
+                   f"hydra.sweep.dir={tmp_path}/s/${{now:%Y}}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [folder] = (tmp_path / "s").iterdir()
+    assert folder.name.isdigit() and sorted(read_metrics(d)["size"] for d in job_dirs(folder)) == [2, 8]

@@ -424,7 +424,8 @@ def test_a_huge_file_that_is_no_trace_is_refused_from_its_first_bytes(tmp_path):
     with open(sparse, "wb") as f:
         f.truncate(2 << 30)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with pytest.raises(TraceError, match="not a Chrome trace \\(it does not start as JSON"):
+    with pytest.raises(TraceError, match="not a Chrome trace \\(it does not start as a JSON object or list; "
+                                         "2,147,483,648 bytes\\)"):
         analyse_trace(sparse)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: far below 2 GB
 
@@ -577,3 +578,11 @@ def test_an_op_is_told_from_an_annotation_by_category_or_else_by_name():
     # an ops.csv from before it kept the category (or a CSV's empty cell)
     assert is_op({"name": "aten::mm"}) and is_op({"name": "cudaLaunchKernel", "category": float("nan")})
     assert not is_op({"name": "matmul_add"}) and not is_op({"name": "forward", "category": None})
+
+
+def test_a_file_that_is_no_trace_is_named_by_what_it_is_not_never_by_its_bytes(tmp_path):
+    secret = tmp_path / "t.json"
+    secret.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    with pytest.raises(TraceError) as caught:
+        analyse_trace(secret)
+    assert "root" not in str(caught.value).replace(str(tmp_path), "") and "32 bytes" in str(caught.value)

@@ -21,10 +21,13 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
+from hydra.errors import HydraException
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from hydra_plugins.profsweep_grid import grid
+from profsweep.contract import FINAL
 from profsweep.sweep_state import SWEEP
 
 log = logging.getLogger(__name__)
@@ -87,6 +90,7 @@ class GridSweeper(Sweeper):
             round_number += 1
             points = repeats.points(round_number, len(jobs))
             if not points:
+                repeats.record_end(launched)
                 return
             order, how = grid.round_order(round_number, points)
             repeats.record_round(round_number, how, order, len(jobs), launched)
@@ -108,11 +112,23 @@ class GridSweeper(Sweeper):
                     disk_full(exc)  # Hydra's own files of the next job (.hydra/*.yaml) did not fit
                     not_started(len(tagged) - done + repeats.later(round_number, len(jobs)))
                     return
+                except (OmegaConfBaseException, HydraException) as exc:  # composing a job: never a traceback
+                    if not SWEEP.stopped:  # (a stop that landed in the composition is a stop, said as one)
+                        SWEEP.stop(compose_error=f"job {launched + 1} ({' '.join(batch[0])}) could not be "
+                                                 f"composed: {_first_line(exc)}")
+                    not_started(len(tagged) - done + repeats.later(round_number, len(jobs)))
+                    return
                 for g, result in zip(order[done:done + len(batch)], results):
                     repeats.add(g, result.return_value)  # re-raises a job's exception, as the basic sweeper does
                 done += len(batch)
                 launched += len(batch)
                 self.left = len(tagged) - done + repeats.later(round_number, len(jobs))
+
+
+def _first_line(exc: BaseException) -> str:
+    """An OmegaConf or Hydra error in one line: its message without the key and type listing."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def progress_from_disk(target: str, sweep_dir: Path, first: int, count: int) -> Any:
@@ -140,9 +156,15 @@ class Repeats:
         self.planned = 0
 
         self.samples: Dict[int, List[Any]] = {}  # auto: each grid point's ok jobs' timed samples
+        # grid points whose job failed for a reason no other process can change (the record's
+        # failure_is_final: a factory's return value, a refused setting), with that error: their
+        # later repeats are not run
+        self.settled: Dict[int, str] = {}
 
     def add(self, point: int, record: Any) -> None:
         """A job's record (auto repeats keep what they judge precision by; the rest is on disk)."""
+        if isinstance(record, dict) and record.get("status") == "failed" and record.get(FINAL) is True:
+            self.settled.setdefault(point, str(record.get("error")))
         if not self.auto:
             return
         from profsweep.contract import timed_samples
@@ -152,9 +174,9 @@ class Repeats:
 
     def points(self, round_number: int, count: int) -> Sequence[int]:
         """The grid points of a round: all of them in the planned rounds, then (auto) those whose
-        interval is still wider than the precision."""
+        interval is still wider than the precision; never those whose failure was final."""
         if round_number <= self.count:
-            return range(count)
+            return [g for g in range(count) if g not in self.settled] if self.settled else range(count)
         if not self.auto or round_number > self.max_repeats:
             return []
         from profsweep.stats import estimate
@@ -171,11 +193,17 @@ class Repeats:
 
     def later(self, round_number: int, points: int) -> int:
         """Jobs of the rounds planned after this one (not started when the sweep stops)."""
-        return max(0, self.count - round_number) * points
+        return max(0, self.count - round_number) * (points - len(self.settled))
 
-    def record_round(self, round_number: int, how: str, order: Sequence[int], points: int, launched: int) -> None:
-        """sweep.json: the jobs planned so far (progress lines and the tally read it) and each
-        round's order."""
+    def record_end(self, launched: int) -> None:
+        """sweep.json once no round is left: the jobs planned are those launched (the grid points
+        whose failure was final ran no later repeats), and those points (`not_run`)."""
+        if self.settled:
+            self._update(jobs=launched)
+
+    def _update(self, round_number: int | None = None, round_entry: Dict[str, Any] | None = None,
+                **fields: Any) -> None:
+        """sweep.json with `fields` (and a round's entry) set, and the grid points not run."""
         import json
 
         from profsweep.contract import PLAN_FILE, write_json
@@ -185,13 +213,21 @@ class Repeats:
             plan = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             plan = {}
-        planned = launched + len(order) + self.later(round_number, points)
-        plan.update(jobs=planned, grid_points=points, repeats="auto" if self.auto else self.count)
-        rounds = [r for r in plan.get("rounds") or [] if r.get("round") != round_number]
-        rounds.append({"round": round_number, "order": how, "jobs": len(order),
-                       **({"points": list(order)} if how.startswith("shuffled") or len(order) < points else {})})
-        plan["rounds"] = rounds
+        plan.update(fields)
+        if round_entry is not None:
+            plan["rounds"] = [r for r in plan.get("rounds") or [] if r.get("round") != round_number] + [round_entry]
+        if self.settled:  # said once by the tally: later repeats of these grid points were not run
+            plan["not_run"] = [{"point": g, "error": e} for g, e in sorted(self.settled.items())]
         write_json(path, plan)
+
+    def record_round(self, round_number: int, how: str, order: Sequence[int], points: int, launched: int) -> None:
+        """sweep.json: the jobs planned so far (progress lines and the tally read it) and each
+        round's order."""
+        self._update(round_number=round_number, round_entry={
+            "round": round_number, "order": how, "jobs": len(order),
+            **({"points": list(order)} if how.startswith("shuffled") or len(order) < points else {})},
+            jobs=launched + len(order) + self.later(round_number, points), grid_points=points,
+            repeats="auto" if self.auto else self.count)
 
 
 def not_started(left: int) -> None:

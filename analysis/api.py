@@ -1,0 +1,224 @@
+"""profsweep in Python, for notebooks: a sweep folder as DataFrames, figures and sentences.
+
+    import profsweep
+    sweep = profsweep.load("outputs/multirun/2026-12-04/10-00-00")   # analysed first if need be
+    sweep.summary            # one row per grid point (summary.csv)
+    sweep.conclusions        # the report's sentences
+    sweep.figure("crossover")                       # a matplotlib Figure
+    sweep.compare(profsweep.load(other)).table      # compare's pairs, with their verdicts
+    profsweep.history([folder_a, folder_b, ...]).changes
+    profsweep.run(["size=64,1024", "compile=true,false"])   # a sweep in a subprocess -> Sweep
+
+Everything here reads the files a sweep and its analysis leave (profsweep.contract): nothing of
+the job side is imported, and a notebook's kernel never imports torch through it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from profsweep.contract import CONCLUSIONS_FILE, REPORT_FILE, SUMMARY_FILE
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLES = {"summary": SUMMARY_FILE, "repeats": "repeats.csv", "steps": "steps.csv", "ops": "ops.csv",
+          "top_ops": "top_ops.csv", "kernels": "kernels.csv", "crossovers": "crossovers.csv", "claims": "claims.csv"}
+
+
+class ProfsweepError(ValueError):
+    """A folder or argument the API cannot use; the message names it."""
+
+
+@dataclass
+class Sweep:
+    """An analysed sweep (or single run) folder. Tables are read when first used."""
+
+    folder: Path
+    _tables: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def table(self, name: str) -> Any:
+        """One of the analysis's tables as a DataFrame (empty where the sweep has none)."""
+        import pandas as pd
+
+        if name not in TABLES:
+            raise ProfsweepError(f"table {name!r} is not one of the analysis's: choose one of {', '.join(TABLES)}")
+        if name not in self._tables:
+            path = self.folder / TABLES[name]
+            self._tables[name] = pd.read_csv(path) if path.is_file() and path.stat().st_size else pd.DataFrame()
+        return self._tables[name]
+
+    @property
+    def summary(self) -> Any:
+        return self.table("summary")
+
+    @property
+    def repeats(self) -> Any:
+        return self.table("repeats")
+
+    @property
+    def ops(self) -> Any:
+        return self.table("ops")
+
+    @property
+    def top_ops(self) -> Any:
+        return self.table("top_ops")
+
+    @property
+    def crossovers(self) -> Any:
+        return self.table("crossovers")
+
+    @property
+    def conclusions(self) -> list[str]:
+        """The report's conclusions, one sentence each, most telling first."""
+        path = self.folder / CONCLUSIONS_FILE
+        if not path.is_file():
+            return []
+        return [c["text"] for c in json.loads(path.read_text(encoding="utf-8"))]
+
+    def figure(self, name: str) -> Any:
+        """One of the report's plots (crossover, launches, steps, kernels, throughput, memory, ...)
+        drawn afresh as a matplotlib Figure from the tables."""
+        from analysis.plots import draw_figures
+
+        drawn = draw_figures(self.summary, self.table("steps"), self.crossovers)
+        if name not in drawn:
+            raise ProfsweepError(f"figure {name!r} is not one this sweep draws: choose one of {', '.join(drawn)}")
+        for other, figure in drawn.items():
+            if other != name:
+                import matplotlib.pyplot as plt
+
+                plt.close(figure)
+        return drawn[name]
+
+    def compare(self, other: "Sweep | str | Path", ignore: Sequence[str] = ()) -> "Comparison":
+        """This sweep as BASE against `other` as NEW, grid point by grid point (compare's verdicts)."""
+        from analysis.compare import CompareError, compare_sides, load_side
+
+        new = other if isinstance(other, Sweep) else load(other)
+        try:
+            result = compare_sides(load_side(self.folder), load_side(new.folder), list(ignore))
+        except CompareError as exc:
+            raise ProfsweepError(str(exc)) from None
+        return Comparison(self, new, result)
+
+    def _repr_html_(self) -> str:
+        """In Jupyter: the conclusions, and the crossover plot where the analysis drew one."""
+        import base64
+        from html import escape
+
+        parts = [f"<h3>profsweep: {escape(str(self.folder))}</h3><ul>"
+                 + "".join(f"<li>{escape(c)}</li>" for c in self.conclusions[:12]) + "</ul>"]
+        plot = self.folder / "plots" / "crossover.png"
+        if plot.is_file():
+            data = base64.b64encode(plot.read_bytes()).decode("ascii")
+            parts.append(f"<img src='data:image/png;base64,{data}' style='max-width:640px'>")
+        return "\n".join(parts)
+
+
+@dataclass
+class Comparison:
+    """Two sweeps compared: `table` one row per pair of grid points, `verdicts` their counts."""
+
+    base: Sweep
+    new: Sweep
+    result: dict[str, Any] = field(repr=False)
+
+    @property
+    def table(self) -> Any:
+        import pandas as pd
+
+        drop = ("ops_diff", "kernels_diff")
+        return pd.DataFrame([{k: v for k, v in p.items() if k not in drop} for p in self.result["pairs"]])
+
+    @property
+    def verdicts(self) -> dict[str, int]:
+        counts = {v: 0 for v in ("slower", "faster", "same", "inconclusive")}
+        for p in self.result["pairs"]:
+            counts[p["verdict"]] = counts.get(p["verdict"], 0) + 1
+        return counts
+
+
+@dataclass
+class History:
+    """Many sweeps over time: `changes` (regressions.csv) and `trends` (trends.csv) as DataFrames."""
+
+    folder: Path
+    changes: Any
+    trends: Any
+
+
+def load(folder: str | Path, analyse: bool = True) -> Sweep:
+    """The sweep (or single run) in `folder`; analysed now when it has no summary.csv yet (and
+    `analyse`), as `python -m analysis FOLDER` would."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise ProfsweepError(f"{path}: no such folder (give a sweep folder, e.g. outputs/multirun/<date>/<time>)")
+    if not (path / SUMMARY_FILE).is_file() or not (path / CONCLUSIONS_FILE).is_file():
+        if not analyse:
+            raise ProfsweepError(f"{path}: not analysed yet (no {SUMMARY_FILE}): load(folder, analyse=True)")
+        from analysis import analyse_folder
+        from analysis.sweep import METRICS_FILE, job_folders
+
+        if not job_folders(path):
+            raise ProfsweepError(f"{path}: not a sweep or a run: no job folder with a {METRICS_FILE} in it")
+        analyse_folder(path, progress=lambda line: None)
+    return Sweep(path)
+
+
+def history(folders: Sequence[str | Path], out: str | Path | None = None, ignore: Sequence[str] = ()) -> History:
+    """The history of these sweeps (python -m analysis history), its tables read back."""
+    import pandas as pd
+
+    from analysis.__main__ import history_main
+
+    out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="profsweep-history-"))
+    args = [str(f) for f in folders] + ["--out", str(out)] + [a for key in ignore for a in ("--ignore", key)]
+    code = history_main(args)
+    if code == 2:
+        raise ProfsweepError(f"history refused {', '.join(str(f) for f in folders)} (its message is above)")
+    read = {name: pd.read_csv(out / f"{name}.csv") if (out / f"{name}.csv").is_file() else pd.DataFrame()
+            for name in ("regressions", "trends")}
+    return History(out, read["regressions"], read["trends"])
+
+
+def run(overrides: Sequence[str], sweep_dir: str | Path | None = None,
+        progress: Callable[[str], None] | None = print) -> Sweep:
+    """Run a sweep (`python experiments/run.py -m OVERRIDES`) in a subprocess, its progress lines
+    passed to `progress` as they come, and return it loaded. The sweep folder is `sweep_dir`, else
+    a new one under outputs/ (Hydra's default). A sweep refused before any job raises."""
+    if isinstance(overrides, str):
+        raise ProfsweepError(f"overrides={overrides!r}: give a list, e.g. ['size=64,1024', 'compile=true,false']")
+    folder = Path(sweep_dir) if sweep_dir is not None else None
+    args = [sys.executable, str(ROOT / "experiments" / "run.py"), "-m", *overrides]
+    if folder is not None:
+        args.append(f"hydra.sweep.dir={folder.resolve()}")
+    said: list[str] = []
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          stdin=subprocess.DEVNULL) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            said.append(line.rstrip("\n"))
+            if progress is not None:
+                progress(said[-1])
+        code = proc.wait()
+    if folder is None:
+        folder = _folder_said(said)
+    if code == 2 or folder is None or not folder.is_dir():
+        raise ProfsweepError("the sweep did not run: " + (next((s for s in said if s.startswith("error:")), None)
+                                                          or f"exit {code}"))
+    return Sweep(folder) if (folder / SUMMARY_FILE).is_file() else load(folder)
+
+
+def _folder_said(lines: list[str]) -> Path | None:
+    """The sweep folder from the tally (`done: 4 jobs (...) in FOLDER`) or the analysis line."""
+    for line in reversed(lines):
+        if line.startswith("done: ") and " in " in line:
+            return Path(line.rsplit(" in ", 1)[1].strip())
+        if line.startswith("analysis: ") and f"/{REPORT_FILE}" in line:
+            return Path(line.rsplit(" -> ", 1)[1].strip()).parent
+    return None

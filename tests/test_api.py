@@ -1,0 +1,76 @@
+"""profsweep's Python API and its one command, as a notebook user and a shell user meet them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import profsweep
+from analysis.api import ProfsweepError
+from tests.conftest import ROOT, job_dirs, run_cli
+
+
+@pytest.mark.slow
+def test_the_example_notebook_runs_cell_by_cell(tmp_path, monkeypatch, capsys):
+    """examples/tour.ipynb, its code cells executed in order in one namespace (as a kernel would)."""
+    monkeypatch.setenv("PROFSWEEP_TOUR_DIR", str(tmp_path))
+    notebook = json.loads((ROOT / "examples" / "tour.ipynb").read_text())
+    namespace: dict = {}
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            exec(compile("".join(cell["source"]), "tour.ipynb", "exec"), namespace)  # noqa: S102
+    sweep, again, comparison = namespace["sweep"], namespace["again"], namespace["comparison"]
+    assert len(sweep.summary) == 2 and sweep.conclusions  # one row per grid point
+    assert set(sweep.summary["size"]) == {16, 64}
+    assert len(comparison.table) == 2  # the grid points paired
+    assert comparison.verdicts["slower"] == comparison.verdicts["faster"] == 0  # A/A: no change
+    assert "profsweep:" in sweep._repr_html_() and "<img" in sweep._repr_html_()
+    assert namespace["figure"].axes
+
+
+def test_load_reads_an_analysed_sweep_and_analyses_one_that_is_not(tmp_path):
+    from tests.test_conclusions import job
+
+    folder = tmp_path / "sweep"
+    job(folder, 0, size=64, compile=False, step_us=400, mm_us=200, timed_us=100)
+    job(folder, 1, size=1024, compile=False, step_us=4000, mm_us=3000, timed_us=1300)
+    sweep = profsweep.load(folder)  # not analysed yet: analysed now
+    assert (folder / "summary.csv").is_file() and (folder / "conclusions.json").is_file()
+    assert list(sweep.summary["size"]) == [64, 1024]
+    assert isinstance(sweep.ops, pd.DataFrame) and set(sweep.top_ops["name"]) >= {"aten::mm"}
+    assert any("overhead" in c for c in sweep.conclusions)
+    assert sweep.figure("crossover").axes
+    with pytest.raises(ProfsweepError, match="figure 'nope' is not one this sweep draws: choose one of"):
+        sweep.figure("nope")
+    with pytest.raises(ProfsweepError, match="no such folder"):
+        profsweep.load(tmp_path / "missing")
+    same = sweep.compare(folder)
+    assert len(same.table) == 2 and same.verdicts["same"] == 2  # a sweep against itself
+
+
+def test_the_profsweep_command_lists_its_subcommands_and_runs_them(tmp_path):
+    exe = [sys.executable, "-m", "profsweep.cli"]
+    done = subprocess.run([*exe, "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0
+    for command in ("run", "analyse", "compare", "history", "serve", "sql", "trace"):
+        assert f"\n  {command} " in done.stdout
+    for command in ("compare", "history", "sql", "trace", "serve", "analyse"):
+        helped = subprocess.run([*exe, command, "--help"], cwd=ROOT, capture_output=True, text=True)
+        assert helped.returncode == 0 and f"usage: profsweep {command}" in helped.stdout and "example:" in helped.stdout
+    wrong = subprocess.run([*exe, "sweep"], cwd=ROOT, capture_output=True, text=True)
+    assert wrong.returncode == 2 and "profsweep 'sweep' is not a command: choose one of run, analyse" in wrong.stderr
+
+
+@pytest.mark.slow
+def test_profsweep_run_runs_a_sweep_as_experiments_run_does(tmp_path):
+    folder = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, "-m", "profsweep.cli", "run", "-m", "size=16,32", "run.repeats=1",
+                           f"hydra.sweep.dir={folder}"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "done: 2 jobs (2 ok, 0 failed)" in done.stdout and len(job_dirs(folder)) == 2
+    assert (folder / "report.html").is_file()
