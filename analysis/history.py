@@ -458,7 +458,7 @@ def write(history: History, out: Path) -> list[Path]:
     atomic_write_text(out / "regressions.csv", frame.to_csv(index=False))
     data = pd.DataFrame(trends(history), columns=[
         "point", "sweep", "folder", "started_at", "order", "measured_on", "repeats", "level_us", "low_us", "high_us",
-        "fitted_us", "segment", "change"])
+        "fitted_us", "segment", "change", "smallest_change"])
     atomic_write_text(out / "trends.csv", data.to_csv(index=False))
     page = write_page(history, data, out)
     return [out / "regressions.csv", out / "trends.csv", page]
@@ -492,6 +492,11 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
                    f"  no change at {'the other ' if history.changes else ''}{quiet} grid point{'s' if quiet != 1 else ''}")
     else:
         out.append("  a change at every grid point")
+    smallest = sorted(ln.smallest for ln in measured if ln.smallest is not None)
+    if smallest:
+        out.append(f"  the smallest step these histories could have found, halfway through them: {smallest[0]:.2f}x"
+                   + (f" to {smallest[-1]:.2f}x by grid point (smallest_change in trends.csv)" if len(smallest) > 1
+                      else " (smallest_change in trends.csv)"))
     return out
 
 

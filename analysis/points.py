@@ -289,8 +289,8 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
                       "rerun on a quiet machine")
     threads = stats.number(found[0][1].get("torch_threads"))
     if not causes and threads is not None and threads > 1:
-        causes.append(f"nothing else they record differs; with {threads:.0f} threads, processes here settle in two "
-                      "modes by where their threads run: run.threads=1 gives one (docs/numbers.md, 'Threads')")
+        causes.append(f"nothing else they record differs; with {threads:.0f} threads, where the threads run can "
+                      "differ from process to process: run.threads=1 takes that away (docs/numbers.md, 'Threads')")
     if not causes:
         causes.append("nothing they record differs (threads, page faults, load, time slices): more processes "
                       "narrow the interval")

@@ -191,6 +191,7 @@ def test_ten_aa_sweeps_give_no_change(tmp_path, capsys):
     assert "no change at 20 grid points" in out
     trends = pd.read_csv(tmp_path / "aa" / "history" / "trends.csv")
     assert len(trends) == 200 and trends["change"].isna().all()
+    assert (trends["smallest_change"] > 1.05).all()  # each grid point says the smallest step it could find
 
 
 def test_the_sweeps_scatter_counts_as_noise(monkeypatch):
