@@ -22,7 +22,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     import pandas as pd
 
     from analysis.claims import evaluate
-    from analysis.conclusions import TOP_OPS_COLUMNS, conclude, top_ops
+    from analysis.conclusions import TOP_OPS_COLUMNS, conclude, in_short, top_ops
     from analysis.expect import EXPECTATIONS_FILE
     from analysis.points import noise_lines
     from analysis.plots import write_plots
@@ -45,10 +45,11 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     write_tables(target, {**data, **extra})
     found = conclude(tables.points, tables.crossovers, tables.jobs, top, claims if len(claims) else None,
                      expectations if checked is not None else None)
+    short = in_short(tables.points, tables.crossovers, tables.jobs)
     write_conclusions(target, found)
     plots = write_plots(data["summary"], data["steps"], data["crossovers"], target / PLOTS_DIR)
     report = write_report(tables, plots, data, claims, expectations if checked is not None else None, out=target,
-                          conclusions=found)
+                          conclusions=found, short=short)
     if out is None:
         point_latest(folder)
     if checked:  # none: the sweep expected nothing of its own (a preset's claims are the article check)
@@ -62,6 +63,10 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     progress(f"analysis: {len(tables.jobs)} job{'s' if len(tables.jobs) != 1 else ''}" + (f", {points} grid point{'s' if points != 1 else ''}" if points != len(tables.jobs) else "")
              + f" -> {report}")
     said = [c for c in found if c.topic != "noise"]  # the noise lines come last, as before
+    if short:
+        progress("in short:")
+        for line in short:
+            progress(f"  {line}")
     if said:
         progress("conclusions (with their tables and plots in report.html):")
         for c in said[:TERMINAL_CONCLUSIONS]:

@@ -186,6 +186,49 @@ def conclude(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], job
     return out
 
 
+SHORT = 3  # lines of the short answer that opens the report and the terminal's conclusions
+
+
+def in_short(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[str]:
+    """The short answer, at most SHORT lines, each a headline verdict with its interval: where
+    each series' work starts to cost more than its overhead (the model's crossover), then what
+    compile did at each size (the one rule's word, short)."""
+    settings = grid_points.series_settings(points)
+    points = [{**p, SETTINGS: grid_points.settings_text(p, settings)} for p in points]
+    lines = []
+    by_key = {(*(str(c.get(k)) for k in SERIES_KEYS), str(c.get("settings") or "")): c for c in crossovers}
+    for key, rows in _series(points).items():
+        c = by_key.get(key)
+        if c is None or len(rows) < 2 or str(c.get("fit_check") or "").startswith("does not fit"):
+            continue
+        at = stats.number(c.get("fit_crossover_size"))
+        if at is None:
+            continue
+        lines.append(f"{series_name(rows[0])}: overhead-bound below size ≈{at:,.0f}"
+                     f"{_interval(c, 'fit_crossover_size', lambda v: f'{v:,.0f}', always=True)}, "
+                     "compute-bound above it")
+    by_job = {str(j.get("job")): j for j in jobs}
+    for name, pairs in _grouped(_pairs(points, "compile"), "compile").items():
+        said = []
+        for eager, compiled in pairs:
+            timed = all(stats.number(p.get(TIMED)) for p in (eager, compiled))
+            key = TIMED if timed else "host_us_per_step"
+            found = change(_samples(eager, by_job) if timed else [], _samples(compiled, by_job) if timed else [],
+                           stats.number(eager.get(key)), stats.number(compiled.get(key)))
+            if found is not None:
+                said.append(f"{_without_advice(found[0])} at {eager['size']}")
+        if said:
+            lines.append(f"compile against eager, {name}: {'; '.join(said)}")
+    return lines[:SHORT]
+
+
+def _without_advice(words: str) -> str:
+    """A verdict without its advice: `no clear difference (0.97× [0.65×, 1.44×])` of `no clear
+    difference (0.97× [0.65×, 1.44×]; 628 processes a side would decide it ...)`."""
+    head, sep, _ = words.partition("; ")
+    return f"{head})" if sep and head.count("(") > head.count(")") else head
+
+
 def job_warnings(row: dict[str, Any]) -> list[str]:
     """A job's `warnings` (metrics.json: what it ran other than the grid asked, e.g. "inputs are
     float64, the grid asked for bf16"), as a list of strings whether the row holds the list or its

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from html import escape
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -221,6 +221,7 @@ class Page:
     out: Path
     base: str  # the sweep folder as seen from the page's folder ('' when they are one)
     plan: dict[str, Any]
+    short: list[str] = field(default_factory=list)  # the short answer (conclusions.in_short)
 
     @property
     def folder(self) -> Path:
@@ -229,7 +230,7 @@ class Page:
 
 def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], claims: Any,
                  expectations: Any = None, out: Path | None = None,
-                 conclusions: list[Conclusion] | None = None) -> Path:
+                 conclusions: list[Conclusion] | None = None, short: list[str] | None = None) -> Path:
     """report.html in `out` (default: the sweep folder), its links to the jobs' files relative to
     it: the SECTIONS in order, conclusions first."""
     import os
@@ -243,7 +244,7 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
     except (OSError, ValueError):
         pass
     page = Page(tables, plots, data, claims, expectations, conclusions or [], out, base,
-                plan if isinstance(plan, dict) else {})
+                plan if isinstance(plan, dict) else {}, short or [])
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(folder.name)} · profiling sweep"
              f"</title><style>{CSS}</style></head><body>"]
     for section in SECTIONS:
@@ -269,7 +270,10 @@ def _header(page: Page) -> list[str]:
 
 
 def _conclusions_section(page: Page) -> list[str]:
-    return _conclusions(page.conclusions, {p.stem for p in page.plots})
+    short = (["<section id='in-short'><h2>In short</h2><ul>" + "".join(f"<li><b>{escape(line)}</b></li>"
+                                                                       for line in page.short) + "</ul></section>"]
+             if page.short else [])
+    return short + _conclusions(page.conclusions, {p.stem for p in page.plots})
 
 
 def _noise_section(page: Page) -> list[str]:

@@ -95,6 +95,12 @@ def test_conclusions_state_the_crossover_and_what_compile_changed_with_the_table
     out = capsys.readouterr().out
     assert "conclusions (with their tables and plots in report.html):" in out
     assert f"from size ≈{crossing:.1f}" in out
+    # ... after a short answer, on the terminal and at the top of the page: the headline verdicts
+    short = out[out.index("in short:"):out.index("conclusions (with")]
+    assert f"matmul_add bf16 cold eager: overhead-bound below size ≈{crossing:,.0f} [" in short
+    assert re.search(r"compile against eager, matmul_add bf16 cold: 2\.0\d× slower \[[\d.]+×, [\d.]+×\] at 64; "
+                     r"1\.3\d× faster \(0\.7\d× \[[\d.]+×, [\d.]+×\]\) at 1024", short), short
+    assert page.index("<section id='in-short'>") < page.index("<section id='conclusions'>")
 
 
 def test_where_the_time_goes_per_grid_point_in_top_ops_csv(tmp_path):
