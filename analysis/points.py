@@ -259,8 +259,8 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
     cut = max(range(len(gaps)), key=lambda i: gaps[i]) + 1
     if gaps[cut - 1] >= MODES_GAP:
         fast, slow = found[:cut], found[cut:]
-        shape = (f"two modes, {_us(stats.median([v for v, _ in fast]))} ({len(fast)} processes) and "
-                 f"{_us(stats.median([v for v, _ in slow]))} ({len(slow)})")
+        shape = (f"two modes, {_us(stats.median([v for v, _ in fast]))} ({_processes(len(fast))}) and "
+                 f"{_us(stats.median([v for v, _ in slow]))} ({_processes(len(slow))})")
     else:
         half = len(found) // 2
         fast, slow = found[:half], found[len(found) - half:]
@@ -295,6 +295,10 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
         causes.append("nothing they record differs (threads, page faults, load, time slices): more processes "
                       "narrow the interval")
     return f"{shape}; {'; '.join(causes)}"
+
+
+def _processes(n: int) -> str:
+    return f"{n} process" if n == 1 else f"{n} processes"
 
 
 def _us(value: float | None) -> str:
