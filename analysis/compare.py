@@ -49,6 +49,8 @@ MARGIN = BAND  # what counts as the same: within 5% (profsweep.decide, the one r
 FDR = 0.05  # the false discovery rate controlled across the pairs
 ENVIRONMENT_KEYS = ("torch_version", "cuda_build", "driver_version", "gpus", "cpu_model", "cpu_count",
                     "hostname", "git_commit", "git_dirty", "command", "python_version", "platform")
+WHERE_OVERRIDES = ("hydra.sweep.dir=", "hydra.run.dir=", "hydra.sweep.subdir=", "+hydra.sweep.dir=",
+                   "++hydra.sweep.dir=")  # where a sweep wrote, not how it ran: left out of the command's diff
 VERDICT_ORDER = {"slower": 0, "faster": 1, "inconclusive": 2, "same": 3}
 MORE_REPEATS = 3  # what a user is told to rerun with when one repeat per side says nothing
 
@@ -337,13 +339,29 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
                            "--ignore KEY pairs across a key")
     control_discoveries(pairs, fdr)
     pairs.sort(key=lambda p: (VERDICT_ORDER.get(p["verdict"], 9), -(p["step_ratio"] or 0)))
-    environment = [
-        {"key": k, "base": _show(base.environment.get(k)), "new": _show(new.environment.get(k))}
-        for k in ENVIRONMENT_KEYS if _show(base.environment.get(k)) != _show(new.environment.get(k))
-    ]
+    environment = [{"key": k, "base": a, "new": b} for k, a, b in environment_diff(base.environment, new.environment)]
     return {"columns": columns, "pairs": pairs, "unmatched_base": unmatched_base,
             "unmatched_new": unmatched_new, "environment": environment, "fdr": fdr, "band": band,
             "tested": sum(1 for p in pairs if p.get("p_value") is not None)}
+
+
+def environment_diff(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(key, before, after) for each environment key that differs between two sweeps; values as
+    environment.json holds them or as text (the history store's). The command is compared without
+    the folder it wrote to: two runs of one command into two folders ran the same way."""
+    shown = [(k, _comparable(k, a.get(k)), _comparable(k, b.get(k))) for k in ENVIRONMENT_KEYS]
+    return [(k, x, y) for k, x, y in shown if x != y]
+
+
+def _comparable(key: str, value: Any) -> str:
+    if key == "command" and isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    if key == "command" and isinstance(value, list):
+        value = [arg for arg in value if not str(arg).startswith(WHERE_OVERRIDES)]
+    return _show(value)
 
 
 def _show(value: Any) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from analysis import changes
-from analysis.compare import ENVIRONMENT_KEYS, FDR, Use, pair_key_of, per_step, time_diff
+from analysis.compare import FDR, Use, environment_diff, pair_key_of, per_step, time_diff
 from analysis.points import PAIR_DEFAULTS, PAIR_KEYS, PAIR_PREFIXES, pairing_columns
 from analysis.conclusions import us
 from analysis.store import Store, StoreError, SweepFolder
@@ -330,11 +330,6 @@ def describe_changes(store: Store, history: History) -> None:
     order = {"regression": 0, "improvement": 1, "unconfirmed": 2}
     rows.sort(key=lambda r: (order[r["status"]], -abs(math.log(r["ratio"])), r["point"]))
     history.changes = rows
-
-
-def environment_diff(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(key, before, after) for each environment key that differs between two sweeps."""
-    return [(k, a.get(k) or "", b.get(k) or "") for k in ENVIRONMENT_KEYS if (a.get(k) or "") != (b.get(k) or "")]
 
 
 def op_diff(store: Store, id_b: int, before: Point, id_a: int, after: Point) -> dict[str, list[dict[str, Any]]]:

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main
-from analysis.compare import Use, control_discoveries, time_diff, verdict
+from analysis.compare import Use, control_discoveries, environment_diff, time_diff, verdict
 from tests.conftest import job_dirs, run_cli
 
 # --- hand-made job folders ---------------------------------------------------------------------------
@@ -410,3 +410,15 @@ def test_eager_against_compiled_shows_the_fused_addmm(eager_and_compiled, capsys
         assert change.get("aten::addmm") == "appeared", pair
     html = (compiled / "compare" / "compare.html").read_text()
     assert "aten::addmm" in html and "environment" in html
+
+
+def test_the_folder_a_sweep_wrote_to_is_not_a_change_of_how_it_ran():
+    a = {"command": ["experiments/run.py", "-m", "size=64", "hydra.sweep.dir=/n/1"], "torch_version": "2.13.0"}
+    b = {"command": ["experiments/run.py", "-m", "size=64", "hydra.sweep.dir=/n/2"], "torch_version": "2.13.0"}
+    assert environment_diff(a, b) == []
+    # as the history store holds it (JSON text), and a setting that did change
+    stored = {"command": json.dumps(["experiments/run.py", "-m", "size=128", "hydra.sweep.dir=/n/3"]),
+              "torch_version": "2.14.0"}
+    assert environment_diff(a, stored) == [
+        ("torch_version", "2.13.0", "2.14.0"),
+        ("command", '["experiments/run.py", "-m", "size=64"]', '["experiments/run.py", "-m", "size=128"]')]

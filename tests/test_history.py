@@ -491,9 +491,14 @@ def test_four_real_sweeps_where_the_last_two_do_4x_the_work_at_one_grid_point(re
 
 @pytest.mark.slow
 def test_four_identical_real_sweeps_give_no_change(real_sweeps, capsys):
+    # A real A/A on a shared machine: a step the scatter cannot rule out may be listed, as unconfirmed
+    # (its rate is tested on synthetic samples above); none may be confirmed, and no sweep folder in
+    # the command counts as a change of how it ran.
     code, out, _ = history(real_sweeps / "same", "--fail-on-change", "1.0", capsys=capsys)
     assert code == 0, out
-    assert len(pd.read_csv(real_sweeps / "same" / "history" / "regressions.csv")) == 0
+    found = pd.read_csv(real_sweeps / "same" / "history" / "regressions.csv")
+    assert set(found["status"]) <= {"unconfirmed"}, out
+    assert not found["environment_changed"].fillna("").str.contains("command").any()
     code, out, _ = sql(real_sweeps / "same" / "history", "SELECT count(*) AS n FROM repeats", "--csv", capsys=capsys)
     assert out == "n\n24\n"  # 4 sweeps x 2 sizes x 3 repeats
 
