@@ -16,7 +16,9 @@ TERMINAL_CONCLUSIONS = 12  # the rest are in the report
 def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
                    out: Path | None = None) -> list[tuple[str, str]]:
     """Write summary.csv/.parquet, repeats.csv, steps.csv, kernels.csv, ops.csv, crossovers.csv, claims.csv
-    (when the sweep can test the article's claims), plots/ and report.html into a sweep (or
+    (when the sweep can test the article's claims), memory_timeline.csv (when it profiled memory), fusion.csv
+    (when it compiled),
+    plots/ and report.html into a sweep (or
     single-run) folder, or into `out`; return the problems found (job, what). An output that
     cannot be written raises analysis.files.WriteError naming it."""
     import pandas as pd
@@ -24,6 +26,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     from analysis.claims import evaluate
     from analysis.conclusions import TOP_OPS_COLUMNS, conclude, in_short, top_ops
     from analysis.expect import EXPECTATIONS_FILE
+    from analysis.fusion import FUSION_COLUMNS, fusion_rows
     from analysis.points import noise_lines
     from analysis.plots import write_plots
     from analysis.report import write_report
@@ -39,15 +42,19 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     expectations = pd.DataFrame(checked, columns=["expectation", "job", "measured", "expected", "holds"])
     top = top_ops(tables.points, tables.jobs, tables.ops, tables.kernels)
     data["top_ops"] = pd.DataFrame(top, columns=TOP_OPS_COLUMNS)
+    fused = fusion_rows(tables.points, tables.ops, tables.kernels)
+    if fused:
+        data["fusion"] = pd.DataFrame(fused, columns=FUSION_COLUMNS)
     extra = {"claims": claims} if len(claims) else {}
     if checked is not None:
         extra[EXPECTATIONS_FILE.removesuffix(".csv")] = expectations
     write_tables(target, {**data, **extra})
     found = conclude(tables.points, tables.crossovers, tables.jobs, top, claims if len(claims) else None,
-                     expectations if checked is not None else None)
+                     expectations if checked is not None else None, fused)
     short = in_short(tables.points, tables.crossovers, tables.jobs)
     write_conclusions(target, found)
-    plots = write_plots(data["summary"], data["steps"], data["crossovers"], target / PLOTS_DIR)
+    plots = write_plots(data["summary"], data["steps"], data["crossovers"], target / PLOTS_DIR,
+                        data.get("memory_timeline"))
     report = write_report(tables, plots, data, claims, expectations if checked is not None else None, out=target,
                           conclusions=found, short=short)
     if out is None:

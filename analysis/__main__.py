@@ -8,6 +8,8 @@ python -m analysis history SWEEP... [--out DIR] [--ignore KEY ...] [--fail-on-ch
                                         many sweeps over time: the store, the changes found, history.html
 python -m analysis sql DB "QUERY" [--csv]
                                         ask the history store anything (DB: history.duckdb or its folder)
+python -m analysis calibrate [--device cpu|cuda] [--dtype bf16 ...] [--threads N]
+                                        measure this machine's matmul FLOP/s and memory bandwidth (cached)
 """
 
 from __future__ import annotations
@@ -285,8 +287,49 @@ def sql_main(argv: list[str]) -> int:
     return 0
 
 
+def calibrate_main(argv: list[str]) -> int:
+    from profsweep import ceilings
+
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} calibrate", epilog="example: %(prog)s --device cpu --dtype bf16 fp32",
+        description="Measure this machine's ceilings, the roofline's limits: dense matmul FLOP/s (square sizes "
+        "up to the one that saturates, the best sustained rate over processes) and memory bandwidth (STREAM copy "
+        f"and triad over arrays of at least 4x the last-level cache). Each replaces its entry in "
+        f"{ceilings.cache_path()}, which every sweep reads before its first job (run.ceilings=measure).")
+    parser.add_argument("--device", choices=("auto", *ceilings.DEVICES), default="auto",
+                        help="auto (default): cuda where nvidia-smi lists a GPU, else cpu")
+    parser.add_argument("--dtype", nargs="+", choices=ceilings.DTYPES, default=["bf16"], help="default: bf16")
+    parser.add_argument("--threads", default="auto", help="torch's intra-op threads: auto (default) or a count, "
+                        "as run.threads")
+    parser.add_argument("--processes", type=int, default=ceilings.PROCESSES,
+                        help=f"processes to take the best of (default {ceilings.PROCESSES})")
+    args = parser.parse_args(argv)
+    threads: Any = args.threads
+    if threads != "auto":
+        if not str(threads).isdigit() or int(threads) < 1:
+            print(f"error: --threads {threads!r} is not allowed: give a count >= 1, or auto", file=sys.stderr)
+            return 2
+        threads = int(threads)
+    device = args.device if args.device != "auto" else "cuda" if ceilings.gpu_names() else "cpu"
+    for dtype in args.dtype:
+        try:
+            ceiling = ceilings.measure(device, dtype, threads, args.processes, progress=print)
+        except ceilings.CeilingError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        ceilings.remember(ceiling, threads)
+        print(f"  {ceiling.line()}\n  in {ceiling.seconds:.1f} s: {ceiling.how}")
+        if ceiling.busy:
+            print("  warning: others kept the machine busy: these ceilings may be low; calibrate again when it "
+                  "is quiet")
+    print(f"cached in {ceilings.cache_path()}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "calibrate":
+        return calibrate_main(argv[1:])
     if argv and argv[0] == "history":
         return history_main(argv[1:])
     if argv and argv[0] == "sql":
@@ -333,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Write summary.csv, crossovers.csv, plots/ and report.html into a sweep folder. "
         "For one trace: python -m analysis trace FILE [--json]; two sweeps: python -m analysis compare BASE NEW; "
         "serve a report: python -m analysis serve FOLDER; many sweeps over time: python -m analysis history SWEEP...; "
-        "ask their store: python -m analysis sql DB QUERY.",
+        "ask their store: python -m analysis sql DB QUERY; measure this machine's ceilings: python -m analysis "
+        "calibrate.",
     )
     parser.add_argument("folder", type=Path, help="a sweep folder (outputs/multirun/...) or a single run's folder")
     parser.add_argument("--out", type=Path, help="write the tables, plots and report here instead of into FOLDER "

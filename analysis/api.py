@@ -27,7 +27,8 @@ from profsweep.contract import CONCLUSIONS_FILE, REPORT_FILE, SUMMARY_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = {"summary": SUMMARY_FILE, "repeats": "repeats.csv", "steps": "steps.csv", "ops": "ops.csv",
-          "top_ops": "top_ops.csv", "kernels": "kernels.csv", "crossovers": "crossovers.csv", "claims": "claims.csv"}
+          "top_ops": "top_ops.csv", "kernels": "kernels.csv", "crossovers": "crossovers.csv", "claims": "claims.csv",
+          "memory_timeline": "memory_timeline.csv"}
 
 
 class ProfsweepError(ValueError):
@@ -85,7 +86,8 @@ class Sweep:
         drawn afresh as a matplotlib Figure from the tables."""
         from analysis.plots import draw_figures
 
-        drawn = draw_figures(self.summary, self.table("steps"), self.crossovers)
+        memory = self.table("memory_timeline")
+        drawn = draw_figures(self.summary, self.table("steps"), self.crossovers, memory if len(memory) else None)
         if name not in drawn:
             raise ProfsweepError(f"figure {name!r} is not one this sweep draws: choose one of {', '.join(drawn)}")
         for other, figure in drawn.items():

@@ -26,7 +26,7 @@ SAID = 3  # of which the conclusions name
 
 @dataclass(frozen=True)
 class Conclusion:
-    topic: str  # regime, crossover, compile, cold, time, training, memory, noise, claims, expectations
+    topic: str  # regime, crossover, compile, cold, time, training, memory, ceilings, noise, claims, expectations
     text: str   # one sentence, plain text: what the terminal prints
     link: str   # the id in report.html of the table or plot that shows it
     detail: str = ""  # what the report adds after it
@@ -167,7 +167,8 @@ def _on_gpu(row: dict[str, Any]) -> bool:
 
 
 def conclude(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], jobs: list[dict[str, Any]],
-             top: list[dict[str, Any]], claims: Any = None, expectations: Any = None) -> list[Conclusion]:
+             top: list[dict[str, Any]], claims: Any = None, expectations: Any = None,
+             fusion: list[dict[str, Any]] | None = None) -> list[Conclusion]:
     """Every conclusion of a sweep, most telling first: per series the regime and the crossover,
     then compile, cold vs warm, where the time goes, training phases, memory, and noise."""
     settings = grid_points.series_settings(points)
@@ -177,10 +178,12 @@ def conclude(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], job
     for key, rows in _series(points).items():
         out += _regime(rows, crossing.get(key))
     out += _compile(points, jobs)
+    out += _fused(fusion or [])
     out += _cold_warm(points)
     out += _where_time_goes(points, top)
     out += _training(points)
     out += _memory(points)
+    out += _ceilings(points)
     out += [Conclusion("noise", line, "noise") for line in grid_points.noise_lines(points)]
     out += _verdicts(claims, expectations)
     return out
@@ -434,6 +437,28 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
     return out
 
 
+def _fused(fusion: list[dict[str, Any]]) -> list[Conclusion]:
+    """Per compiled series at its largest size, the generated kernel that covers the most eager ops
+    (the costliest of those), with what they took eager and what it takes compiled (fusion.csv)."""
+    largest: dict[str, dict[str, Any]] = {}
+    for r in fusion:
+        series = str(r["point"]).replace(f"size {r['size']} ", "")
+        if series not in largest or (stats.number(r["size"]) or 0) > (stats.number(largest[series]["size"]) or 0):
+            largest[series] = r
+    out = []
+    for series, top in largest.items():
+        rows = [r for r in fusion if r["point"] == top["point"] and str(r["eager_ops"] or "").count("aten::") > 1]
+        if not rows:
+            continue
+        r = max(rows, key=lambda row: (str(row["eager_ops"]).count("aten::"), stats.number(row["compiled_us_per_step"]) or 0))
+        ops = [o for o in str(r["eager_ops"]).split("; ") if o]
+        eager, compiled = stats.number(r["eager_us_per_step"]), stats.number(r["compiled_us_per_step"])
+        took = f": {us(eager)} eager → {us(compiled)} compiled per step" if eager is not None else ""
+        out.append(Conclusion("compile", f"compile fused {_sizes(ops)} into one kernel ({short_name(str(r['kernel']))}) "
+                              f"in {series} at {r['size']}{took}.", "fusion"))
+    return out
+
+
 def _cold_warm(points: list[dict[str, Any]]) -> list[Conclusion]:
     """What warming up changes (the first profiled step's dead window), and what the first call
     costs (compile's one-time cost shows here)."""
@@ -571,6 +596,30 @@ def _training(points: list[dict[str, Any]]) -> list[Conclusion]:
         split = ", ".join(f"{ph} {us(t)} ({t / total * 100:.0f}%)" for ph, t in times_.items() if t is not None)
         out.append(Conclusion("training", f"training step, {series_name(p)} at {p['size']} ({kind} time per phase): "
                               f"{split}.", "training"))
+    return out
+
+
+def _ceilings(points: list[dict[str, Any]]) -> list[Conclusion]:
+    """Per series, how close its largest size comes to the ceiling it is held against: this
+    machine's measured matmul peak (or a GPU's datasheet peak, said as such), with the interval
+    over the repeats; the bandwidth ceiling instead where the roofline calls the point memory-bound."""
+    out = []
+    for rows in _series(points).values():
+        placed = [r for r in rows if stats.number(r.get("achieved_flops_frac")) is not None]
+        if not placed:
+            continue
+        r = max(placed, key=lambda row: stats.number(row["size"]) or 0)
+        memory = r.get("regime") == "memory-bound" and stats.number(r.get("achieved_bandwidth_frac")) is not None
+        key = "achieved_bandwidth_frac" if memory else "achieved_flops_frac"
+        source = str(r.get("peak_source") or "")
+        whose = ("this machine's measured" if source.startswith("measured") else "the datasheet's")
+        when = f", measured {source.split(' ', 1)[1]}" if source.startswith("measured ") else ""
+        what = (f"{whose} memory bandwidth ({rate(stats.number(r.get('peak_bytes_per_s')), 'B/s')}{when})" if memory
+                else f"{whose} {r.get('dtype')} matmul peak ({rate(stats.number(r.get('peak_flops_per_s')), 'FLOP/s')}"
+                     f"{when})")
+        percent = lambda v: f"{v * 100:.0f}%"  # noqa: E731
+        out.append(Conclusion("ceilings", f"{series_name(r)} at {r['size']} reaches {percent(r[key])}"
+                              f"{_interval(r, key, percent)} of {what}.", "plot-roofline"))
     return out
 
 

@@ -1,13 +1,22 @@
-"""Dense peak throughput of common GPUs (vendor datasheets, no sparsity) and the regime rule.
+"""The ceilings a grid point's throughput is held against: this machine's, measured before the
+sweep (profsweep.ceilings, recorded in environment.json), else a GPU's datasheet peak.
 
-Matched by substring of the device name, most specific first. FP32 is the non-tensor-core peak:
-PyTorch does not use TF32 for float32 matmuls unless asked to. Unknown devices (and every CPU)
-have no peak here: throughput is then reported without a fraction of peak.
+Datasheet peaks (dense, no sparsity) are matched by substring of the device name, most specific
+first. FP32 is the non-tensor-core peak: PyTorch does not use TF32 for float32 matmuls unless
+asked to. A CPU has no datasheet peak here: without measured ceilings its throughput is reported
+without a fraction of peak.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
+
+from profsweep.ceilings import Ceiling
+
+MEASURED = "measured"  # peak_source: this machine's ceilings (its date follows) ...
+DATASHEET = "datasheet"  # ... or the vendor's numbers
 
 @dataclass(frozen=True)
 class Peak:
@@ -49,3 +58,45 @@ def peak_for(device_name: str | None) -> Peak | None:
         if key in device_name:
             return peak
     return None
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """A sweep's ceilings as its environment.json records them."""
+
+    mode: str  # run.ceilings: measure | table | off ("table" for sweeps from before it existed)
+    measured: tuple[Ceiling, ...] = ()
+
+    @classmethod
+    def of(cls, environment: Any) -> Ceilings:
+        """From environment.json's data (untrusted: a malformed entry is left out)."""
+        if not isinstance(environment, dict):
+            return cls("table")
+        mode = environment.get("ceilings_mode")
+        found = []
+        for entry in environment.get("ceilings") or [] if isinstance(environment.get("ceilings"), list) else []:
+            try:
+                ceiling = Ceiling.from_dict(entry)
+            except (TypeError, ValueError, AttributeError):
+                continue
+            numbers = (ceiling.flops_per_s, ceiling.bytes_per_s)
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+                   for v in numbers) and isinstance(ceiling.device, str) and isinstance(ceiling.dtype, str):
+                found.append(ceiling)
+        return cls(mode if mode in ("measure", "table", "off") else "table", tuple(found))
+
+    def peak(self, row: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
+        """(FLOP/s, bytes/s, where they come from) that a grid point's throughput is held against:
+        the measured ceiling of its device, dtype and threads, else its GPU's datasheet peak."""
+        if self.mode == "off":
+            return None, None, None
+        device = "cpu" if row.get("platform") in (None, "cpu") else "cuda"
+        threads = row.get("torch_threads")
+        for c in self.measured:
+            if c.device == device and c.dtype == row.get("dtype") and (device == "cuda" or c.threads == threads):
+                return c.flops_per_s, c.bytes_per_s, f"{MEASURED} {str(c.measured_at)[:10]}"
+        peak = peak_for(row.get("device_name")) if device == "cuda" else None
+        if peak is None:
+            return None, None, None
+        dtype = row.get("dtype")
+        return (peak.flops_per_s(dtype) if dtype in ("bf16", "fp16", "fp32") else None), peak.bytes_per_s, DATASHEET

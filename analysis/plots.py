@@ -38,7 +38,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from analysis.conclusions import TOO_WIDE  # noqa: E402
+from analysis.conclusions import TOO_WIDE, rate  # noqa: E402
 from analysis.points import pairing_columns  # noqa: E402
 from profsweep.contract import point_jobs  # noqa: E402
 from analysis.files import atomic_write_bytes  # noqa: E402
@@ -412,7 +412,7 @@ def _usable(jobs: pd.DataFrame) -> pd.DataFrame:
     return jobs[ok & jobs["trace_error"].isna()] if "trace_error" in jobs else jobs[ok]
 
 
-def _plan(jobs: pd.DataFrame, steps: pd.DataFrame, crossovers: pd.DataFrame
+def _plan(jobs: pd.DataFrame, steps: pd.DataFrame, crossovers: pd.DataFrame, memory: pd.DataFrame | None = None
           ) -> list[tuple[str, Callable[..., Figure], tuple[Any, ...]]]:
     """(file stem, drawing function, its arguments) for every figure the data allows."""
     ok = _usable(jobs)
@@ -432,20 +432,28 @@ def _plan(jobs: pd.DataFrame, steps: pd.DataFrame, crossovers: pd.DataFrame
         plan.append(("throughput", _throughput, (ok, sweep)))
     if "peak_memory_bytes" in ok and ok["peak_memory_bytes"].notna().any():
         plan.append(("memory", _memory, (ok, sweep)))
+    if not _on_roofline(ok).empty:
+        plan.append(("roofline", _roofline, (ok, sweep)))
+    timelines = _timelines(ok, memory)
+    if not timelines.empty:
+        plan.append(("memory_timeline", _memory_timeline, (timelines, sweep)))
     return plan
 
 
-def draw_figures(jobs: pd.DataFrame, steps: pd.DataFrame, crossovers: pd.DataFrame) -> dict[str, Figure]:
+def draw_figures(jobs: pd.DataFrame, steps: pd.DataFrame, crossovers: pd.DataFrame,
+                 memory: pd.DataFrame | None = None) -> dict[str, Figure]:
     """Every figure write_plots would save, drawn and laid out but not saved: {file stem: figure}.
     The caller closes them (plt.close)."""
     sns.set_theme(style="whitegrid", context="notebook")
-    return {name: draw(*args) for name, draw, args in _plan(jobs, steps, crossovers)}
+    return {name: draw(*args) for name, draw, args in _plan(jobs, steps, crossovers, memory)}
 
 
-def write_plots(jobs: pd.DataFrame, steps: pd.DataFrame, crossovers: pd.DataFrame, folder: Path) -> list[Path]:
+def write_plots(jobs: pd.DataFrame, steps: pd.DataFrame, crossovers: pd.DataFrame, folder: Path,
+                memory: pd.DataFrame | None = None) -> list[Path]:
     """Every plot the data allows, as PNG files in `folder`; returns the paths written."""
     sns.set_theme(style="whitegrid", context="notebook")
-    return _draw_all([(draw, args, folder / f"{name}.png") for name, draw, args in _plan(jobs, steps, crossovers)])
+    return _draw_all([(draw, args, folder / f"{name}.png")
+                      for name, draw, args in _plan(jobs, steps, crossovers, memory)])
 
 
 def _draw_all(figures: list[tuple[Callable[..., Figure], tuple[Any, ...], Path]]) -> list[Path]:
@@ -753,6 +761,141 @@ def _throughput(ok: pd.DataFrame, sweep: Sweep) -> Figure:
     about = _shared(data, sweep, ["series", "mode", "phase"])
     return _finish(grid, _title("Achieved throughput (FLOPs per call / step time)", about, notes),
                    {"series": sweep.differs})
+
+
+ROOFLINE_COLUMNS = ["achieved_flops_per_s", "arithmetic_intensity", "peak_flops_per_s", "peak_bytes_per_s"]
+
+
+def _on_roofline(ok: pd.DataFrame) -> pd.DataFrame:
+    """The grid points a roofline can place: FLOPs and bytes counted, and the ceilings known."""
+    if not set(ROOFLINE_COLUMNS) <= set(ok.columns):
+        return ok.iloc[0:0]
+    data = ok.dropna(subset=ROOFLINE_COLUMNS)
+    return data[(data[ROOFLINE_COLUMNS] > 0).all(axis=1)]
+
+
+def _roofline(ok: pd.DataFrame, sweep: Sweep) -> Figure:
+    """Achieved FLOP/s against arithmetic intensity (FLOPs per byte moved, counted by hand), log-log,
+    under the ceilings it is held against: this machine's measured matmul peak and triad bandwidth
+    (or a GPU's datasheet peaks where none was measured), meeting at the ridge. One marker and
+    line per series (its sizes), a panel per set of ceilings; bars: the 95% interval."""
+    data = _on_roofline(ok).copy()
+    data["ceilings"] = (data["dtype"].astype(str) + " " + data.get("peak_source", pd.Series("", index=data.index))
+                        .fillna("").astype(str))
+    data["line"], named = _line(data, ["series", "mode", "phase"], sweep)
+    col = "ceilings" if _varies(data, "ceilings") else None
+    hue = "line" if _varies(data, "line") else None
+    palette = _palette(data, hue)
+    grid = sns.relplot(data=data.sort_values("size"), x="arithmetic_intensity", y="achieved_flops_per_s", col=col,
+                       hue=hue, style=hue, markers=True if hue else None, marker=None if hue else "o",
+                       kind="line", sort=False, errorbar=None, height=3.6, aspect=1.35,
+                       palette=palette if hue else None, **({"hue_order": _order(data, hue)} if hue else {}))
+    _titles(grid, None, col)
+    default = sns.color_palette(n_colors=1)[0]
+    notes: set[str] = set()
+    for ax, part in _facets(grid, data, None, col):
+        if part.empty:
+            continue
+        peak_f, peak_b = float(part["peak_flops_per_s"].iloc[0]), float(part["peak_bytes_per_s"].iloc[0])
+        ridge = peak_f / peak_b
+        xs = [float(part["arithmetic_intensity"].min()) / 4, max(float(part["arithmetic_intensity"].max()), ridge) * 4]
+        line = [xs[0], ridge, xs[1]]
+        ax.plot(line, [min(peak_f, peak_b * x) for x in line], color="crimson", linewidth=1.5, zorder=1)
+        source = str(part["ceilings"].iloc[0])
+        measured = "measured" in source
+        ax.annotate(f"{'measured' if measured else 'datasheet'} {part['dtype'].iloc[0]} matmul "
+                    f"{rate(peak_f, 'FLOP/s')}", (xs[1], peak_f), fontsize=8, color="crimson", ha="right",
+                    va="bottom")
+        ax.annotate(f"{'triad' if measured else 'memory'} {rate(peak_b, 'B/s')}", (xs[0], peak_b * xs[0]),
+                    fontsize=8, color="crimson", ha="left", va="bottom")
+        for _, point in part.iterrows():  # each point's size beside it
+            ax.annotate(size_label(float(point["size"])), (point["arithmetic_intensity"], point["achieved_flops_per_s"]),
+                        fontsize=7, color="dimgray", xytext=(4, -8), textcoords="offset points")
+        ax.axvline(ridge, color="crimson", linestyle=":", linewidth=1)
+        for level, rows in (part.groupby(hue, sort=False, observed=True) if hue else [(None, part)]):
+            bars = rows.dropna(subset=["achieved_flops_per_s_low", "achieved_flops_per_s_high"]) \
+                if {"achieved_flops_per_s_low", "achieved_flops_per_s_high"} <= set(rows.columns) else rows.iloc[0:0]
+            if not bars.empty:
+                y = bars["achieved_flops_per_s"]
+                ax.errorbar(bars["arithmetic_intensity"], y, yerr=[(y - bars["achieved_flops_per_s_low"]).clip(lower=0),
+                                                                  (bars["achieved_flops_per_s_high"] - y).clip(lower=0)],
+                            fmt="none", ecolor=palette.get(level, default), elinewidth=1, capsize=3, zorder=3)
+                notes.add("bars: 95% interval")
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_ylim(top=peak_f * 2.5)
+        _log_axis(ax, rate_label)
+    grid.set_axis_labels("arithmetic intensity (FLOP per byte moved)", "achieved FLOP/s")
+    about = _shared(data, sweep, ["series", "mode", "phase"])
+    sizes = ", ".join(size_label(v) for v in sorted(data["size"].unique()))
+    return _finish(grid, _title("Roofline: achieved FLOP/s under this machine's ceilings (sizes " + sizes + ")",
+                                about, sorted(notes)), {"line": named or "series"})
+
+
+def _timelines(ok: pd.DataFrame, memory: pd.DataFrame | None) -> pd.DataFrame:
+    """Each grid point's memory over its last recorded step, from its first usable repeat, with the
+    point's labels (series, mode, phase, size) and the op that holds its peak."""
+    if memory is None or memory.empty or "jobs" not in ok:
+        return pd.DataFrame()
+    first = {}
+    have = set(memory["job"].astype(str))
+    for index, row in ok.iterrows():
+        job = next((j for j in point_jobs(row) if j in have), None)
+        if job is not None:
+            first[job] = index
+    if not first:
+        return pd.DataFrame()
+    data = memory[memory["job"].astype(str).isin(first)].copy()
+    labels = ok.loc[[first[j] for j in data["job"].astype(str)]]
+    for column in ("series", "mode", "phase", "size", "step_allocated_peak_op", "memory_step"):
+        data[column] = labels[column].to_numpy() if column in labels else None
+    return data
+
+
+def _memory_timeline(data: pd.DataFrame, sweep: Sweep) -> Figure:
+    """Bytes allocated over one step (the last recorded one) of each grid point, a panel per size,
+    a line per series; each panel's highest peak marked with the op that reached it."""
+    data = data.copy()
+    data["line"], named = _line(data, ["series", "mode", "phase"], sweep)
+    col = "size" if _varies(data, "size") else None
+    hue = "line" if _varies(data, "line") else None
+    palette = _palette(data, hue)
+    wrap = {"col_wrap": 3} if col and data["size"].nunique() > 3 else {}
+    grid = sns.relplot(data=data, x="t_us", y="allocated_bytes", col=col, hue=hue, kind="line", drawstyle="steps-post",
+                       sort=False, errorbar=None, height=3.0, aspect=1.3, palette=palette if hue else None,
+                       facet_kws={"sharex": False, "sharey": False}, estimator=None,
+                       **wrap, **({"hue_order": _order(data, hue)} if hue else {}))
+    if col:
+        grid.set_titles(template="size {col_name}")
+    for ax, part in _facets(grid, data, None, col):
+        if part.empty:
+            continue
+        top = part.loc[part["allocated_bytes"].idxmax()]
+        ax.scatter([top["t_us"]], [top["allocated_bytes"]], color="crimson", zorder=4, s=20)
+        if isinstance(top["step_allocated_peak_op"], str):
+            ax.annotate(short_op(top["step_allocated_peak_op"]), (top["t_us"], top["allocated_bytes"]), fontsize=8,
+                        color="crimson", ha="center", va="bottom", xytext=(0, 3), textcoords="offset points")
+        top_bytes = float(part["allocated_bytes"].max()) * 1.2 or 1.0
+        unit = 1024 ** max(0, min(4, int(math.log(top_bytes, 1024))))  # B, KiB, MiB, GiB
+        ax.yaxis.set_major_locator(ticker.MultipleLocator(_nice_step(top_bytes / unit / 5) * unit))
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: bytes_label(v)))
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: duration_label(v)))
+        ax.set_ylim(bottom=0, top=top_bytes)
+    grid.set_axis_labels("time from the step's start", "allocated")
+    about = _shared(data, sweep, ["series", "mode", "phase"])
+    step = str(data["memory_step"].dropna().iloc[0]) if data["memory_step"].notna().any() else "the last step"
+    return _finish(grid, _title(f"Memory over one step ({step}, first repeat; the peak and the op that reached it)",
+                                about), {"line": named or "series"})
+
+
+def _nice_step(raw: float) -> float:
+    """The round number (1, 2, 2.5 or 5 times a power of ten) at or above `raw`."""
+    power = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+
+
+def short_op(name: str, width: int = 28) -> str:
+    return name if len(name) <= width else name[:width - 1] + "…"
 
 
 def _memory(ok: pd.DataFrame, sweep: Sweep) -> Figure:

@@ -154,8 +154,8 @@ def _conclusions(found: list[Conclusion], plots: set[str]) -> list[str]:
     if not found:
         return ["<section id='conclusions'><h2>Conclusions</h2><p>None: no grid point finished with a readable "
                 "trace (see Problems below).</p></section>"]
-    names = {"summary": "summary", "crossovers": "crossovers", "where-the-time-goes": "where the time goes",
-             "training": "training phases", "noise": "noise", "article-check": "article check",
+    names = {"summary": "summary", "fusion": "what compile fused", "crossovers": "crossovers",
+             "where-the-time-goes": "where the time goes", "training": "training phases", "noise": "noise", "article-check": "article check",
              "expectations": "expectations", "warnings": "warnings"}
     items = []
     for c in found:
@@ -341,6 +341,25 @@ def _where_time_goes_section(page: Page) -> list[str]:
     return _where_time_goes(page.data.get("top_ops"))
 
 
+def _fusion_section(page: Page) -> list[str]:
+    """What compile fused: per compiled grid point each generated kernel, the eager ops it covers
+    and their time per step in the paired eager grid point against the kernel's (fusion.csv)."""
+    fusion = page.data.get("fusion")
+    if fusion is None or not len(fusion):
+        return []
+    rows = ([escape(str(r["point"])), escape(str(r["kernel"])), escape(str(r["eager_ops"] or "")),
+             escape(us(stats.number(r["eager_us_per_step"])) if stats.number(r["eager_us_per_step"]) is not None
+                    else "no eager point"),
+             escape(us(stats.number(r["compiled_us_per_step"]))), escape(str(r["unmatched"] or ""))]
+            for _, r in fusion.iterrows())
+    return ["<h2 id='fusion'>What compile fused</h2><p>Each kernel Inductor generated for a compiled grid point, "
+            "the eager aten ops its name says it covers (matched against the ops the paired eager grid point ran) "
+            "and what they took there per step, against the kernel's time per step (medians over the repeats; on "
+            "the CPU self host time, on a GPU device time). <code>fusion.csv</code> has every row.</p>",
+            table(["grid point", "kernel", "eager ops covered", "eager per step", "compiled per step",
+                   "words no eager op has"], rows, left=3)]
+
+
 def _training_section(page: Page) -> list[str]:
     return _training_phases(page.tables.points)
 
@@ -422,6 +441,6 @@ def _job_detail(page: Page, j: dict[str, Any]) -> str:
 # The page, top to bottom: what the sweep shows first, then what to distrust, then the evidence.
 SECTIONS: list[Callable[[Page], list[str]]] = [
     _header, _conclusions_section, _noise_section, _expectations_section, _environment, _left_out, _warnings,
-    _problems, _crossovers, _where_time_goes_section, _training_section, _article_section, _plots, _summary,
+    _problems, _crossovers, _where_time_goes_section, _fusion_section, _training_section, _article_section, _plots, _summary,
     _jobs,
 ]

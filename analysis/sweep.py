@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from analysis import points as grid_points
 from analysis.fit import FIT_COLUMNS, fit_series
-from analysis.peaks import peak_for
+from analysis.peaks import Ceilings
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
 from profsweep.decide import SAME, Decision, decide
@@ -37,6 +37,8 @@ class SweepTables:
     kernels: list[dict[str, Any]] = field(default_factory=list)
     ops: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # job -> its ops, costliest first
     crossovers: list[dict[str, Any]] = field(default_factory=list)
+    memory: list[dict[str, Any]] = field(default_factory=list)  # memory over each job's last step (profile_memory)
+    ceilings: Ceilings = field(default_factory=lambda: Ceilings("table"))  # environment.json's
 
     @property
     def problems(self) -> list[tuple[str, str]]:
@@ -71,7 +73,7 @@ def job_folders(folder: Path) -> list[Path]:
 
 def analyse_sweep(folder: Path, progress: Callable[[str], None] | None = None) -> SweepTables:
     folder = Path(folder)
-    tables = SweepTables(folder)
+    tables = SweepTables(folder, ceilings=Ceilings.of(_environment(folder)))
     dirs = job_folders(folder)
     report = progress or (lambda line: None)
     last = time.perf_counter()
@@ -85,7 +87,7 @@ def analyse_sweep(folder: Path, progress: Callable[[str], None] | None = None) -
     tables.points = grid_points.points(tables.jobs, tables.steps)
     for point in tables.points:
         if grid_points.usable(point):
-            derive(point)
+            derive(point, tables.ceilings)
     tables.crossovers = crossovers(tables.points)
     return tables
 
@@ -232,6 +234,14 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
     tables.jobs.append(row)
 
 
+def _environment(folder: Path) -> Any:
+    """The sweep's environment.json (a single run's is in its own folder), or None."""
+    try:
+        return json.loads((folder / contract.ENVIRONMENT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def _add_trace(tables: SweepTables, row: dict[str, Any], m: dict[str, Any]) -> None:
     for key, value in flat(m).items():
         # The job's own numbers (torch's footer) stay; the trace fills everything else.
@@ -249,9 +259,10 @@ def _add_trace(tables: SweepTables, row: dict[str, Any], m: dict[str, Any]) -> N
     row[grid_points.RATIO] = stats.median(grid_points.samples(row, grid_points.RATIO, [
         {k: values[k][i] for k in ("device_us", "self_cpu_us", "compute_us", "overhead_us")}
         for i in range(len(values["self_cpu_us"]))]))
-    derive(row)
+    derive(row, tables.ceilings)
 
     job = row["job"]
+    tables.memory += [{"job": job, "t_us": t, "allocated_bytes": b} for t, b in m.get("memory_timeline") or []]
     for i, name in enumerate(m["step_names"] or ["whole trace"]):
         step = {"job": job, **{k: row.get(k) for k in SERIES_KEYS + ["size", "repeat"]}, "step": i + 1,
                 "step_name": name}
@@ -280,25 +291,26 @@ def step_time(row: dict[str, Any]) -> tuple[float | None, float | None, float | 
     return value, number(row.get(f"{key}_low")) or value, number(row.get(f"{key}_high")) or value
 
 
-def derive(row: dict[str, Any]) -> None:
+def derive(row: dict[str, Any], ceilings: Ceilings | None = None) -> None:
     """What follows from a job's (or grid point's) medians: achieved FLOP/s and bytes/s with
-    their intervals, the device's peak, and the regime by measured time: overhead-bound when work /
-    host within a step is below 1, else compute-bound (compute- or memory-bound by the roofline
-    where the device's peak is known), with `regime_uncertain` when that ratio's interval holds 1."""
+    their intervals, the ceilings they are held against (this machine's measured ones, else a
+    GPU's datasheet peak: `peak_source`) and the fractions of them reached, and the regime by
+    measured time: overhead-bound when work / host within a step is below 1, else compute-bound
+    (compute- or memory-bound by the roofline's ridge where the ceilings are known), with
+    `regime_uncertain` when that ratio's interval holds 1."""
     flops, moved = row.get("flops_per_call"), row.get("bytes_per_call")
     step, low, high = step_time(row)
     for key, amount in (("achieved_flops_per_s", flops), ("achieved_bytes_per_s", moved)):
         row[key] = amount / (step * 1e-6) if amount and step else None
         row[f"{key}_low"] = amount / (high * 1e-6) if amount and high else None
         row[f"{key}_high"] = amount / (low * 1e-6) if amount and low else None
-    peak = peak_for(row.get("device_name")) if row.get("platform") not in (None, "cpu") else None
-    dtype = row.get("dtype")
-    row["peak_flops_per_s"] = peak.flops_per_s(dtype) if peak and dtype in ("bf16", "fp16", "fp32") else None
-    row["peak_bytes_per_s"] = peak.bytes_per_s if peak else None
-    row["fraction_of_peak_flops"] = (
-        row["achieved_flops_per_s"] / row["peak_flops_per_s"]
-        if row["achieved_flops_per_s"] and row["peak_flops_per_s"] else None
-    )
+    peak_f, peak_b, source = (ceilings or Ceilings("table")).peak(row)
+    row["peak_flops_per_s"], row["peak_bytes_per_s"], row["peak_source"] = peak_f, peak_b, source
+    for frac, achieved, peak in (("achieved_flops_frac", "achieved_flops_per_s", peak_f),
+                                 ("achieved_bandwidth_frac", "achieved_bytes_per_s", peak_b)):
+        for end in ("", "_low", "_high"):
+            value = row.get(achieved + end)
+            row[frac + end] = value / peak if value and peak else None
     ridge = (  # only a known device's: an assumed ridge would make the regime a guess about intensity
         row["peak_flops_per_s"] / row["peak_bytes_per_s"]
         if row["peak_flops_per_s"] and row["peak_bytes_per_s"] else None
@@ -534,6 +546,8 @@ def frames(tables: SweepTables) -> dict[str, Any]:
         "crossovers": pd.DataFrame(tables.crossovers, columns=[
             *SERIES_KEYS, "settings", "host_metric", "work_metric", "sizes", "crossover_size", "status", "uncertain",
             "crossover_size_unprofiled", "status_unprofiled", *FIT_COLUMNS]),
+        **({"memory_timeline": pd.DataFrame(tables.memory, columns=["job", "t_us", "allocated_bytes"])}
+           if tables.memory else {}),
     }
 
 

@@ -197,6 +197,17 @@ class DeviceEvent:
     phase: str | None = None
 
 
+class MemoryEvent(NamedTuple):
+    """An allocation (bytes > 0) or a free (< 0) that profile_memory=True records: a `[memory]`
+    instant event, with the allocator's total after it."""
+
+    ts: int  # ns, as host events
+    bytes: int
+    total_allocated: int
+    device_type: int  # 0: CPU, 1: CUDA (c10::DeviceType)
+    tid: tuple[Any, Any]
+
+
 class Window(NamedTuple):
     """A span of host time: a `ProfilerStep#N` (or the whole trace), a phase annotation."""
 
@@ -218,6 +229,7 @@ class Trace:
     meta: dict[str, Any]  # the document without its events (deviceProperties, ...)
     malformed: dict[str, int]  # name -> events with a missing or negative duration
     kernel_args: dict[str, dict[str, Any]]  # kernel name -> what CUPTI recorded of its launches
+    memory: list[MemoryEvent] = field(default_factory=list)  # profile_memory=True's, in time order
     _step_starts: list[int] = field(init=False, repr=False)
     _phase_starts: list[int] = field(init=False, repr=False)
 
@@ -414,7 +426,7 @@ def parse_trace(paths: Path | Sequence[Path]) -> Trace:
                          if h.cat == "user_annotation" and h.name in PHASES), key=lambda p: (p.start, p.end, p.name))
         malformed = dict(sorted(read.malformed.items(), key=lambda kv: -kv[1]))
         meta = readers[0].meta if readers else {}
-        trace = Trace(host, read.device, steps, windowed, phases, meta, malformed, read.kernel_args)
+        trace = Trace(host, read.device, steps, windowed, phases, meta, malformed, read.kernel_args, read.memory)
         _place(trace)
     return trace
 
@@ -425,6 +437,7 @@ class _Read(NamedTuple):
     labels: list[dict[str, Any]]  # process and thread labels (metadata events)
     malformed: dict[str, int]
     kernel_args: dict[str, dict[str, Any]]
+    memory: list[MemoryEvent]
 
 
 def _read(batches: Iterable[list[dict[str, Any]]]) -> _Read:
@@ -439,11 +452,14 @@ def _read(batches: Iterable[list[dict[str, Any]]]) -> _Read:
     labels: list[dict[str, Any]] = []
     malformed: dict[str, int] = {}
     kernel_args: dict[str, dict[str, Any]] = {}
+    memory: list[tuple[float, dict[str, Any], tuple[Any, Any]]] = []
     for batch in batches:
         for e in batch:  # the hot loop: ~100k events in a 35 MB trace; _ns() inlined
             if e.get("ph") != "X":
                 if e.get("ph") == "M":
                     labels.append(e)
+                elif e.get("name") == "[memory]" and isinstance(e.get("args"), dict):
+                    memory.append((e.get("ts"), e["args"], (e.get("pid"), e.get("tid"))))
                 continue
             if base is None:
                 base = int(float(e["ts"])) - 10**9
@@ -468,7 +484,22 @@ def _read(batches: Iterable[list[dict[str, Any]]]) -> _Read:
                     HostEvent(strings.setdefault(name, name), strings.setdefault(cat, cat),
                               int((float(e["ts"]) - base) * 1000.0 + 0.5), int(float(dur) * 1000.0 + 0.5),
                               args.get("correlation")))
-    return _Read(threads, device, labels, malformed, kernel_args)
+    return _Read(threads, device, labels, malformed, kernel_args, _memory_events(memory, base))
+
+
+def _memory_events(found: list[tuple[Any, dict[str, Any], tuple[Any, Any]]], base: int | None) -> list[MemoryEvent]:
+    """The `[memory]` events that say what they are (a time, bytes, the total after), in time order."""
+    out = []
+    for ts, args, tid in found:
+        try:
+            t = float(ts)
+            event = MemoryEvent(int((t - (base if base is not None else int(t) - 10**9)) * 1000.0 + 0.5),
+                                int(args["Bytes"]), int(args["Total Allocated"]), int(args.get("Device Type", 0)), tid)
+        except (KeyError, TypeError, ValueError, OverflowError):
+            continue
+        out.append(event)
+    out.sort(key=lambda m: m.ts)
+    return out
 
 
 def _move_device_threads(threads: dict[tuple[Any, Any], list[HostEvent]], labels: list[dict[str, Any]],
@@ -828,6 +859,51 @@ def analyse_dead_window(trace: Trace) -> Part:
     return Part({"dead_window_us": None if first_op is None else (first_op.ts - begin) * US}, {})
 
 
+MEMORY_POINTS = 400  # of a step's memory timeline at most: the peak and the step's ends always among them
+
+
+def analyse_memory(trace: Trace, platform: str) -> dict[str, Any]:
+    """Memory over one step, from profile_memory=True's `[memory]` events of the device the job
+    ran on (the CPU's on a CPU trace): the allocator's total at the step's start, its peak inside
+    the step and the innermost operator (else annotation) on the allocating thread around the
+    allocation that reached it, and the timeline (µs from the step's start, bytes allocated). The
+    step is the last recorded one (the least cold); None everywhere without memory events."""
+    none = {"memory_step": None, "step_allocated_start_bytes": None, "step_allocated_peak_bytes": None,
+            "step_allocated_peak_op": None, "memory_timeline": []}
+    device_type = 0 if platform == "cpu" else 1
+    events = [m for m in trace.memory if m.device_type == device_type]
+    if not events:
+        return none
+    step = trace.steps[-1]
+    inside = [m for m in events if step.start <= m.ts < step.end]
+    before = [m for m in events if m.ts < step.start]
+    start = before[-1].total_allocated if before else (inside[0].total_allocated - inside[0].bytes if inside else None)
+    if start is None:
+        return none
+    peak = max(inside, key=lambda m: m.total_allocated, default=None)
+    top = peak.total_allocated if peak is not None and peak.total_allocated > start else start
+    timeline = [(0.0, start)] + [((m.ts - step.start) * US, m.total_allocated) for m in inside]
+    end = inside[-1].total_allocated if inside else start
+    timeline.append(((step.end - step.start) * US, end))
+    if len(timeline) > MEMORY_POINTS:  # evenly thinned, keeping the ends and the peak
+        keep = {0, len(timeline) - 1, 1 + inside.index(peak)} if peak is not None else {0, len(timeline) - 1}
+        stride = len(timeline) / MEMORY_POINTS
+        keep |= {int(i * stride) for i in range(MEMORY_POINTS)}
+        timeline = [timeline[i] for i in sorted(keep)]
+    return {"memory_step": step.name, "step_allocated_start_bytes": start, "step_allocated_peak_bytes": top,
+            "step_allocated_peak_op": _around(trace, peak) if peak is not None and top > start else None,
+            "memory_timeline": timeline}
+
+
+def _around(trace: Trace, m: MemoryEvent) -> str | None:
+    """The innermost operator (else any event but the step) on the event's thread around `m`."""
+    around = [h for h in trace.host if h.tid == m.tid and h.ts <= m.ts <= h.ts + h.dur
+              and not h.name.startswith("ProfilerStep#")]
+    ops = [h for h in around if is_operator(h.name)]
+    chosen = max(ops or around, key=lambda h: h.depth, default=None)
+    return chosen.name if chosen is not None else None
+
+
 def platform_of(trace: Trace) -> str:
     """cpu, cuda, rocm, or the accelerator the runtime's category names (mtia_runtime: mtia)."""
     runtime = {(h.cat, h.name) for h in trace.host if h.cat.endswith(RUNTIME_SUFFIXES)}
@@ -887,6 +963,7 @@ def summarise(trace: Trace) -> dict[str, Any]:
     result["regime"] = regime(result)
     result["malformed_events"] = sum(trace.malformed.values())
     result["malformed"] = dict(trace.malformed)
+    result.update(analyse_memory(trace, platform))
     return result
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Mapping, NamedTuple
 
 from experiments.seam import short_name
+from profsweep.ceilings import MODES
 
 
 class ConfigError(ValueError):
@@ -26,10 +27,11 @@ ISOLATIONS = ("process", "none")
 STARTS = ("fork", "fresh")
 UNAVAILABLE = ("refuse", "skip")  # a grid point this machine cannot run: refuse the sweep, or skip it
 COMPILE_CACHES = ("fresh", "shared")
+CEILINGS = MODES  # run.ceilings (profsweep.ceilings)
 AUTO = "auto"
 # Settings of the sweep as a whole, not of what a job measures: they never change a job's
 # config_hash, so a rerun with more repeats adds only the missing ones.
-SWEEP_ONLY = ("repeat", "repeats", "precision", "max_repeats", "variant_settings")
+SWEEP_ONLY = ("repeat", "repeats", "precision", "max_repeats", "variant_settings", "ceilings")
 
 
 class Optimizer(NamedTuple):
@@ -191,6 +193,9 @@ class RunConfig:
     max_repeats: int = 10
     repeat: int = 1  # which repeat a job is: set by the sweep
     threads: Any = AUTO  # torch's intra-op threads: auto (what torch chooses) or a count
+    # This machine's matmul FLOP/s and memory bandwidth for the roofline (profsweep.ceilings):
+    # measure (once per machine, then cached) | table (datasheet peaks, GPUs only) | off.
+    ceilings: str = "measure"
     # The workload settings that name each job's variant in its folder and progress line,
     # space-separated: those the sweep sets (conf/config.yaml: `${variant_settings:}`).
     variant_settings: str = ""
@@ -216,6 +221,7 @@ class RunConfig:
         _require_choice("run.start", self.start, STARTS)
         _require_choice("run.isolation", self.isolation, ISOLATIONS)
         _require_choice("run.compile_cache", self.compile_cache, COMPILE_CACHES)
+        _require_choice("run.ceilings", self.ceilings, CEILINGS)
         _require_positive_int("run.warmup_iters", self.warmup_iters)
         _require_nonnegative_int("run.job_timeout_s", self.job_timeout_s)
         if not (isinstance(self.variant_settings, str)

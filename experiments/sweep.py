@@ -21,7 +21,9 @@ from experiments.preflight import (
     check_configs, check_expectations, job_config, preflight, refuse_swept_sweep_settings, skip_reason, sweep_grid,
 )
 from experiments.refusals import refuse
-from experiments.sweep_folder import defer_stops, start_in, tally, warn_if_short_of_space, write_plan
+from experiments.sweep_folder import (
+    defer_stops, record_ceilings, start_in, tally, warn_if_short_of_space, write_plan,
+)
 from profsweep.progress import planned_jobs
 from profsweep.sweep_state import SWEEP
 
@@ -75,6 +77,7 @@ class SweepCallback(Callback):
         expect = check_expectations(config)
         start_in(Path(str(config.hydra.run.dir)), "hydra.run.dir", expect)
         refusals.release()  # the input is accepted: stderr passes from now on
+        record_ceilings(Path(str(config.hydra.run.dir)), [job_config(config)])
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.global_hydra import GlobalHydra
@@ -100,6 +103,7 @@ class SweepCallback(Callback):
         # it, while the analysis runs (the sweeper calls this through SWEEP, not by importing us).
         SWEEP.after_launching(forkserver.shutdown)
         SWEEP.after_launching(defer_stops)  # from the last job on, a stop waits for the analysis
+        record_ceilings(sweep_dir, [p.config for p in planned])
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         job_dir = Path(str(config.hydra.runtime.output_dir))

@@ -2,6 +2,7 @@
 
     start_in(folder)   the folder made and locked (one sweep at a time), Ctrl-C's and SIGTERM's
                        handling, environment.json and expect.json written
+    record_ceilings    the machine's measured ceilings (or the cache's) into environment.json
     write_plan         sweep.json: the jobs, the grid as its axes, the command
     warn_if_short_of_space   the disk estimate, before any job
     tally              the counts and failed jobs at the end, and the exit status
@@ -15,6 +16,7 @@ import os
 import shutil
 import signal
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,43 @@ def start_in(folder: Path, key: str, expect: list[str]) -> None:
                f"choose a {key} you can write to")
     if expect:
         records.write_json(folder / EXPECT_FILE, {"expect": expect})
+
+
+def record_ceilings(folder: Path, configs: list[JobConfig]) -> None:
+    """Before the first job: this machine's matmul and memory ceilings for each device x dtype x
+    threads the sweep runs (profsweep.ceilings), read from the user's cache or measured now while
+    holding the device as a job would, recorded in environment.json (`ceilings`, `ceilings_mode`)
+    for the analysis's roofline. Measuring is never a reason to stop a sweep: a ceiling that
+    cannot be measured is said and left out (the analysis falls back to datasheet peaks)."""
+    from experiments.slots import held_slot, slots_for, visible_gpus
+    from profsweep import ceilings
+
+    mode = configs[0].run.ceilings if configs else "off"
+    path = folder / ENVIRONMENT_FILE
+    found: list[dict[str, Any]] = []
+    wanted = sorted({("cuda" if c.device == "cuda" or (c.device == "auto" and cuda_visible()) else "cpu",
+                      c.dtype, str(c.run.threads)) for c in configs}) if mode == "measure" else []
+    gpus = visible_gpus() if any(device == "cuda" for device, _, _ in wanted) else []
+    for device, dtype, threads in wanted:
+        count: Any = threads if threads == "auto" else int(threads)
+        ceiling = ceilings.cached(device, dtype, count, ceilings.torch_version())
+        if ceiling is None:
+            try:
+                with held_slot(slots_for(device, gpus), holder=f"pid {os.getpid()}, sweep {folder} (ceilings)") \
+                        as (slot, _):
+                    ceiling = ceilings.measure(device, dtype, count, visible=None if slot == "cpu" else slot,
+                                               progress=lambda line: print(line, flush=True))
+                ceilings.remember(ceiling, count)
+                print(f"  {ceiling.line()} in {ceiling.seconds:.1f} s", flush=True)
+            except ceilings.CeilingError as exc:
+                print(f"warning: {exc}; the roofline leaves this ceiling out", flush=True)
+                continue
+        found.append({**asdict(ceiling), "threads_setting": threads})
+    try:
+        environment = json.loads(path.read_text(encoding="utf-8"))
+        records.write_json(path, {**environment, "ceilings_mode": mode, "ceilings": found})
+    except (OSError, ValueError) as exc:
+        print(f"warning: the ceilings were not recorded in {path}: {exc}", flush=True)
 
 
 def _terminate_as_interrupt(signum: int, frame: Any) -> None:

@@ -7,6 +7,7 @@
     profsweep serve FOLDER                             a report on localhost, with Perfetto buttons
     profsweep sql DB "QUERY"                           ask the history store
     profsweep trace FILE                               the metrics of one Chrome trace
+    profsweep calibrate --device cpu --dtype bf16      this machine's measured ceilings
 
 `run` hands its arguments to Hydra unchanged (overrides, -m, --cfg job, --help); the others are
 `python -m analysis ...`'s, under this name. `python experiments/run.py -m ...` keeps working.
@@ -26,6 +27,7 @@ COMMANDS = {
     "serve": "serve a report or comparison on 127.0.0.1, with Perfetto buttons",
     "sql": "ask the history store anything (DuckDB's SQL, read-only)",
     "trace": "the metrics of one Chrome trace (.json or .json.gz)",
+    "calibrate": "measure this machine's matmul FLOP/s and memory bandwidth (the roofline's ceilings)",
 }
 EXAMPLES = """examples:
   profsweep run -m size=64,1024,4096 compile=true,false

@@ -20,6 +20,8 @@ FLAT_KEYS = (
     "window", "platform", "steps", "self_cpu_total_us", "self_device_total_us",
     "compute_us", "overhead_us", "kernels_total", "launches_total", "memcpys_total",
     "memsets_total", "occupancy_queries_total", "dead_window_us", "malformed_events",
+    # memory over the last recorded step (profiler.profile_memory=true)
+    "memory_step", "step_allocated_start_bytes", "step_allocated_peak_bytes", "step_allocated_peak_op",
 )
 # Per-step statistics (step_<key>_median/min/max in summary.csv; phases add <phase>_host_us, ...).
 PER_STEP_KEYS = (
@@ -58,7 +60,7 @@ def flat_key(key: str) -> str:
 DERIVED_METRICS = (
     "host_us_per_step", "device_us_per_step", "compute_us_per_step", "overhead_us_per_step",
     "achieved_flops_per_s", "achieved_bytes_per_s", "peak_flops_per_s", "peak_bytes_per_s",
-    "fraction_of_peak_flops", "arithmetic_intensity", "regime", "top_kernel", "top_kernel_calls",
+    "peak_source", "achieved_flops_frac", "achieved_bandwidth_frac", "arithmetic_intensity", "regime", "top_kernel", "top_kernel_calls",
     "top_kernel_median_us", "top_kernel_min_us", "top_kernel_max_us", "top_kernel_spread",
     "malformed_names", "trace_bytes", "profiler_overhead_ratio", "regime_uncertain", "work_host_ratio",
     "regime_source", "regime_processes_needed", "work_overhead_ratio",

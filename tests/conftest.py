@@ -14,6 +14,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
+@pytest.fixture(autouse=True, scope="session")
+def _ceilings_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """One cache of measured ceilings for the whole test session, never the user's: each device x
+    dtype x threads is measured by the first sweep that needs it (profsweep.ceilings)."""
+    os.environ["PROFSWEEP_CACHE_DIR"] = str(tmp_path_factory.mktemp("ceilings-cache"))
+
 _FOOTER = re.compile(r"^Self (CPU|CUDA) time total: ([0-9.]+)(us|ms|s)$", re.MULTILINE)
 _UNIT_US = {"us": 1.0, "ms": 1e3, "s": 1e6}
 

@@ -481,10 +481,13 @@ def test_four_real_sweeps_where_the_last_two_do_4x_the_work_at_one_grid_point(re
     code, out, _ = history(real_sweeps / "changed", "--ignore", "workload.times", "--fail-on-change", "1.5",
                            capsys=capsys)
     found = pd.read_csv(real_sweeps / "changed" / "history" / "regressions.csv")
-    assert found[["size", "status", "change_at"]].values.tolist() == [
+    # the 4x step, confirmed where it happened; a step the scatter of a shared machine cannot rule
+    # out may be listed besides, as unconfirmed (seen in CI: 0.79x between the first two sweeps)
+    confirmed = found[found["status"] != "unconfirmed"]
+    assert confirmed[["size", "status", "change_at"]].values.tolist() == [
         [128, "regression", str((real_sweeps / "changed" / "a3").resolve())]], out
-    assert code == 1 and "workload_times 1 → 4" in found.loc[0, "what_changed"]
-    assert "aten::mm +" in found.loc[0, "what_changed"]
+    assert code == 1 and "workload_times 1 → 4" in confirmed.iloc[0]["what_changed"]
+    assert "aten::mm +" in confirmed.iloc[0]["what_changed"]
     page = (real_sweeps / "changed" / "history" / "history.html").read_text()
     assert "report.html" in page and ".json" in page
 

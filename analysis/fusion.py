@@ -1,0 +1,152 @@
+"""What torch.compile fused: each kernel Inductor generated for a compiled grid point, with the
+eager aten ops it covers and what they cost in the eager grid point it pairs with (fusion.csv).
+
+Inductor names a generated kernel after the aten ops of the graph nodes it fuses (its default
+descriptive names, `original_aten`): `cpp_fused_gelu_mul_split_0` on the CPU (in the trace as
+`graph_0_cpp_fused_...`: the job asks Inductor to name its C++ kernels there) and
+`triton_poi_fused_add_cos_sin_0` on a GPU (a kernel on the device's stream). The name's words
+are matched, longest first, against the ops the paired eager grid point ran: `native_layer_norm`
+is one op, not three, where eager ran `aten::native_layer_norm`. A word no eager op has stays
+in `unmatched` (a view Inductor folded in has no op of its own in eager, such as `view`, or an op
+under another name); without an eager partner every word is named as the aten op it spells.
+
+Times per step are medians over the repeats: on the CPU an op's (and a C++ kernel's) self host
+time per step, on a GPU the device time per step of the op's kernels and of the Triton kernel.
+Several kernels can cover one eager op (a `mul` in two of them): each row counts it.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any, Iterable
+
+from analysis.points import describe, identity, pairing_columns, usable
+from profsweep import stats
+from profsweep.contract import point_jobs
+
+FUSION_COLUMNS = ["point", "size", "compiled_job", "eager_job", "kernel", "eager_ops", "eager_us_per_step",
+                  "compiled_us_per_step", "unmatched", "matched_by"]
+# graph_0_cpp_fused_gelu_mul_split_0, cpp_fused__softmax_1, triton_poi_fused_add_cos_sin_0, triton_red_fused_sum_2
+GENERATED = re.compile(r"(?:^|_)(?:cpp|triton)_(?:[a-z]+_)?fused_(?P<ops>.+?)_\d+$")
+BY_NAME = "kernel name"
+
+
+def fused_words(kernel: str) -> list[str] | None:
+    """The op words of a generated kernel's name ([] for none), or None when it is not one."""
+    found = GENERATED.search(kernel)
+    return found.group("ops").split("_") if found else None
+
+
+def cover(words: list[str], eager: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(eager ops covered, words left unmatched): runs of words joined by `_`, longest first, that
+    name an op of `eager` (aten::name); an empty word (from `__`) joins the word after it."""
+    names = {name.split("::", 1)[1] for name in eager if name.startswith("aten::")}
+    covered: list[str] = []
+    unmatched: list[str] = []
+    i = 0
+    while i < len(words):
+        for j in range(len(words), i, -1):
+            name = "_".join(words[i:j])
+            if name in names:
+                if f"aten::{name}" not in covered:
+                    covered.append(f"aten::{name}")
+                i = j
+                break
+        else:
+            if words[i]:
+                unmatched.append(words[i])
+            i += 1
+    return covered, unmatched
+
+
+def fusion_rows(points: list[dict[str, Any]], ops: dict[str, list[dict[str, Any]]],
+                kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """fusion.csv's rows: per compiled grid point, each generated kernel it ran (costliest first)."""
+    eager_of = _eager_partners(points)
+    rows = []
+    for point in points:
+        if not usable(point) or not _yes(point.get("compile")):
+            continue
+        jobs = point_jobs(point)
+        gpu = point.get("platform") not in (None, "cpu")
+        times = _kernel_times(jobs, ops, kernels, gpu)
+        eager = eager_of.get(id(point))
+        eager_jobs = point_jobs(eager) if eager is not None else []
+        eager_times = _op_times(eager_jobs, ops, gpu, eager) if eager is not None else {}
+        for kernel, compiled_us in sorted(times.items(), key=lambda kv: -kv[1]):
+            words = fused_words(kernel) or []
+            if eager is not None:
+                covered, unmatched = cover(words, eager_times)
+            else:
+                covered, unmatched = [f"aten::{w}" for w in _joined(words)], []
+            spent = [eager_times[name] for name in covered if name in eager_times]
+            rows.append({
+                "point": describe(point), "size": point.get("size"), "compiled_job": jobs[0] if jobs else None,
+                "eager_job": eager_jobs[0] if eager_jobs else None, "kernel": kernel,
+                "eager_ops": "; ".join(covered), "eager_us_per_step": sum(spent) if eager is not None else None,
+                "compiled_us_per_step": compiled_us, "unmatched": " ".join(unmatched) or None, "matched_by": BY_NAME,
+            })
+    return rows
+
+
+def _yes(value: Any) -> bool:
+    return value in (True, "True", "true", 1)
+
+
+def _joined(words: list[str]) -> list[str]:
+    """The words as op names without an eager run to match: an empty word joins the next."""
+    out, carry = [], ""
+    for w in words:
+        if not w:
+            carry += "_"
+            continue
+        out.append(carry + w)
+        carry = ""
+    return out
+
+
+def _eager_partners(points: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """id(compiled point) -> the usable eager point that differs from it only in `compile` (by the
+    pairing columns that compare and history use)."""
+    columns = pairing_columns([p for p in points if usable(p)], ["compile"])
+    eager = {repr(identity(p, columns)): p for p in points if usable(p) and not _yes(p.get("compile"))}
+    return {id(p): eager[key] for p in points if _yes(p.get("compile")) and (key := repr(identity(p, columns))) in eager}
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def _kernel_times(jobs: list[str], ops: dict[str, list[dict[str, Any]]], kernels: list[dict[str, Any]],
+                  gpu: bool) -> dict[str, float]:
+    """Each generated kernel's time per step, the median over the jobs that ran it."""
+    found: dict[str, list[float]] = {}
+    if gpu:
+        for k in kernels:
+            value = stats.number(k.get("step_median_us"))
+            if str(k.get("job")) in jobs and fused_words(str(k.get("name"))) is not None and value is not None:
+                found.setdefault(str(k["name"]), []).append(value)
+    else:
+        for job in jobs:
+            for op in ops.get(job, []):
+                value = stats.number(op.get("self_host_us_step_median"))
+                if fused_words(str(op.get("name"))) is not None and value is not None:
+                    found.setdefault(str(op["name"]), []).append(value)
+    return {name: _median(values) for name, values in found.items()}
+
+
+def _op_times(jobs: list[str], ops: dict[str, list[dict[str, Any]]], gpu: bool,
+              point: dict[str, Any]) -> dict[str, float]:
+    """Each eager aten op's time per step (CPU: self host time; GPU: its kernels' device time),
+    the median over the jobs."""
+    steps = stats.number(point.get("steps")) or 1
+    found: dict[str, list[float]] = {}
+    for job in jobs:
+        for op in ops.get(job, []):
+            name = str(op.get("name"))
+            value = (stats.number(op.get("self_device_us")) or 0) / steps if gpu else \
+                stats.number(op.get("self_host_us_step_median"))
+            if name.startswith("aten::") and value is not None:
+                found.setdefault(name, []).append(value)
+    return {name: _median(values) for name, values in found.items()}

@@ -1,0 +1,165 @@
+"""This machine's measured ceilings (profsweep.ceilings), what the analysis holds grid points
+against (analysis.peaks.Ceilings), and the roofline they give."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.__main__ import main as analysis_main
+from analysis.peaks import DATASHEET, Ceilings
+from analysis.sweep import derive
+from profsweep import ceilings
+from profsweep.ceilings import Ceiling
+from tests.conftest import ROOT, run_cli
+
+CPU_BF16 = Ceiling(device="cpu", dtype="bf16", threads=2, machine="host AMD EPYC", torch_version="2.13.0",
+                   flops_per_s=200e9, matmul_size=2048, matmul_low=190e9, bytes_per_s=20e9, copy_bytes_per_s=18e9,
+                   array_bytes=128 << 20, cache_bytes=32 << 20, processes=3, seconds=9.0,
+                   measured_at="2026-12-04T17:00:00+00:00", how="by hand")
+
+
+def environment(*found: Ceiling, mode: str = "measure") -> dict:
+    return {"ceilings_mode": mode, "ceilings": [asdict(c) for c in found]}
+
+
+def test_a_point_is_held_against_the_ceiling_of_its_device_dtype_and_threads():
+    have = Ceilings.of(environment(CPU_BF16, replace(CPU_BF16, threads=1, flops_per_s=110e9),
+                                   replace(CPU_BF16, dtype="fp32", flops_per_s=90e9)))
+    assert have.peak({"platform": "cpu", "dtype": "bf16", "torch_threads": 2}) == (200e9, 20e9, "measured 2026-12-04")
+    assert have.peak({"platform": "cpu", "dtype": "bf16", "torch_threads": 1})[0] == 110e9
+    assert have.peak({"platform": "cpu", "dtype": "fp32", "torch_threads": 2})[0] == 90e9
+    assert have.peak({"platform": "cpu", "dtype": "fp16", "torch_threads": 2}) == (None, None, None)
+    # a GPU without a measured ceiling: its datasheet's, said as such; off: none at all
+    h100 = {"platform": "cuda", "dtype": "bf16", "device_name": "NVIDIA H100 80GB HBM3"}
+    assert have.peak(h100) == (989e12, 3350e9, DATASHEET)
+    assert Ceilings.of(environment(CPU_BF16, mode="off")).peak({"platform": "cpu", "dtype": "bf16",
+                                                                "torch_threads": 2}) == (None, None, None)
+
+
+@pytest.mark.parametrize("entry", [
+    "not a dict", {"device": "cpu"}, {**asdict(CPU_BF16), "flops_per_s": -1.0},
+    {**asdict(CPU_BF16), "bytes_per_s": float("nan")}, {**asdict(CPU_BF16), "flops_per_s": "fast"},
+    {**asdict(CPU_BF16), "flops_per_s": True},
+])
+def test_a_malformed_ceiling_in_environment_json_is_left_out(entry):
+    have = Ceilings.of({"ceilings_mode": "measure", "ceilings": [entry]})
+    assert have.measured == ()
+    assert Ceilings.of({"ceilings": "nonsense"}).measured == ()
+    assert Ceilings.of(None).mode == "table"  # a sweep from before ceilings: datasheets only
+
+
+def test_the_fractions_of_the_ceilings_are_the_achieved_rates_over_them_with_their_intervals():
+    # 2 * 1024^3 FLOPs in 10 ms [8, 12.5]: 214.7 GFLOP/s [171.8, 268.4]; against 200 GFLOP/s
+    flops = 2 * 1024 ** 3
+    row = {"platform": "cpu", "dtype": "bf16", "torch_threads": 2, "flops_per_call": flops,
+           "bytes_per_call": 3 * 1024 * 1024 * 2, "timed_us_per_step": 10_000.0, "timed_us_per_step_low": 8_000.0,
+           "timed_us_per_step_high": 12_500.0, "repeats": 3}
+    derive(row, Ceilings.of(environment(CPU_BF16)))
+    assert row["achieved_flops_frac"] == pytest.approx(flops / 0.010 / 200e9)
+    assert row["achieved_flops_frac_low"] == pytest.approx(flops / 0.0125 / 200e9)
+    assert row["achieved_flops_frac_high"] == pytest.approx(flops / 0.008 / 200e9)
+    assert row["achieved_bandwidth_frac"] == pytest.approx(3 * 1024 * 1024 * 2 / 0.010 / 20e9)
+    assert row["peak_source"] == "measured 2026-12-04"
+    # the roofline's ridge is the measured one: 10 FLOP/byte; this matmul's intensity is 341
+    assert row["arithmetic_intensity"] == pytest.approx(1024 / 3)
+
+
+def test_the_cache_keeps_one_entry_per_machine_dtype_torch_and_threads(tmp_path, monkeypatch):
+    monkeypatch.setenv(ceilings.CACHE_DIR_ENV, str(tmp_path))
+    mine = replace(CPU_BF16, machine=ceilings.machine("cpu"))
+    assert ceilings.cached("cpu", "bf16", 2, "2.13.0") is None
+    ceilings.remember(mine, 2)
+    ceilings.remember(replace(mine, flops_per_s=1.0, torch_version="2.14.0"), 2)
+    found = ceilings.cached("cpu", "bf16", 2, "2.13.0")
+    assert found is not None and found.flops_per_s == 200e9 and found.source == "cached"
+    assert ceilings.cached("cpu", "bf16", 2, "2.14.0").flops_per_s == 1.0
+    assert ceilings.cached("cpu", "bf16", "auto", "2.13.0") is None
+    assert ceilings.cached("cpu", "fp32", 2, "2.13.0") is None
+    (tmp_path / ceilings.CACHE_FILE).write_text("{not json")
+    assert ceilings.cached("cpu", "bf16", 2, "2.13.0") is None  # an unreadable cache: measured again
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--device", "tpu"], "invalid choice: 'tpu'"),
+    (["--dtype", "fp64"], "invalid choice: 'fp64'"),
+])
+def test_calibrate_refuses_a_device_or_dtype_it_does_not_know(args, said, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        analysis_main(["calibrate", *args])
+    assert stopped.value.code == 2 and said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("threads", ["0", "many", "-2"])
+def test_calibrate_refuses_a_thread_count_that_is_not_one(threads, capsys):
+    assert analysis_main(["calibrate", "--threads", threads]) == 2
+    assert f"--threads {threads!r} is not allowed: give a count >= 1, or auto" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU may be here")
+def test_calibrating_cuda_without_a_gpu_says_so(capsys):
+    assert analysis_main(["calibrate", "--device", "cuda", "--processes", "1"]) == 2
+    assert "device cuda is not available here" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_calibrate_measures_the_cpu_and_caches_what_it_measured(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "analysis", "calibrate", "--device", "cpu", "--dtype", "fp32",
+                           "--threads", "1", "--processes", "2"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**__import__("os").environ, ceilings.CACHE_DIR_ENV: str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "cpu fp32, 1 thread: matmul" in done.stdout and "triad" in done.stdout
+    [entry] = json.loads((tmp_path / ceilings.CACHE_FILE).read_text()).values()
+    found = Ceiling.from_dict(entry)
+    assert found.threads == 1 and found.processes == 2 and found.dtype == "fp32"
+    assert found.matmul_size >= ceilings.FIRST_SIZE and found.matmul_size & (found.matmul_size - 1) == 0
+    assert 0 < found.matmul_low <= found.flops_per_s and found.bytes_per_s > 0 and found.copy_bytes_per_s > 0
+    # STREAM's rule: each array at least four times the last-level cache
+    assert found.array_bytes >= 4 * found.cache_bytes and found.array_bytes >= ceilings.MIN_ARRAY_BYTES["cpu"]
+
+
+def test_run_ceilings_must_be_one_of_its_modes(sweep_dir):
+    done = run_cli("-m", "size=64", "run.ceilings=guess", f"hydra.sweep.dir={sweep_dir}")
+    assert done.returncode != 0
+    assert "run.ceilings='guess' is not allowed" in done.stderr + done.stdout
+    assert "measure" in done.stderr + done.stdout and not (sweep_dir / "0_matmul_add_64_bf16_cold_eager").exists()
+
+
+@pytest.mark.slow
+def test_a_sweep_records_its_ceilings_and_draws_the_roofline(sweep_dir):
+    done = run_cli("-m", "size=64,256", "run.threads=1", f"hydra.sweep.dir={sweep_dir}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    env = json.loads((sweep_dir / "environment.json").read_text())
+    assert env["ceilings_mode"] == "measure"
+    [used] = env["ceilings"]
+    assert (used["device"], used["dtype"], used["threads"], used["threads_setting"]) == ("cpu", "bf16", 1, "1")
+    summary = pd.read_csv(sweep_dir / "summary.csv")
+    for _, row in summary.iterrows():
+        assert row["peak_flops_per_s"] == pytest.approx(used["flops_per_s"])
+        assert row["achieved_flops_frac"] == pytest.approx(row["achieved_flops_per_s"] / used["flops_per_s"])
+        assert row["peak_source"] == f"measured {used['measured_at'][:10]}"
+        assert row["regime"] in ("overhead-bound", "compute-bound")  # matmul lies right of the ridge
+    assert (sweep_dir / "plots" / "roofline.png").is_file()
+    assert "of this machine's measured bf16 matmul peak" in done.stdout
+    # a second sweep reads the cache: the same ceiling, not measured again
+    again = run_cli("-m", "size=64", "run.threads=1", f"hydra.sweep.dir={sweep_dir}-2")
+    assert again.returncode == 0 and "measuring this machine's" not in again.stdout
+    assert json.loads((Path(f"{sweep_dir}-2") / "environment.json").read_text())["ceilings"][0]["source"] == "cached"
+
+
+@pytest.mark.slow
+def test_ceilings_off_and_table_measure_nothing(sweep_dir):
+    done = run_cli("-m", "size=64", "run.ceilings=off", f"hydra.sweep.dir={sweep_dir}")
+    assert done.returncode == 0 and "measuring" not in done.stdout
+    assert json.loads((sweep_dir / "environment.json").read_text())["ceilings"] == []
+    summary = pd.read_csv(sweep_dir / "summary.csv")
+    assert summary["achieved_flops_frac"].isna().all() and not (sweep_dir / "plots" / "roofline.png").exists()
+    assert not math.isnan(summary.loc[0, "achieved_flops_per_s"])

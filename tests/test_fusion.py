@@ -1,0 +1,64 @@
+"""What torch.compile fused (analysis.fusion, fusion.csv): generated kernels mapped to the eager
+aten ops their names say they cover, on a recorded CUDA trace and on a CPU sweep of the GeGLU MLP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.fusion import cover, fused_words, fusion_rows
+from analysis.trace import analyse_trace
+from tests.conftest import ROOT, run_cli
+
+FIXTURES = ROOT.parent / "shared" / "fixtures" / "cuda-traces"
+
+
+@pytest.mark.parametrize("kernel, words", [
+    ("graph_0_cpp_fused_gelu_mul_split_0", ["gelu", "mul", "split"]),
+    ("cpp_fused__softmax_1", ["", "softmax"]),
+    ("triton_poi_fused_add_cos_sin_0", ["add", "cos", "sin"]),
+    ("triton_red_fused_native_layer_norm_12", ["native", "layer", "norm"]),
+    ("aten::mm", None), ("Torch-Compiled Region: 0/0", None), ("void gemm_kernel<float>", None),
+])
+def test_the_op_words_of_a_generated_kernels_name(kernel, words):
+    assert fused_words(kernel) == words
+
+
+def test_words_are_matched_longest_first_against_the_ops_eager_ran():
+    eager = ["aten::native_layer_norm", "aten::layer_norm", "aten::_softmax", "aten::mul", "aten::mm"]
+    assert cover(["native", "layer", "norm", "view"], eager) == (["aten::native_layer_norm"], ["view"])
+    assert cover(["", "softmax", "mul", "mul"], eager) == (["aten::_softmax", "aten::mul"], [])
+
+
+@pytest.mark.skipif(not (FIXTURES / "a100_triton_compiled.json.gz").is_file(), reason="fixtures not here")
+def test_the_triton_kernel_of_a_recorded_cuda_trace():
+    m = analyse_trace(FIXTURES / "a100_triton_compiled.json.gz")
+    kernels = [{"job": "j", **k} for k in m["kernels"]]
+    point = {"status": "ok", "trace_error": None, "compile": True, "platform": "cuda", "jobs": "j", "size": 8,
+             "workload": "custom"}
+    [row] = fusion_rows([point], {"j": m["top_ops"]}, kernels)
+    assert row["kernel"] == "triton_poi_fused_add_cos_sin_0"
+    assert row["eager_ops"] == "aten::add; aten::cos; aten::sin"  # no eager point: the ops its name spells
+    assert row["compiled_us_per_step"] == pytest.approx(1.76)  # the kernel's one launch, by hand from the trace
+    assert row["eager_us_per_step"] is None
+
+
+@pytest.mark.slow
+def test_the_geglu_mlp_compiled_on_the_cpu_fuses_gelu_and_mul(sweep_dir):
+    done = run_cli("-m", "workload=mlp", "size=512", "compile=true,false", "run.ceilings=off",
+                   f"hydra.sweep.dir={sweep_dir}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    fusion = pd.read_csv(sweep_dir / "fusion.csv")
+    fused = fusion[fusion["eager_ops"].fillna("").str.contains("aten::gelu")]
+    assert len(fused) == 1, fusion
+    row = fused.iloc[0]
+    assert "aten::mul" in row["eager_ops"] and "cpp_fused" in row["kernel"] and "gelu" in row["kernel"]
+    assert row["eager_us_per_step"] > 0 and row["compiled_us_per_step"] > 0
+    eager_ops = pd.read_csv(sweep_dir / "ops.csv")
+    eager_ops = eager_ops[eager_ops["job"] == row["eager_job"]].set_index("name")
+    # the eager side is the sum of the covered ops' own time per step, read back from ops.csv
+    covered = row["eager_ops"].split("; ")
+    assert row["eager_us_per_step"] == pytest.approx(eager_ops.loc[covered, "self_host_us_step_median"].sum())
+    assert "compile fused" in done.stdout and "id='fusion'" in (sweep_dir / "report.html").read_text()
