@@ -11,6 +11,7 @@ from typing import Callable
 
 PLOTS_DIR = "plots"
 TERMINAL_CONCLUSIONS = 12  # the rest are in the report
+OPTIONAL_TABLES = ("claims", "expectations", "fusion", "memory_timeline")  # written only when the sweep has them
 
 
 def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
@@ -28,7 +29,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     from analysis.expect import EXPECTATIONS_FILE
     from analysis.fusion import FUSION_COLUMNS, fusion_rows
     from analysis.points import noise_lines
-    from analysis.plots import write_plots
+    from analysis.plots import PLOT_NAMES, write_plots
     from analysis.report import write_report
     from analysis.sweep import analyse_sweep, check_expectations, frames, write_tables
 
@@ -49,12 +50,17 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     if checked is not None:
         extra[EXPECTATIONS_FILE.removesuffix(".csv")] = expectations
     write_tables(target, {**data, **extra})
+    for stem in OPTIONAL_TABLES:  # one an earlier analysis of this folder wrote, that this one does not
+        if stem not in data and stem not in extra:
+            (target / f"{stem}.csv").unlink(missing_ok=True)
     found = conclude(tables.points, tables.crossovers, tables.jobs, top, claims if len(claims) else None,
                      expectations if checked is not None else None, fused)
     short = in_short(tables.points, tables.crossovers, tables.jobs)
     write_conclusions(target, found)
     plots = write_plots(data["summary"], data["steps"], data["crossovers"], target / PLOTS_DIR,
                         data.get("memory_timeline"))
+    for stale in set(PLOT_NAMES) - {p.stem for p in plots}:  # drawn by an earlier analysis, not by this one
+        (target / PLOTS_DIR / f"{stale}.png").unlink(missing_ok=True)
     report = write_report(tables, plots, data, claims, expectations if checked is not None else None, out=target,
                           conclusions=found, short=short)
     if out is None:

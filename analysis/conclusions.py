@@ -599,6 +599,9 @@ def _training(points: list[dict[str, Any]]) -> list[Conclusion]:
     return out
 
 
+ABOVE_CEILING = 1.1  # a fraction of a ceiling past this says the ceiling, not the point, is off
+
+
 def _ceilings(points: list[dict[str, Any]]) -> list[Conclusion]:
     """Per series, how close its largest size comes to the ceiling it is held against: this
     machine's measured matmul peak (or a GPU's datasheet peak, said as such), with the interval
@@ -618,8 +621,10 @@ def _ceilings(points: list[dict[str, Any]]) -> list[Conclusion]:
                 else f"{whose} {r.get('dtype')} matmul peak ({rate(stats.number(r.get('peak_flops_per_s')), 'FLOP/s')}"
                      f"{when})")
         percent = lambda v: f"{v * 100:.0f}%"  # noqa: E731
+        above = (" Above the ceiling: it was measured low (a busy machine?); measure it again with python -m "
+                 "analysis calibrate" if stats.number(r[key]) > ABOVE_CEILING else "")
         out.append(Conclusion("ceilings", f"{series_name(r)} at {r['size']} reaches {percent(r[key])}"
-                              f"{_interval(r, key, percent)} of {what}.", "plot-roofline"))
+                              f"{_interval(r, key, percent)} of {what}.{above}", "plot-roofline"))
     return out
 
 

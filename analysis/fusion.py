@@ -27,8 +27,9 @@ from profsweep.contract import point_jobs
 
 FUSION_COLUMNS = ["point", "size", "compiled_job", "eager_job", "kernel", "eager_ops", "eager_us_per_step",
                   "compiled_us_per_step", "unmatched", "matched_by"]
-# graph_0_cpp_fused_gelu_mul_split_0, cpp_fused__softmax_1, triton_poi_fused_add_cos_sin_0, triton_red_fused_sum_2
-GENERATED = re.compile(r"(?:^|_)(?:cpp|triton)_(?:[a-z]+_)?fused_(?P<ops>.+?)_\d+$")
+# graph_0_cpp_fused_gelu_mul_split_0, cpp_fused__softmax_1, triton_poi_fused_add_cos_sin_0, triton_red_fused_sum_2,
+# and older Triton's names with the signature after the number: triton_poi_fused_add_0d1d2de
+GENERATED = re.compile(r"(?:^|_)(?:cpp|triton)_(?:[a-z]+_)?fused_(?P<ops>.+?)_\d+[a-z0-9]*$")
 BY_NAME = "kernel name"
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from profsweep.ceilings import Ceiling
 
+FLOPS_RANGE = (1e6, 1e19)  # FLOP/s a measured ceiling can be (a CPU core's MFLOP/s to beyond any GPU's)
+BYTES_RANGE = (1e6, 1e15)  # bytes/s likewise
 MEASURED = "measured"  # peak_source: this machine's ceilings (its date follows) ...
 DATASHEET = "datasheet"  # ... or the vendor's numbers
 
@@ -60,6 +62,16 @@ def peak_for(device_name: str | None) -> Peak | None:
     return None
 
 
+def _plausible(value: Any, low: float, high: float) -> bool:
+    """A number from an untrusted file within [low, high] (no bool, NaN, infinity or a huge int)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return low <= float(value) <= high
+    except OverflowError:
+        return False
+
+
 @dataclass(frozen=True)
 class Ceilings:
     """A sweep's ceilings as its environment.json records them."""
@@ -79,9 +91,8 @@ class Ceilings:
                 ceiling = Ceiling.from_dict(entry)
             except (TypeError, ValueError, AttributeError):
                 continue
-            numbers = (ceiling.flops_per_s, ceiling.bytes_per_s)
-            if all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-                   for v in numbers) and isinstance(ceiling.device, str) and isinstance(ceiling.dtype, str):
+            if (_plausible(ceiling.flops_per_s, *FLOPS_RANGE) and _plausible(ceiling.bytes_per_s, *BYTES_RANGE)
+                    and isinstance(ceiling.device, str) and isinstance(ceiling.dtype, str)):
                 found.append(ceiling)
         return cls(mode if mode in ("measure", "table", "off") else "table", tuple(found))
 
@@ -92,8 +103,10 @@ class Ceilings:
             return None, None, None
         device = "cpu" if row.get("platform") in (None, "cpu") else "cuda"
         threads = row.get("torch_threads")
+        name = row.get("device_name")
         for c in self.measured:
-            if c.device == device and c.dtype == row.get("dtype") and (device == "cuda" or c.threads == threads):
+            same = c.threads == threads if device == "cpu" else (not c.device_name or not name or c.device_name == name)
+            if c.device == device and c.dtype == row.get("dtype") and same:
                 return c.flops_per_s, c.bytes_per_s, f"{MEASURED} {str(c.measured_at)[:10]}"
         peak = peak_for(row.get("device_name")) if device == "cuda" else None
         if peak is None:

@@ -43,6 +43,7 @@ from analysis.points import pairing_columns  # noqa: E402
 from profsweep.contract import point_jobs  # noqa: E402
 from analysis.files import atomic_write_bytes  # noqa: E402
 
+PLOT_NAMES = ("crossover", "launches", "steps", "kernels", "throughput", "memory", "roofline", "memory_timeline")
 MODES = ["eager", "compile"]
 PHASES = ["cold", "warm"]
 MOST_SIZES = 4  # panels of the per-step plots: at most this many sizes, smallest to largest
@@ -774,14 +775,25 @@ def _on_roofline(ok: pd.DataFrame) -> pd.DataFrame:
     return data[(data[ROOFLINE_COLUMNS] > 0).all(axis=1)]
 
 
+def _ceilings_label(row: pd.Series) -> str:
+    """What a point's ceilings are: its dtype, and its threads (CPU) or GPU, and where they come from."""
+    words = [str(row.get("dtype"))]
+    threads = row.get("torch_threads")
+    if str(row.get("platform")) == "cpu" and pd.notna(threads):
+        words.append(f"{int(threads)} thread{'s' if int(threads) != 1 else ''}")
+    elif isinstance(row.get("device_name"), str):
+        words.append(str(row["device_name"]))
+    source = row.get("peak_source")
+    return ", ".join(words + ([str(source)] if isinstance(source, str) else []))
+
+
 def _roofline(ok: pd.DataFrame, sweep: Sweep) -> Figure:
     """Achieved FLOP/s against arithmetic intensity (FLOPs per byte moved, counted by hand), log-log,
     under the ceilings it is held against: this machine's measured matmul peak and triad bandwidth
     (or a GPU's datasheet peaks where none was measured), meeting at the ridge. One marker and
     line per series (its sizes), a panel per set of ceilings; bars: the 95% interval."""
     data = _on_roofline(ok).copy()
-    data["ceilings"] = (data["dtype"].astype(str) + " " + data.get("peak_source", pd.Series("", index=data.index))
-                        .fillna("").astype(str))
+    data["ceilings"] = data.apply(_ceilings_label, axis=1)  # a panel per set of ceilings
     data["line"], named = _line(data, ["series", "mode", "phase"], sweep)
     col = "ceilings" if _varies(data, "ceilings") else None
     hue = "line" if _varies(data, "line") else None
@@ -875,7 +887,7 @@ def _memory_timeline(data: pd.DataFrame, sweep: Sweep) -> Figure:
         if isinstance(top["step_allocated_peak_op"], str):
             ax.annotate(short_op(top["step_allocated_peak_op"]), (top["t_us"], top["allocated_bytes"]), fontsize=8,
                         color="crimson", ha="center", va="bottom", xytext=(0, 3), textcoords="offset points")
-        top_bytes = float(part["allocated_bytes"].max()) * 1.2 or 1.0
+        top_bytes = max(float(part["allocated_bytes"].max()) * 1.2, 1.0)
         unit = 1024 ** max(0, min(4, int(math.log(top_bytes, 1024))))  # B, KiB, MiB, GiB
         ax.yaxis.set_major_locator(ticker.MultipleLocator(_nice_step(top_bytes / unit / 5) * unit))
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: bytes_label(v)))

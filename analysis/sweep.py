@@ -311,6 +311,7 @@ def derive(row: dict[str, Any], ceilings: Ceilings | None = None) -> None:
         for end in ("", "_low", "_high"):
             value = row.get(achieved + end)
             row[frac + end] = value / peak if value and peak else None
+    row["fraction_of_peak_flops"] = row["achieved_flops_frac"]  # its name before the measured ceilings
     ridge = (  # only a known device's: an assumed ridge would make the regime a guess about intensity
         row["peak_flops_per_s"] / row["peak_bytes_per_s"]
         if row["peak_flops_per_s"] and row["peak_bytes_per_s"] else None

@@ -206,6 +206,7 @@ class MemoryEvent(NamedTuple):
     total_allocated: int
     device_type: int  # 0: CPU, 1: CUDA (c10::DeviceType)
     tid: tuple[Any, Any]
+    device_id: int = -1
 
 
 class Window(NamedTuple):
@@ -494,7 +495,8 @@ def _memory_events(found: list[tuple[Any, dict[str, Any], tuple[Any, Any]]], bas
         try:
             t = float(ts)
             event = MemoryEvent(int((t - (base if base is not None else int(t) - 10**9)) * 1000.0 + 0.5),
-                                int(args["Bytes"]), int(args["Total Allocated"]), int(args.get("Device Type", 0)), tid)
+                                int(args["Bytes"]), int(args["Total Allocated"]), int(args.get("Device Type", 0)), tid,
+                                int(args.get("Device Id", -1)))
         except (KeyError, TypeError, ValueError, OverflowError):
             continue
         out.append(event)
@@ -859,6 +861,8 @@ def analyse_dead_window(trace: Trace) -> Part:
     return Part({"dead_window_us": None if first_op is None else (first_op.ts - begin) * US}, {})
 
 
+NO_MEMORY = {"memory_step": None, "step_allocated_start_bytes": None, "step_allocated_peak_bytes": None,
+             "step_allocated_peak_op": None, "memory_timeline": ()}
 MEMORY_POINTS = 400  # of a step's memory timeline at most: the peak and the step's ends always among them
 
 
@@ -868,12 +872,15 @@ def analyse_memory(trace: Trace, platform: str) -> dict[str, Any]:
     the step and the innermost operator (else annotation) on the allocating thread around the
     allocation that reached it, and the timeline (µs from the step's start, bytes allocated). The
     step is the last recorded one (the least cold); None everywhere without memory events."""
-    none = {"memory_step": None, "step_allocated_start_bytes": None, "step_allocated_peak_bytes": None,
-            "step_allocated_peak_op": None, "memory_timeline": []}
+    none = dict(NO_MEMORY, memory_timeline=[])
     device_type = 0 if platform == "cpu" else 1
     events = [m for m in trace.memory if m.device_type == device_type]
-    if not events:
+    if not events or not trace.steps:
         return none
+    if device_type != 0:  # one device's allocator: the GPU most of the events are on
+        ids = [m.device_id for m in events]
+        busiest = max(set(ids), key=ids.count)
+        events = [m for m in events if m.device_id == busiest]
     step = trace.steps[-1]
     inside = [m for m in events if step.start <= m.ts < step.end]
     before = [m for m in events if m.ts < step.start]
@@ -963,7 +970,10 @@ def summarise(trace: Trace) -> dict[str, Any]:
     result["regime"] = regime(result)
     result["malformed_events"] = sum(trace.malformed.values())
     result["malformed"] = dict(trace.malformed)
-    result.update(analyse_memory(trace, platform))
+    try:
+        result.update(analyse_memory(trace, platform))
+    except (ValueError, TypeError, ArithmeticError):  # odd memory events never cost the job its other numbers
+        result.update(NO_MEMORY)
     return result
 
 

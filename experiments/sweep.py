@@ -78,6 +78,8 @@ class SweepCallback(Callback):
         start_in(Path(str(config.hydra.run.dir)), "hydra.run.dir", expect)
         refusals.release()  # the input is accepted: stderr passes from now on
         record_ceilings(Path(str(config.hydra.run.dir)), [job_config(config)])
+        if SWEEP.stopped:  # stopped while the ceilings were measured: the run does not start
+            raise KeyboardInterrupt
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.global_hydra import GlobalHydra
@@ -89,8 +91,6 @@ class SweepCallback(Callback):
         planned = preflight(config, axes if axes is not None else [], compose)
         check_configs([p.config for p in planned], [p.jobs for p in planned])
         expect = check_expectations(config)
-        if planned:
-            warm_start(planned[0].config)  # the fork server imports torch while the sweep starts
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if axes is not None:
             warn_if_short_of_space(sweep_dir, "hydra.sweep.dir", planned)
@@ -103,7 +103,12 @@ class SweepCallback(Callback):
         # it, while the analysis runs (the sweeper calls this through SWEEP, not by importing us).
         SWEEP.after_launching(forkserver.shutdown)
         SWEEP.after_launching(defer_stops)  # from the last job on, a stop waits for the analysis
-        record_ceilings(sweep_dir, [p.config for p in planned])
+        # This machine's ceilings first (a cache read, or a few seconds once per machine), so that
+        # nothing else runs while they are measured; then the fork server imports torch while the
+        # sweep starts.
+        record_ceilings(sweep_dir, [p.config for p in planned], axes)
+        if planned and not SWEEP.stopped:
+            warm_start(planned[0].config)
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
         job_dir = Path(str(config.hydra.runtime.output_dir))

@@ -58,41 +58,64 @@ def start_in(folder: Path, key: str, expect: list[str]) -> None:
         records.write_json(folder / EXPECT_FILE, {"expect": expect})
 
 
-def record_ceilings(folder: Path, configs: list[JobConfig]) -> None:
+def record_ceilings(folder: Path, configs: list[JobConfig], axes: list[Axis] | None = None) -> None:
     """Before the first job: this machine's matmul and memory ceilings for each device x dtype x
-    threads the sweep runs (profsweep.ceilings), read from the user's cache or measured now while
-    holding the device as a job would, recorded in environment.json (`ceilings`, `ceilings_mode`)
-    for the analysis's roofline. Measuring is never a reason to stop a sweep: a ceiling that
-    cannot be measured is said and left out (the analysis falls back to datasheet peaks)."""
+    threads the sweep runs (profsweep.ceilings: the planned jobs' and every value the grid's axes
+    give those keys), read from the user's cache or measured now while holding the device as a
+    job would, recorded in environment.json (`ceilings`, `ceilings_mode`) for the analysis's
+    roofline. Measuring is never a reason to fail a sweep: a ceiling that cannot be measured is
+    said and left out (the analysis falls back to datasheet peaks). A stop while measuring stops
+    the sweep before its first job, as a stop anywhere does."""
     from experiments.slots import held_slot, slots_for, visible_gpus
     from profsweep import ceilings
 
     mode = configs[0].run.ceilings if configs else "off"
-    path = folder / ENVIRONMENT_FILE
     found: list[dict[str, Any]] = []
-    wanted = sorted({("cuda" if c.device == "cuda" or (c.device == "auto" and cuda_visible()) else "cpu",
-                      c.dtype, str(c.run.threads)) for c in configs}) if mode == "measure" else []
-    gpus = visible_gpus() if any(device == "cuda" for device, _, _ in wanted) else []
-    for device, dtype, threads in wanted:
-        count: Any = threads if threads == "auto" else int(threads)
-        ceiling = ceilings.cached(device, dtype, count, ceilings.torch_version())
-        if ceiling is None:
-            try:
-                with held_slot(slots_for(device, gpus), holder=f"pid {os.getpid()}, sweep {folder} (ceilings)") \
-                        as (slot, _):
-                    ceiling = ceilings.measure(device, dtype, count, visible=None if slot == "cpu" else slot,
-                                               progress=lambda line: print(line, flush=True))
-                ceilings.remember(ceiling, count)
-                print(f"  {ceiling.line()} in {ceiling.seconds:.1f} s", flush=True)
-            except ceilings.CeilingError as exc:
-                print(f"warning: {exc}; the roofline leaves this ceiling out", flush=True)
-                continue
-        found.append({**asdict(ceiling), "threads_setting": threads})
+    try:
+        for device, dtype, threads in _ceilings_wanted(configs, axes or []) if mode == "measure" else []:
+            count: Any = threads if threads == "auto" else int(threads)
+            version = ceilings.torch_version()
+            ceiling = ceilings.cached(device, dtype, count, version)
+            if ceiling is None:
+                try:
+                    slots = slots_for(device, visible_gpus() if device == "cuda" else [])
+                    with held_slot(slots, holder=f"pid {os.getpid()}, sweep {folder} (ceilings)") as (slot, fd):
+                        ceiling = ceilings.cached(device, dtype, count, version)  # another sweep's, while we waited
+                        if ceiling is None:
+                            ceiling = ceilings.measure(device, dtype, count, visible=None if slot == "cpu" else slot,
+                                                       hold=fd, progress=lambda line: print(line, flush=True))
+                            ceilings.remember(ceiling, count)
+                            print(f"  {ceiling.line()} in {ceiling.seconds:.1f} s", flush=True)
+                except ceilings.CeilingError as exc:
+                    print(f"warning: {exc}; the roofline leaves this ceiling out", flush=True)
+                    continue
+            found.append({**asdict(ceiling), "threads_setting": threads})
+    except KeyboardInterrupt:
+        SWEEP.stop()  # the measuring processes are gone (profsweep.ceilings.measure); no job starts
+    path = folder / ENVIRONMENT_FILE
     try:
         environment = json.loads(path.read_text(encoding="utf-8"))
         records.write_json(path, {**environment, "ceilings_mode": mode, "ceilings": found})
     except (OSError, ValueError) as exc:
         print(f"warning: the ceilings were not recorded in {path}: {exc}", flush=True)
+
+
+def _ceilings_wanted(configs: list[JobConfig], axes: list[Axis]) -> list[tuple[str, str, str]]:
+    """(device, dtype, threads) of every job: the planned ones' values (preflight plans each
+    grid point by the first value of a plain key) and every value the axes give those keys."""
+    values: dict[str, set[str]] = {
+        "device": {str(c.device) for c in configs}, "dtype": {str(c.dtype) for c in configs},
+        "run.threads": {str(c.run.threads) for c in configs},
+    }
+    for axis in axes:
+        key = axis.key.lstrip("+~")
+        if key in values:
+            values[key] |= {str(v) for v in axis.values}
+    cuda = any(d in ("cuda", "auto") for d in values["device"]) and cuda_visible()
+    devices = {"cuda" if d == "cuda" or (d == "auto" and cuda) else "cpu" for d in values["device"]}
+    if not cuda:
+        devices.discard("cuda")  # grid points this machine skips (run.unavailable=skip)
+    return sorted((d, t, n) for d in devices for t in values["dtype"] for n in values["run.threads"])
 
 
 def _terminate_as_interrupt(signum: int, frame: Any) -> None:

@@ -78,6 +78,7 @@ class Ceiling:
     seconds: float  # what measuring took
     measured_at: str  # ISO date and time
     how: str  # in words
+    device_name: str | None = None  # the GPU (torch.cuda.get_device_name) or CPU model measured
     load: float | None = None  # the 1-minute load average as measuring began (others' work lowers a ceiling)
     cpus: int | None = None
     source: str = "measured"  # measured | cached (measured_at says when)
@@ -193,9 +194,11 @@ def remember(ceiling: Ceiling, threads: Any) -> None:
 
 
 def measure(device: str, dtype: str, threads: Any = "auto", processes: int = PROCESSES,
-            progress: Callable[[str], None] | None = None, visible: str | None = None) -> Ceiling:
+            progress: Callable[[str], None] | None = None, visible: str | None = None,
+            hold: int | None = None) -> Ceiling:
     """Measure a ceiling afresh in a worker interpreter (which forks one process per measurement);
-    `visible`: the one GPU it may use (CUDA_VISIBLE_DEVICES)."""
+    `visible`: the one GPU it may use (CUDA_VISIBLE_DEVICES); `hold`: a file descriptor (the
+    device slot's lock) that the worker and its processes keep open while they live."""
     if device not in DEVICES:
         raise CeilingError(f"device {device!r} is not allowed: measure cpu or cuda")
     if dtype not in DTYPES:
@@ -212,27 +215,35 @@ def measure(device: str, dtype: str, threads: Any = "auto", processes: int = PRO
                                                                      os.environ.get("PYTHONPATH")) if p)}
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
+    # Its own session, so that a stop or a timeout kills the worker and the processes it forked
+    # together; `hold`: the device slot's lock, held by them too while they live.
+    worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                              start_new_session=True, pass_fds=() if hold is None else (hold,))
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+        out, err = worker.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise CeilingError(f"measuring the {device} {dtype} ceilings took longer than {TIMEOUT_S} s") from None
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        said = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+    finally:
+        if worker.poll() is None:
+            _kill_session(worker)
+    lines = out.strip().splitlines()
+    if worker.returncode != 0 or not lines:
+        said = (err.strip().splitlines() or ["no output"])[-1][:300]
         raise CeilingError(f"measuring the {device} {dtype} ceilings failed: {said}")
-    return Ceiling.from_dict(json.loads(lines[-1]))
+    try:
+        return Ceiling.from_dict(json.loads(lines[-1]))
+    except (ValueError, TypeError) as exc:
+        raise CeilingError(f"measuring the {device} {dtype} ceilings gave no result: {exc}") from None
 
 
-def ceiling_for(device: str, dtype: str, threads: Any = "auto",
-                progress: Callable[[str], None] | None = None) -> Ceiling:
-    """The cached ceiling, else one measured now (and cached)."""
-    version = torch_version()
-    found = cached(device, dtype, threads, version)
-    if found is not None:
-        return found
-    ceiling = measure(device, dtype, threads, progress=progress)
-    remember(ceiling, threads)
-    return ceiling
+def _kill_session(worker: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(worker.pid, signal.SIGKILL)
+    except OSError:
+        worker.kill()
+    worker.wait()
 
 
 def torch_version() -> str:
@@ -246,38 +257,58 @@ def torch_version() -> str:
 
 
 def _worker(device: str, dtype: str, threads: Any, processes: int) -> dict[str, Any]:
-    """In the worker interpreter: fork one process per measurement, one at a time."""
+    """In the worker interpreter: fork one process per measurement, one at a time. The worker
+    itself touches no device (a process forked after CUDA is initialised cannot use it): the first
+    process finds the cache, sizes the arrays and scans the matmul sizes; the others measure the
+    best size with the same arrays."""
     import multiprocessing
 
-    import torch
+    import torch  # noqa: F401  (once, here: every forked process shares the import)
 
-    if device == "cuda" and not torch.cuda.is_available():
-        raise CeilingError("device cuda is not available here (torch.cuda.is_available() is False): measure cpu")
+    _die_with_parent()
     started = time.perf_counter()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     context = multiprocessing.get_context("fork")
-    known = _last_level_cache(device)
-    cache = known or ASSUMED_LLC_BYTES
-    array = max(4 * cache, MIN_ARRAY_BYTES[device])
-    runs = [_forked(context, _one_process, device, dtype, threads, None, array)]
-    best_size = max(runs[0]["matmul"], key=lambda s: runs[0]["matmul"][s])
+    first = _forked(context, _one_process, device, dtype, threads, None, None)
+    runs = [first]
+    best_size = max(first["matmul"], key=lambda s: first["matmul"][s])
     for _ in range(processes - 1):
-        runs.append(_forked(context, _one_process, device, dtype, threads, int(best_size), array))
+        runs.append(_forked(context, _one_process, device, dtype, threads, int(best_size), first["array"]))
     at_best = [r["matmul"][best_size] for r in runs]
+    cache, array = first["cache"] or ASSUMED_LLC_BYTES, first["array"]
+    host = socket.gethostname()
     return asdict(Ceiling(
-        device=device, dtype=dtype, threads=runs[0]["threads"], machine=machine(device),
+        device=device, dtype=dtype, threads=first["threads"],
+        machine=f"{host} {first['device_name']}" if device == "cuda" else machine(device),
         torch_version=torch_version(),
         flops_per_s=max(at_best), matmul_size=int(best_size), matmul_low=min(at_best),
         bytes_per_s=max(r["triad"] for r in runs), copy_bytes_per_s=max(r["copy"] for r in runs),
-        array_bytes=array, cache_bytes=cache, processes=processes, load=load, cpus=os.cpu_count(), seconds=round(time.perf_counter() - started, 2),
+        array_bytes=array, cache_bytes=cache, processes=processes, device_name=first["device_name"], load=load,
+        cpus=os.cpu_count(), seconds=round(time.perf_counter() - started, 2),
         measured_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        how=(f"square {dtype} matmuls {FIRST_SIZE}..{max(int(s) for s in runs[0]['matmul'])} in one process, the "
+        how=(f"square {dtype} matmuls {FIRST_SIZE}..{max(int(s) for s in first['matmul'])} in one process, the "
              f"best size again in {processes - 1} more; the median rate over blocks of at least {BLOCK_S * 1e3:.0f} "
              f"ms, the best over processes. STREAM copy and triad over float64 arrays of {array >> 20} MiB "
              f"(4x the {cache >> 20} MiB {'L2' if device == 'cuda' else 'last-level'} cache"
-             f"{'' if known else ', assumed: not readable here'}), median of "
+             f"{'' if first['cache'] else ', assumed: not readable here'}), median of "
              f"{PASSES} passes, best over processes"),
     ))
+
+
+def _die_with_parent() -> None:
+    """Be killed (SIGKILL) when the parent process dies, on Linux: a killed sweep leaves no worker
+    measuring on, nor a killed worker a measuring process."""
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the wish was made
+        os._exit(1)
 
 
 def _forked(context: Any, target: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
@@ -298,45 +329,59 @@ def _forked(context: Any, target: Callable[..., dict[str, Any]], *args: Any) -> 
 
 
 def _send(pipe: Any, target: Callable[..., dict[str, Any]], *args: Any) -> None:
+    _die_with_parent()
     try:
         pipe.send(target(*args))
+    except CeilingError as exc:
+        pipe.send({"error": str(exc)})
     except Exception as exc:  # the parent says what failed
         pipe.send({"error": f"{type(exc).__name__}: {exc}"})
     pipe.close()
 
 
-def _one_process(device: str, dtype: str, threads: Any, size: int | None, array_bytes: int) -> dict[str, Any]:
-    """One measuring process: the matmul scan (or the one size given) and the two streams."""
+def _one_process(device: str, dtype: str, threads: Any, size: int | None, array_bytes: int | None) -> dict[str, Any]:
+    """One measuring process: the matmul scan (or the one size given) and the two streams, over
+    arrays of `array_bytes` (None: sized here, at least 4x the last-level cache)."""
     import torch
 
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CeilingError("device cuda is not available here (torch.cuda.is_available() is False): measure cpu")
     if threads != "auto":
         torch.set_num_threads(int(threads))
+    cache = _last_level_cache(device)
+    array = array_bytes or max(4 * (cache or ASSUMED_LLC_BYTES), MIN_ARRAY_BYTES[device])
     dev = torch.device(device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     kind = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     rates: dict[int, float] = {}
     with torch.no_grad():
         n = size or FIRST_SIZE
-        call_s = 0.0
         while True:
-            a = torch.randn(n, n, device=dev, dtype=kind)
-            b = torch.randn(n, n, device=dev, dtype=kind)
-            work = 2.0 * n ** 3
-            rates[n], call_s = _rate(lambda: torch.mm(a, b), work, sync)
-            del a, b
+            try:
+                a = torch.randn(n, n, device=dev, dtype=kind)
+                b = torch.randn(n, n, device=dev, dtype=kind)
+                rates[n], call_s = _rate(lambda: torch.mm(a, b), 2.0 * n ** 3, sync)
+                del a, b
+            except RuntimeError as exc:  # out of memory at a size past the first: the scan ends there
+                if "out of memory" not in str(exc).lower() or not rates:
+                    raise
+                break
             if size is not None or n * 2 > MAX_SIZE[device] or call_s * 8 > MAX_CALL_S:
                 break
             if len(rates) > 1 and rates[n] < SATURATED * max(v for k, v in rates.items() if k < n):
                 break  # saturated: no better than the best smaller size by 5%
             n *= 2
-        count = max(1, array_bytes // 8)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        count = max(1, array // 8)
         x = torch.ones(count, device=dev, dtype=torch.float64)
         y = torch.full((count,), 2.0, device=dev, dtype=torch.float64)
         z = torch.full((count,), 3.0, device=dev, dtype=torch.float64)
         copy = _passes(lambda: x.copy_(y), 2 * count * 8, sync)
         triad = _passes(lambda: torch.add(y, z, alpha=3.0, out=x), 3 * count * 8, sync)
-    return {"matmul": {str(k): v for k, v in rates.items()}, "copy": copy, "triad": triad,
-            "threads": torch.get_num_threads() if device == "cpu" else None}
+    return {"matmul": {str(k): v for k, v in rates.items()}, "copy": copy, "triad": triad, "cache": cache,
+            "array": array, "threads": torch.get_num_threads() if device == "cpu" else None,
+            "device_name": torch.cuda.get_device_name() if device == "cuda" else cpu_model()}
 
 
 def _rate(call: Callable[[], Any], work: float, sync: Callable[[], None]) -> tuple[float, float]:

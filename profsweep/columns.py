@@ -43,7 +43,7 @@ RECORD_FIELDS = (  # what a job's record says about itself (metrics.json), also 
     "git_dirty", "trace_file", "table_file", "trace_error", "record_error", "peak_memory_source",
     "isolation", "compile_cache", "warmup_iters", "job_timeout_s", "unavailable", "start", "exit_code", "stderr_tail",
     "repeat", "repeats_planned", "precision", "max_repeats", "threads", "platform", "variant_settings",
-    "timed_in", "timed_error", "failure_is_final",
+    "timed_in", "timed_error", "failure_is_final", "ceilings",
 )
 # How metrics.json flattens the config: each settings group's keys under a prefix (compiler.mode ->
 # compile_mode, workload.hidden -> workload_hidden), run.* unprefixed (run.repeats -> repeats_planned).
@@ -60,7 +60,7 @@ def flat_key(key: str) -> str:
 DERIVED_METRICS = (
     "host_us_per_step", "device_us_per_step", "compute_us_per_step", "overhead_us_per_step",
     "achieved_flops_per_s", "achieved_bytes_per_s", "peak_flops_per_s", "peak_bytes_per_s",
-    "peak_source", "achieved_flops_frac", "achieved_bandwidth_frac", "arithmetic_intensity", "regime", "top_kernel", "top_kernel_calls",
+    "fraction_of_peak_flops", "peak_source", "achieved_flops_frac", "achieved_bandwidth_frac", "arithmetic_intensity", "regime", "top_kernel", "top_kernel_calls",
     "top_kernel_median_us", "top_kernel_min_us", "top_kernel_max_us", "top_kernel_spread",
     "malformed_names", "trace_bytes", "profiler_overhead_ratio", "regime_uncertain", "work_host_ratio",
     "regime_source", "regime_processes_needed", "work_overhead_ratio",

@@ -162,10 +162,10 @@ def test_sweep_leaves_tables_plots_and_report(cpu_sweep):
 
     steps = pd.read_csv(cpu_sweep / "steps.csv")
     assert len(steps) == 6 * 3
-    for name in ("crossover", "launches", "steps", "kernels", "throughput", "memory"):
+    for name in ("crossover", "launches", "steps", "kernels", "throughput", "memory", "roofline"):
         assert (cpu_sweep / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
     html = (cpu_sweep / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 6
+    assert html.count("data:image/png;base64,") == 7
     assert "ui.perfetto.dev" in html and "Crossovers" in html
 
 
@@ -196,7 +196,7 @@ def test_plots_drawn_in_forked_processes_equal_plots_drawn_here(cpu_sweep, tmp_p
     done = subprocess.run([sys.executable, "-c", _DRAW_BOTH_WAYS, str(cpu_sweep), str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
-    names = "crossover.png launches.png steps.png kernels.png throughput.png memory.png"
+    names = "crossover.png launches.png steps.png kernels.png throughput.png memory.png roofline.png"
     assert done.stdout.strip() == f"{names} | {names}"
     for name in names.split():
         assert (tmp_path / "forked" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
@@ -252,7 +252,7 @@ def test_report_renders_in_a_browser(cpu_sweep, tmp_path):
     )
     title = re.search(r"<title>IMAGES:([01]*):TABLES:(\d+)</title>", done.stdout)
     assert title, done.stdout[:500] + done.stderr[-2000:]
-    assert title.group(1) == "111111"
+    assert title.group(1) == "1111111"  # seven plots, each drawn
     assert int(title.group(2)) >= 4  # environment, crossovers, summary, per-job ops
 
 

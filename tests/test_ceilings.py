@@ -48,7 +48,8 @@ def test_a_point_is_held_against_the_ceiling_of_its_device_dtype_and_threads():
 @pytest.mark.parametrize("entry", [
     "not a dict", {"device": "cpu"}, {**asdict(CPU_BF16), "flops_per_s": -1.0},
     {**asdict(CPU_BF16), "bytes_per_s": float("nan")}, {**asdict(CPU_BF16), "flops_per_s": "fast"},
-    {**asdict(CPU_BF16), "flops_per_s": True},
+    {**asdict(CPU_BF16), "flops_per_s": True}, {**asdict(CPU_BF16), "flops_per_s": 10 ** 400},
+    {**asdict(CPU_BF16), "bytes_per_s": 5e-324}, {**asdict(CPU_BF16), "device": 7},
 ])
 def test_a_malformed_ceiling_in_environment_json_is_left_out(entry):
     have = Ceilings.of({"ceilings_mode": "measure", "ceilings": [entry]})
@@ -135,17 +136,22 @@ def test_run_ceilings_must_be_one_of_its_modes(sweep_dir):
 
 @pytest.mark.slow
 def test_a_sweep_records_its_ceilings_and_draws_the_roofline(sweep_dir):
-    done = run_cli("-m", "size=64,256", "run.threads=1", f"hydra.sweep.dir={sweep_dir}")
+    # every dtype of the grid gets its ceiling, not only the first value of the axis
+    done = run_cli("-m", "size=64,256", "dtype=bf16,fp32", "run.threads=1", f"hydra.sweep.dir={sweep_dir}")
     assert done.returncode == 0, done.stdout + done.stderr
     env = json.loads((sweep_dir / "environment.json").read_text())
     assert env["ceilings_mode"] == "measure"
-    [used] = env["ceilings"]
-    assert (used["device"], used["dtype"], used["threads"], used["threads_setting"]) == ("cpu", "bf16", 1, "1")
+    used = {c["dtype"]: c for c in env["ceilings"]}
+    assert sorted(used) == ["bf16", "fp32"]
+    for c in used.values():
+        assert (c["device"], c["threads"], c["threads_setting"]) == ("cpu", 1, "1")
     summary = pd.read_csv(sweep_dir / "summary.csv")
+    assert len(summary) == 4
     for _, row in summary.iterrows():
-        assert row["peak_flops_per_s"] == pytest.approx(used["flops_per_s"])
-        assert row["achieved_flops_frac"] == pytest.approx(row["achieved_flops_per_s"] / used["flops_per_s"])
-        assert row["peak_source"] == f"measured {used['measured_at'][:10]}"
+        ceiling = used[row["dtype"]]
+        assert row["peak_flops_per_s"] == pytest.approx(ceiling["flops_per_s"])
+        assert row["achieved_flops_frac"] == pytest.approx(row["achieved_flops_per_s"] / ceiling["flops_per_s"])
+        assert row["peak_source"] == f"measured {ceiling['measured_at'][:10]}"
         assert row["regime"] in ("overhead-bound", "compute-bound")  # matmul lies right of the ridge
     assert (sweep_dir / "plots" / "roofline.png").is_file()
     assert "of this machine's measured bf16 matmul peak" in done.stdout
@@ -153,6 +159,39 @@ def test_a_sweep_records_its_ceilings_and_draws_the_roofline(sweep_dir):
     again = run_cli("-m", "size=64", "run.threads=1", f"hydra.sweep.dir={sweep_dir}-2")
     assert again.returncode == 0 and "measuring this machine's" not in again.stdout
     assert json.loads((Path(f"{sweep_dir}-2") / "environment.json").read_text())["ceilings"][0]["source"] == "cached"
+
+
+@pytest.mark.slow
+def test_a_stop_while_the_ceilings_are_measured_ends_the_sweep_and_its_measuring(sweep_dir, tmp_path):
+    import os
+    import signal
+    import time
+
+    env = {**os.environ, ceilings.CACHE_DIR_ENV: str(tmp_path / "empty-cache")}
+    sweep = subprocess.Popen([sys.executable, "experiments/run.py", "-m", "size=64,128", "run.threads=1",
+                              f"hydra.sweep.dir={sweep_dir}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    said = []
+    for line in sweep.stdout:
+        said.append(line)
+        if line.startswith("measuring this machine's"):
+            break
+    time.sleep(0.5)  # the worker is measuring
+    sweep.send_signal(signal.SIGTERM)
+    out = "".join(said) + sweep.stdout.read()
+    assert sweep.wait(timeout=120) == 130, out
+    assert "interrupted" in out and "[1/" not in out  # no job started
+    assert not list(sweep_dir.glob("0_*/metrics.json"))
+    assert not (tmp_path / "empty-cache" / ceilings.CACHE_FILE).exists()  # nothing half-measured cached
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _measuring():
+        time.sleep(0.2)
+    assert not _measuring(), "a measuring process outlived the stop"
+
+
+def _measuring() -> bool:
+    found = subprocess.run(["pgrep", "-f", "profsweep.ceilings cpu"], capture_output=True, text=True)
+    return bool(found.stdout.strip())
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import pytest
 
 from analysis.__main__ import main
 from analysis.compare import Use, control_discoveries, environment_diff, time_diff, verdict
+from profsweep import stats
 from tests.conftest import job_dirs, run_cli
 
 # --- hand-made job folders ---------------------------------------------------------------------------
@@ -124,8 +125,14 @@ def test_a_side_measured_on_a_loaded_machine_gets_no_verdict(tmp_path, capsys):
 
 def test_verdict_rule_on_repeats():
     assert verdict([[100.0] * 3], [[100.0] * 3]).verdict == "same"  # identical: same, however few
-    assert verdict(processes(100), [g[::-1] for g in processes(100)[::-1]]).verdict == "same"  # reordered
     tight = processes(100, n=5, between=0.005, within=0.01)
+    # not identical (0.2% apart, processes in another order): the bootstrap decides, not the shortcut
+    # for identical samples; five processes 0.5% apart put the interval inside the band
+    shifted = [[v * 1.002 for v in g] for g in tight[::-1]]
+    assert stats.ratio_test(tight, shifted).why != "identical samples"
+    assert verdict(tight, shifted).verdict == "same"
+    # three processes 2% apart cannot: their interval (0.92-1.10) straddles the band
+    assert verdict(processes(100), [[v * 1.002 for v in g] for g in processes(100)[::-1]]).verdict == "inconclusive"
     assert verdict(tight, [[v * 1.01 for v in g] for g in tight]).verdict == "same"  # 1% is within the band
     spread = processes(100, between=0.3)  # processes 30% apart: three of them cannot tell 10%
     assert verdict(spread, [[v * 1.1 for v in g] for g in spread[::-1]]).verdict == "inconclusive"

@@ -77,8 +77,12 @@ def test_bad_targets_and_settings_are_refused_with_key_value_and_python_error(us
 
 
 def test_good_settings_pass_and_positional_factories_too(user_module):
-    seam.check("mybench.blocks:make_block", {"hidden": 8, "scale": 2})  # an int is a number
-    seam.check("mybench.blocks:positional", {})  # keyword arguments bind to positional parameters
+    import mybench.blocks
+
+    # the factory itself comes back, checked: an int is a number; keyword arguments bind to
+    # positional parameters
+    assert seam.check("mybench.blocks:make_block", {"hidden": 8, "scale": 2}) is mybench.blocks.make_block
+    assert seam.check("mybench.blocks:positional", {}) is mybench.blocks.positional
 
 
 def test_build_accepts_a_pair_or_a_workload_and_refuses_anything_else(user_module, monkeypatch):
