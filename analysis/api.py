@@ -28,7 +28,7 @@ from profsweep.contract import CONCLUSIONS_FILE, REPORT_FILE, SUMMARY_FILE
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = {"summary": SUMMARY_FILE, "repeats": "repeats.csv", "steps": "steps.csv", "ops": "ops.csv",
           "top_ops": "top_ops.csv", "kernels": "kernels.csv", "crossovers": "crossovers.csv", "claims": "claims.csv",
-          "memory_timeline": "memory_timeline.csv"}
+          "memory_timeline": "memory_timeline.csv", "fusion": "fusion.csv"}
 
 
 class ProfsweepError(ValueError):
@@ -82,7 +82,7 @@ class Sweep:
         return [c["text"] for c in json.loads(path.read_text(encoding="utf-8"))]
 
     def figure(self, name: str) -> Any:
-        """One of the report's plots (crossover, launches, steps, kernels, throughput, memory, ...)
+        """One of the report's plots (crossover, launches, steps, kernels, throughput, memory, roofline, ...)
         drawn afresh as a matplotlib Figure from the tables."""
         from analysis.plots import draw_figures
 

@@ -817,9 +817,9 @@ def _roofline(ok: pd.DataFrame, sweep: Sweep) -> Figure:
         measured = "measured" in source
         ax.annotate(f"{'measured' if measured else 'datasheet'} {part['dtype'].iloc[0]} matmul "
                     f"{rate(peak_f, 'FLOP/s')}", (xs[1], peak_f), fontsize=8, color="crimson", ha="right",
-                    va="bottom")
+                    va="bottom", xytext=(0, 6), textcoords="offset points")
         ax.annotate(f"{'triad' if measured else 'memory'} {rate(peak_b, 'B/s')}", (xs[0], peak_b * xs[0]),
-                    fontsize=8, color="crimson", ha="left", va="bottom")
+                    fontsize=8, color="crimson", ha="left", va="bottom", xytext=(0, 8), textcoords="offset points")
         for _, point in part.iterrows():  # each point's size beside it
             ax.annotate(size_label(float(point["size"])), (point["arithmetic_intensity"], point["achieved_flops_per_s"]),
                         fontsize=7, color="dimgray", xytext=(4, -8), textcoords="offset points")
@@ -835,7 +835,10 @@ def _roofline(ok: pd.DataFrame, sweep: Sweep) -> Figure:
                 notes.add("bars: 95% interval")
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.set_ylim(top=peak_f * 2.5)
+        lows = [float(v) for v in part.get("achieved_flops_per_s_low", part["achieved_flops_per_s"]).dropna()]
+        lowest = min([float(part["achieved_flops_per_s"].min()), peak_b * xs[0], *[v for v in lows if v > 0]])
+        ax.set_yscale("log")
+        ax.set_ylim(lowest / 2, peak_f * 2.5)  # log limits set, not autoscaled: the bars reach below zero linearly
         _log_axis(ax, rate_label)
     grid.set_axis_labels("arithmetic intensity (FLOP per byte moved)", "achieved FLOP/s")
     about = _shared(data, sweep, ["series", "mode", "phase"])

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from experiments import forkserver, records
 from experiments.config import JobConfig, config_to_dict
 from experiments.lifeline import PARENT_ENV
-from experiments.machine import cgroup_dirs
+from profsweep.machine import cgroup_dirs
 from experiments.slots import CPU_SLOT
 
 LOG_TAIL_LINES = 20

@@ -28,7 +28,8 @@ from typing import Any, Callable
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from experiments import machine, records
+from experiments import records
+from profsweep import machine
 from experiments.config import JobConfig
 from experiments.records import JobError
 

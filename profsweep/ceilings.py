@@ -3,8 +3,8 @@
 A roofline drawn from a datasheet says what the vendor promises; this measures what the machine
 gives, per device x dtype x torch version x threads:
 
-- **matmul FLOP/s**: square matmuls of the dtype from 256 up, doubling until the rate stops growing
-  by more than 5% (or one call would take longer than MAX_CALL_S); at each size the median rate
+- **matmul FLOP/s**: square matmuls of the dtype from 256 up, doubling until two sizes in a row
+  beat the best smaller one by less than 5% (or one call would take longer than MAX_CALL_S); at each size the median rate
   over blocks of calls timed for at least BLOCK_S each. The ceiling is the best of these medians
   over PROCESSES processes: the best *sustained* rate, not a lucky call.
 - **memory bandwidth**: STREAM's copy (a = b) and triad (a = b + s*c) over float64 arrays of at
@@ -44,12 +44,14 @@ BLOCK_S = 0.05  # a timed block of calls lasts at least this long
 MIN_BLOCKS = 3  # blocks per size (each at least one call)
 MIN_TIME_S = 0.2  # and at least this long in all, per size
 MAX_CALL_S = 0.8  # a size whose one call would take longer is not tried (the scan's time cap)
-SATURATED = 1.05  # the scan stops at the first size that does not beat the best so far by 5%
+SATURATED = 1.05  # the scan stops once PATIENCE sizes in a row do not beat the best smaller one by 5%
+PATIENCE = 2
 FIRST_SIZE = 256
 MAX_SIZE = {"cpu": 8192, "cuda": 32768}
 MIN_ARRAY_BYTES = {"cpu": 64 << 20, "cuda": 256 << 20}  # at least, whatever the cache
 ASSUMED_LLC_BYTES = 32 << 20  # where the cache size cannot be read (said in `how`)
 PASSES = 7  # copy and triad passes per process
+BUSY_OTHER_CPUS = 0.5  # other processes' CPUs while measuring past which the ceiling is said to be suspect
 TIMEOUT_S = 600  # a worker interpreter still measuring after this is stopped
 CACHE_FILE = "ceilings.json"
 
@@ -79,7 +81,7 @@ class Ceiling:
     measured_at: str  # ISO date and time
     how: str  # in words
     device_name: str | None = None  # the GPU (torch.cuda.get_device_name) or CPU model measured
-    load: float | None = None  # the 1-minute load average as measuring began (others' work lowers a ceiling)
+    other_cpus: float | None = None  # CPUs other processes kept busy while it measured (lowers a ceiling)
     cpus: int | None = None
     source: str = "measured"  # measured | cached (measured_at says when)
 
@@ -94,12 +96,14 @@ class Ceiling:
                 f"(processes {flops(self.matmul_low)}–{flops(self.flops_per_s)}); triad {rate(self.bytes_per_s)}, "
                 f"copy {rate(self.copy_bytes_per_s)} over {self.array_bytes >> 20} MiB arrays; ridge "
                 f"{self.ridge:.1f} FLOP/byte ({self.source}, {self.measured_at[:10]}"
-                + (f"; the machine was busy: load {self.load:.1f} on {self.cpus} CPUs" if self.busy else "") + ")")
+                + (f"; the machine was busy: other processes used {self.other_cpus:.1f} of {self.cpus} CPUs"
+                   if self.busy else "") + ")")
 
     @property
     def busy(self) -> bool:
-        """Whether others kept the machine busy as it was measured (load past half its CPUs)."""
-        return self.load is not None and bool(self.cpus) and self.load > 0.5 * self.cpus
+        """Whether other processes kept a CPU's worth or more busy while it measured (half a CPU or
+        more on average, the bar a job's noise is held to)."""
+        return self.other_cpus is not None and self.other_cpus > BUSY_OTHER_CPUS
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Ceiling:
@@ -265,9 +269,11 @@ def _worker(device: str, dtype: str, threads: Any, processes: int) -> dict[str, 
 
     import torch  # noqa: F401  (once, here: every forked process shares the import)
 
+    from profsweep import machine as the_machine
+
     _die_with_parent()
     started = time.perf_counter()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    before = the_machine.read()
     context = multiprocessing.get_context("fork")
     first = _forked(context, _one_process, device, dtype, threads, None, None)
     runs = [first]
@@ -275,6 +281,7 @@ def _worker(device: str, dtype: str, threads: Any, processes: int) -> dict[str, 
     for _ in range(processes - 1):
         runs.append(_forked(context, _one_process, device, dtype, threads, int(best_size), first["array"]))
     at_best = [r["matmul"][best_size] for r in runs]
+    others = the_machine.between(before, the_machine.read())["other_cpus"]
     cache, array = first["cache"] or ASSUMED_LLC_BYTES, first["array"]
     host = socket.gethostname()
     return asdict(Ceiling(
@@ -283,8 +290,8 @@ def _worker(device: str, dtype: str, threads: Any, processes: int) -> dict[str, 
         torch_version=torch_version(),
         flops_per_s=max(at_best), matmul_size=int(best_size), matmul_low=min(at_best),
         bytes_per_s=max(r["triad"] for r in runs), copy_bytes_per_s=max(r["copy"] for r in runs),
-        array_bytes=array, cache_bytes=cache, processes=processes, device_name=first["device_name"], load=load,
-        cpus=os.cpu_count(), seconds=round(time.perf_counter() - started, 2),
+        array_bytes=array, cache_bytes=cache, processes=processes, device_name=first["device_name"],
+        other_cpus=None if others is None else round(others, 2), cpus=the_machine.cpus(), seconds=round(time.perf_counter() - started, 2),
         measured_at=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         how=(f"square {dtype} matmuls {FIRST_SIZE}..{max(int(s) for s in first['matmul'])} in one process, the "
              f"best size again in {processes - 1} more; the median rate over blocks of at least {BLOCK_S * 1e3:.0f} "
@@ -356,6 +363,7 @@ def _one_process(device: str, dtype: str, threads: Any, size: int | None, array_
     rates: dict[int, float] = {}
     with torch.no_grad():
         n = size or FIRST_SIZE
+        stalled = 0
         while True:
             try:
                 a = torch.randn(n, n, device=dev, dtype=kind)
@@ -369,7 +377,11 @@ def _one_process(device: str, dtype: str, threads: Any, size: int | None, array_
             if size is not None or n * 2 > MAX_SIZE[device] or call_s * 8 > MAX_CALL_S:
                 break
             if len(rates) > 1 and rates[n] < SATURATED * max(v for k, v in rates.items() if k < n):
-                break  # saturated: no better than the best smaller size by 5%
+                stalled += 1  # no better than the best smaller size by 5%
+                if stalled == PATIENCE:
+                    break  # saturated
+            else:
+                stalled = 0
             n *= 2
         if device == "cuda":
             torch.cuda.empty_cache()

@@ -14,7 +14,8 @@ import pytest
 from analysis import points as grid_points
 from analysis.claims import _Data, _more
 from analysis.expect import check, parse
-from experiments import machine, records
+from experiments import records
+from profsweep import machine
 from experiments.config import ConfigError, JobConfig, RunConfig, config_from_dict, config_to_dict
 from hydra_plugins.profsweep_grid import grid
 from hydra_plugins.profsweep_grid.grid_sweeper import Repeats
