@@ -111,6 +111,13 @@ class Step:
     p_value: float | None  # of a change beyond MIN_EFFECT (see the module's docstring)
     confirmed: bool
 
+    @property
+    def status(self) -> str:
+        """regressions.csv's word for it: a confirmed regression or improvement, else unconfirmed."""
+        if not self.confirmed:
+            return "unconfirmed"
+        return "regression" if self.ratio > 1 else "improvement"
+
 
 def noises(repeats: np.ndarray, scatter: np.ndarray | None, dof_within: int, dof_between: int
            ) -> list[tuple[np.ndarray, float]]:

@@ -27,7 +27,7 @@ import pandas as pd
 from analysis.conclusions import fmt
 from analysis.expect import CUDA_ONLY, EXPECT_FILE, INCONCLUSIVE, ClaimSpec, ExpectationError, judge, parse_claims
 from analysis.html import pre_pair, read_text, table
-from profsweep.contract import TIMED, point_jobs, table_files, timed_samples, trace_files
+from profsweep.contract import TIMED, point_jobs, table_files, timed_samples, trace_files, usable_rows
 from profsweep import stats
 from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
 
@@ -116,10 +116,7 @@ def _us(value: Any) -> str:
 class _Data:
     def __init__(self, summary: pd.DataFrame, ops: pd.DataFrame, steps: pd.DataFrame,
                  kernels: pd.DataFrame, crossovers: pd.DataFrame, jobs: list[dict[str, Any]] | None = None) -> None:
-        ok = summary[(summary.get("status") == "ok")] if len(summary) else summary
-        if "trace_error" in ok:
-            ok = ok[ok["trace_error"].isna()]
-        self.ok = ok
+        self.ok = usable_rows(summary)
         self.ops, self.steps, self.kernels, self.crossovers = ops, steps, kernels, crossovers
         self.jobs = {str(j.get("job")): j for j in jobs or []}
 
@@ -514,7 +511,7 @@ def article_section(folder: Path, data: dict[str, Any], claims: Any) -> list[str
         left=4,
     ))
     summary = data["summary"]
-    ok = summary[(summary["status"] == "ok") & summary["trace_error"].isna()] if "trace_error" in summary else summary.iloc[0:0]
+    ok = usable_rows(summary)
     eager = ok[(ok["workload"] == "matmul_add") & (~ok["compile"].astype(bool))].sort_values(["warmup", "size"])
     if eager.empty:
         return parts

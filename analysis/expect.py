@@ -10,10 +10,11 @@ from typing import Any, Mapping, Sequence
 
 from profsweep.expectations import (  # noqa: F401  (the grammar, used through this module by the analysis)
     COMPARISONS, CUDA_ONLY, EXPECT_FILE, EXPECTATIONS_FILE, RELATIVE, ClaimSpec, Condition, Expectation,
-    ExpectationError, _compare, _number, _series, _show, is_claim, is_known, known_metrics, parse, parse_all,
+    ExpectationError, compare_values, number_of, series_of, show_value, is_claim, is_known, known_metrics, parse, parse_all,
     parse_claim, parse_claims, unknown_operators,
 )
 from profsweep.columns import KERNEL_COLUMNS, OP_COLUMNS  # noqa: F401
+from profsweep.contract import usable
 
 
 INCONCLUSIVE = "inconclusive"
@@ -22,8 +23,8 @@ INCONCLUSIVE = "inconclusive"
 def interval_of(row: Mapping[str, Any], terms: Sequence[str]) -> tuple[float, float] | None:
     """The 95% interval of a metric (or a sum of metrics) of a summary row, where it has one
     (`<metric>_low`, `<metric>_high`: the timing metrics measured over repeats)."""
-    lows = [_number(row.get(f"{t}_low")) for t in terms]
-    highs = [_number(row.get(f"{t}_high")) for t in terms]
+    lows = [number_of(row.get(f"{t}_low")) for t in terms]
+    highs = [number_of(row.get(f"{t}_high")) for t in terms]
     if None in lows or None in highs:
         return None
     return sum(lows), sum(highs)  # type: ignore[arg-type]
@@ -33,7 +34,7 @@ def compare_interval(low: float, high: float, cmp: str, expected: Any) -> bool |
     """A comparison of an interval with a number: True when the whole interval satisfies it,
     False when none of it does, INCONCLUSIVE when the interval straddles the number. Equality
     is checked on the value, not the interval (None: not for this comparison)."""
-    value = _number(expected)
+    value = number_of(expected)
     if value is None or cmp not in ("<", "<=", ">", ">="):
         return None
     whole, none_ = (high, low) if cmp in ("<", "<=") else (low, high)
@@ -54,12 +55,12 @@ def _extremes(expectations: Sequence[Expectation], jobs: Sequence[Mapping[str, A
     keys = {c.key for e in expectations for c in e.where if c.value in RELATIVE}
     found: dict[tuple, list[float]] = {}
     for job in jobs:
-        if job.get("status") != "ok" or job.get("trace_error"):
+        if not usable(job):
             continue
         for key in keys:
-            number = _number(job.get(key))
+            number = number_of(job.get(key))
             if number is not None:
-                found.setdefault((key, _series(job)), []).append(number)
+                found.setdefault((key, series_of(job)), []).append(number)
     out = {}
     for (key, series), values in found.items():
         out[(key, "smallest", series)], out[(key, "largest", series)] = min(values), max(values)
@@ -71,7 +72,7 @@ def _calls(entry: Any) -> int:
 
 
 def _per_step(found: int, job: Mapping[str, Any]) -> float | None:
-    steps = _number(job.get("steps"))
+    steps = number_of(job.get("steps"))
     return found / steps if steps else None
 
 
@@ -85,9 +86,9 @@ def _attribute(e: Expectation, matched: Mapping[str, Any]) -> tuple[bool | None,
         row = entry if isinstance(entry, Mapping) else {"calls": entry}
         measured = row.get(e.column)
         expected = row.get(e.value) if isinstance(e.value, str) and e.value in columns else e.value
-        verdicts.append(_compare(measured, e.cmp, expected))
-        shown = _show(measured) if measured is not None else "no value"
-        seen.append(shown if expected is e.value else f"{shown}/{_show(expected)}")
+        verdicts.append(compare_values(measured, e.cmp, expected))
+        shown = show_value(measured) if measured is not None else "no value"
+        seen.append(shown if expected is e.value else f"{shown}/{show_value(expected)}")
     verdict = False if False in verdicts else None if None in verdicts else True
     return verdict, f"{', '.join(seen)} in {len(matched)} {e.kind}{'s' if len(matched) > 1 else ''}"
 
@@ -101,15 +102,15 @@ def check(expectations: Sequence[Expectation], jobs: Sequence[Mapping[str, Any]]
     extremes = _extremes(expectations, jobs)
     for e in expectations:
         for job in jobs:
-            if job.get("status") != "ok" or job.get("trace_error") or not e.applies(job, extremes):
+            if not usable(job) or not e.applies(job, extremes):
                 continue
             name = str(job["job"])
             if e.kind == "metric":
                 values = [job.get(t) for t in e.terms] if len(e.terms) > 1 else [job.get(e.subject)]
-                numbers = [_number(v) for v in values]
+                numbers = [number_of(v) for v in values]
                 measured = values[0] if len(values) == 1 else (sum(numbers) if None not in numbers else None)
-                verdict = _compare(measured, e.cmp, e.value)
-                shown = _show(measured) if measured is not None else "no value"
+                verdict = compare_values(measured, e.cmp, e.value)
+                shown = show_value(measured) if measured is not None else "no value"
                 interval = interval_of(job, e.terms or (e.subject,)) if measured is not None else None
                 if e.terms == ("regime",) and verdict is not None and job.get("regime_uncertain") in (True, "True"):
                     verdict = INCONCLUSIVE  # work / host may be either side of 1
@@ -117,7 +118,7 @@ def check(expectations: Sequence[Expectation], jobs: Sequence[Mapping[str, Any]]
                 if interval is not None:
                     # measured over repeats: it holds only when its whole interval does
                     verdict = compare_interval(*interval, e.cmp, e.value) if e.cmp not in ("==", "!=") else verdict
-                    shown = f"{_show(measured)} [{interval[0]:.4g}, {interval[1]:.4g}]"
+                    shown = f"{show_value(measured)} [{interval[0]:.4g}, {interval[1]:.4g}]"
             else:
                 calls = op_calls.get(name, {}) if e.kind == "op" else kernel_calls.get(name, {})
                 matched = {k: v for k, v in calls.items() if (k == e.subject if e.kind == "op"
@@ -128,7 +129,7 @@ def check(expectations: Sequence[Expectation], jobs: Sequence[Mapping[str, Any]]
                     shown = f"{found} calls" if found else "absent"
                 elif e.column is None:
                     per_step = _per_step(found, job)
-                    verdict = _compare(per_step, e.cmp, e.value)
+                    verdict = compare_values(per_step, e.cmp, e.value)
                     shown = f"{per_step:g} per step" if per_step is not None else "no value"
                 else:
                     verdict, shown = _attribute(e, matched)
@@ -139,7 +140,7 @@ def check(expectations: Sequence[Expectation], jobs: Sequence[Mapping[str, Any]]
 
 
 def _on_device(job: Mapping[str, Any]) -> bool:
-    return _number(job.get("device_us_per_step")) is not None
+    return number_of(job.get("device_us_per_step")) is not None
 
 
 def _summary(label: str, rows: Sequence[Mapping[str, Any]]) -> str:
@@ -160,7 +161,7 @@ def _summary(label: str, rows: Sequence[Mapping[str, Any]]) -> str:
 def judge(claim: ClaimSpec, jobs: Sequence[Mapping[str, Any]], op_calls: Mapping[str, Mapping[str, Any]],
           kernel_calls: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """A claim against the sweep's jobs: {measured, holds (true|false|n/a), jobs}."""
-    ok = [j for j in jobs if j.get("status") == "ok" and not j.get("trace_error")]
+    ok = [j for j in jobs if usable(j)]
     extremes = _extremes(claim.checks, ok)
     on_device = [j for j in ok if _on_device(j)]
     pool = on_device if claim.cuda_only else ok

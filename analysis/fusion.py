@@ -1,5 +1,7 @@
 """What torch.compile fused: each kernel Inductor generated for a compiled grid point, with the
-eager aten ops it covers and what they cost in the eager grid point it pairs with (fusion.csv).
+eager aten ops it covers and what they cost in the eager grid point it pairs with (fusion.csv);
+and each library kernel the compiled graph calls in place of several eager ops (`aten::addmm`
+for a matmul and its bias add: EXTERN), where eager ran those ops and not it.
 
 Inductor names a generated kernel after the aten ops of the graph nodes it fuses (its default
 descriptive names, `original_aten`): `cpp_fused_gelu_mul_split_0` on the CPU (in the trace as
@@ -31,6 +33,15 @@ FUSION_COLUMNS = ["point", "size", "compiled_job", "eager_job", "kernel", "eager
 # and older Triton's names with the signature after the number: triton_poi_fused_add_0d1d2de
 GENERATED = re.compile(r"(?:^|_)(?:cpp|triton)_(?:[a-z]+_)?fused_(?P<ops>.+?)_\d+[a-z0-9]*$")
 BY_NAME = "kernel name"
+BY_CALL = "library call"
+# Library kernels a compiled graph calls in place of several eager ops (Inductor's post-grad
+# patterns: a matmul and the bias add after it become one addmm; with the activation, one
+# _addmm_activation). Only the ops the eager grid point ran are said to be covered.
+EXTERN = {
+    "aten::addmm": ("aten::mm", "aten::add", "aten::add_"),
+    "aten::baddbmm": ("aten::bmm", "aten::add", "aten::add_"),
+    "aten::_addmm_activation": ("aten::mm", "aten::addmm", "aten::add", "aten::gelu", "aten::relu"),
+}
 
 
 def fused_words(kernel: str) -> list[str] | None:
@@ -75,18 +86,25 @@ def fusion_rows(points: list[dict[str, Any]], ops: dict[str, list[dict[str, Any]
         eager = eager_of.get(id(point))
         eager_jobs = point_jobs(eager) if eager is not None else []
         eager_times = _op_times(eager_jobs, ops, gpu, eager) if eager is not None else {}
-        for kernel, compiled_us in sorted(times.items(), key=lambda kv: -kv[1]):
-            words = fused_words(kernel) or []
-            if eager is not None:
-                covered, unmatched = cover(words, eager_times)
+        called = _op_times(jobs, ops, gpu, point) if eager is not None else {}
+        found = [(kernel, us, BY_NAME) for kernel, us in times.items()]
+        # the compiled graph's calls of library kernels that stand for several eager ops
+        found += [(op, called[op], BY_CALL) for op in EXTERN if op in called and op not in eager_times]
+        for kernel, compiled_us, how in sorted(found, key=lambda k: -k[1]):
+            if how == BY_CALL:
+                covered, unmatched = [o for o in EXTERN[kernel] if o in eager_times], []
+            elif eager is not None:
+                covered, unmatched = cover(fused_words(kernel) or [], eager_times)
             else:
-                covered, unmatched = [f"aten::{w}" for w in _joined(words)], []
+                covered, unmatched = [f"aten::{w}" for w in _joined(fused_words(kernel) or [])], []
+            if how == BY_CALL and len(covered) < 2:
+                continue  # it replaced no more than one eager op: nothing was fused
             spent = [eager_times[name] for name in covered if name in eager_times]
             rows.append({
                 "point": describe(point), "size": point.get("size"), "compiled_job": jobs[0] if jobs else None,
                 "eager_job": eager_jobs[0] if eager_jobs else None, "kernel": kernel,
                 "eager_ops": "; ".join(covered), "eager_us_per_step": sum(spent) if eager is not None else None,
-                "compiled_us_per_step": compiled_us, "unmatched": " ".join(unmatched) or None, "matched_by": BY_NAME,
+                "compiled_us_per_step": compiled_us, "unmatched": " ".join(unmatched) or None, "matched_by": how,
             })
     return rows
 

@@ -24,8 +24,10 @@ from analysis import changes
 from analysis.compare import FDR, Use, environment_diff, pair_key_of, per_step, time_diff
 from analysis.points import PAIR_DEFAULTS, PAIR_KEYS, PAIR_PREFIXES, pairing_columns
 from analysis.conclusions import us
+from analysis.history_report import write_page
 from analysis.store import Store, StoreError, SweepFolder
 from profsweep import stats
+from profsweep.contract import usable_sql
 from profsweep.decide import ABOVE, BELOW, decide
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
@@ -141,7 +143,7 @@ def _points_table(store: Store, have: dict[str, str], columns: list[str], ignore
         return f"{_q(k) if k in table else 'NULL'} AS {_q(alias or k)}"
 
     repeats = store.columns("repeats")  # a usable repeat: profsweep.contract.usable, in SQL
-    usable = ("status = 'ok' AND trace_error IS NULL" if {"status", "trace_error"} <= set(repeats) else "false")
+    usable = usable_sql(repeats)
     keys = [f"{key(k)} AS _k{i}" for i, k in enumerate(columns)] or ["'' AS _k0"]
     names = [f"_k{i}" for i in range(max(1, len(columns)))]
     raw = [column(have, k) for k in dict.fromkeys([*columns, *ignored, "variant", "workload"]) if k in have]
@@ -177,7 +179,7 @@ def fill(store: Store, history: History, lines: Sequence[Line]) -> None:
     have = store.columns("repeats")
     names = ["job", "steps", "platform", "trace_file", *METRICS]
     picked = ", ".join(f"r.{_q(k)}" if k in have else f"NULL AS {_q(k)}" for k in names)
-    usable = ("r.status = 'ok' AND r.trace_error IS NULL" if {"status", "trace_error"} <= set(have) else "false")
+    usable = usable_sql(have, "r")
     wanted = " OR ".join(f"(line = {ln.key[0]} AND nth = {ln.key[1]})" for ln in lines)
     settings = ", ".join(_q(k) for k in history.ignored)
     by_point = {(ln.key, p.sweep): p for ln in lines for p in ln.points}
@@ -292,12 +294,6 @@ def judge(many: Sequence[changes.Series], fdr: float = FDR) -> tuple[list[list[c
     return out, sum(1 for _, _, p in tests if p is not None)
 
 
-def status(step: changes.Step) -> str:
-    if not step.confirmed:
-        return "unconfirmed"
-    return "regression" if step.ratio > 1 else "improvement"
-
-
 # --- what changed at a step ---------------------------------------------------------------------------
 
 
@@ -320,7 +316,7 @@ def describe_changes(store: Store, history: History) -> None:
                 **{k: _plain(line.row.get(k)) for k in history.columns}, "point": line.label,
                 "change_at": sweep_a["folder"], "change_at_time": sweep_a["started_at"],
                 "before_us": step.before, "after_us": step.after, "ratio": step.ratio,
-                "ratio_low": step.low, "ratio_high": step.high, "status": status(step), "p_value": step.p_value,
+                "ratio_low": step.low, "ratio_high": step.high, "status": step.status, "p_value": step.p_value,
                 "before_sweep": sweep_b["folder"], "sweeps_before": step.at - step.start,
                 "sweeps_after": step.end - step.at, "measured_on": line.metric, "what_changed": said,
                 "environment_changed": "; ".join(f"{k}: {a} -> {b}" for k, a, b in env),
@@ -415,7 +411,7 @@ def trends(history: History) -> list[dict[str, Any]]:
         if line.series is None:
             continue
         fitted = _fitted(line)
-        starts = {s.at: status(s) for s in line.steps}
+        starts = {s.at: s.status for s in line.steps}
         segment = 0
         for i, p in enumerate(line.points):
             segment += i in starts
@@ -446,7 +442,6 @@ def write(history: History, out: Path) -> list[Path]:
     import pandas as pd
 
     from analysis.files import atomic_write_text
-    from analysis.history_report import write_page
 
     columns = [*history.columns, *REGRESSION_COLUMNS]
     frame = pd.DataFrame([{k: r.get(k) for k in columns} for r in history.changes], columns=columns)

@@ -145,7 +145,6 @@ def _change_sections(history: Any, data: Any, out: Path, marks: dict[str, list[d
     """Per change: its trend plot, what changed at the step and the diff behind it."""
     import pandas as pd
 
-    from analysis.history import status
     from analysis.history_plots import trend_plot
 
     parts = []
@@ -156,7 +155,7 @@ def _change_sections(history: Any, data: Any, out: Path, marks: dict[str, list[d
         at = history.sweeps[line.points[r["_step"].at].sweep]["name"]
         what = "un-profiled step" if line.metric == "timed_us_per_step" else "host self time per profiled step"
         png = trend_plot(data[data["point"] == line.label], repeats,
-                         f"{line.label}: {status(r['_step'])} {r['ratio']:.2f}× at {at} ({what})",
+                         f"{line.label}: {r['_step'].status} {r['ratio']:.2f}× at {at} ({what})",
                          marks.get(line.label, []), names, out / PLOTS_DIR / f"change-{n}.png")
         parts.append(f"<h3 id='change-{n}'>{n}. {escape(r['point'])}: <span class='{STYLE[r['status']]}'>"
                      f"{escape(r['status'])}</span> {_interval(r)}</h3>")

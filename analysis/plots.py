@@ -40,7 +40,7 @@ from matplotlib.text import Text  # noqa: E402
 
 from analysis.conclusions import TOO_WIDE, rate  # noqa: E402
 from analysis.points import pairing_columns  # noqa: E402
-from profsweep.contract import point_jobs  # noqa: E402
+from profsweep.contract import point_jobs, usable_rows  # noqa: E402
 from analysis.files import atomic_write_bytes  # noqa: E402
 
 PLOT_NAMES = ("crossover", "launches", "steps", "kernels", "throughput", "memory", "roofline", "memory_timeline")
@@ -409,8 +409,7 @@ def _save(figure: Figure, path: Path) -> Path:
 def _usable(jobs: pd.DataFrame) -> pd.DataFrame:
     if jobs.empty or "host_us_per_step" not in jobs:
         return jobs.iloc[0:0]
-    ok = jobs["status"] == "ok"
-    return jobs[ok & jobs["trace_error"].isna()] if "trace_error" in jobs else jobs[ok]
+    return usable_rows(jobs)
 
 
 def _plan(jobs: pd.DataFrame, steps: pd.DataFrame, crossovers: pd.DataFrame, memory: pd.DataFrame | None = None

@@ -37,6 +37,22 @@ def usable(row: dict[str, Any]) -> bool:
     return row.get("status") == "ok" and not row.get("trace_error")
 
 
+def usable_rows(frame: Any) -> Any:
+    """The rows of a table (a pandas DataFrame of jobs or grid points) that `usable` keeps."""
+    if "status" not in frame:
+        return frame.iloc[0:0]
+    ok = frame["status"] == "ok"
+    return frame[ok & frame["trace_error"].isna()] if "trace_error" in frame else frame[ok]
+
+
+def usable_sql(columns: Any, alias: str = "") -> str:
+    """`usable` as a SQL predicate over a table with these `columns` (`alias.` before each)."""
+    if "status" not in columns:
+        return "false"
+    said = f"{alias}.status = 'ok'" if alias else "status = 'ok'"
+    return said + (f" AND {alias + '.' if alias else ''}trace_error IS NULL" if "trace_error" in columns else "")
+
+
 def _names(found: Any) -> list[str]:
     """A list of names, from a list or the `a;b` text that metrics.json and the CSV tables hold."""
     if isinstance(found, (list, tuple)):

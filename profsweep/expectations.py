@@ -80,13 +80,13 @@ class Condition:
 
     def holds(self, row: Mapping[str, Any], extremes: Mapping[tuple, Any] | None = None) -> bool:
         if self.cmp == "in":
-            return any(_compare(row.get(self.key), "==", v) is True for v in self.value)
+            return any(compare_values(row.get(self.key), "==", v) is True for v in self.value)
         value = self.value
         if value in RELATIVE:
-            value = (extremes or {}).get((self.key, value, _series(row)))
+            value = (extremes or {}).get((self.key, value, series_of(row)))
             if value is None:
                 return False
-        return _compare(row.get(self.key), self.cmp, value) is True
+        return compare_values(row.get(self.key), self.cmp, value) is True
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class Expectation:
     def expected(self) -> str:
         if self.cmp in ("present", "absent"):
             return self.cmp
-        return f"{self.cmp} {_show(self.value)}" + (" per step" if self.kind != "metric" and not self.column else "")
+        return f"{self.cmp} {show_value(self.value)}" + (" per step" if self.kind != "metric" and not self.column else "")
 
     @property
     def label(self) -> str:
@@ -154,7 +154,7 @@ def _value(text: str) -> Any:
         return text
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
     return "true" if value is True else "false" if value is False else str(value)
 
 
@@ -296,7 +296,7 @@ def unknown_operators(expectations: Sequence[Expectation]) -> list[str]:
     return unknown
 
 
-def _number(value: Any) -> float | None:
+def number_of(value: Any) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     try:
@@ -306,7 +306,7 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(number) else number
 
 
-def _compare(measured: Any, cmp: str, expected: Any) -> bool | None:
+def compare_values(measured: Any, cmp: str, expected: Any) -> bool | None:
     """None when the job has no value to compare (a device metric on the CPU)."""
     if measured is None or (isinstance(measured, float) and math.isnan(measured)):
         return None
@@ -314,7 +314,7 @@ def _compare(measured: Any, cmp: str, expected: Any) -> bool | None:
         if isinstance(measured, str):
             measured = measured.strip().lower() == "true"
         return COMPARISONS[cmp](bool(measured), expected) if cmp in ("==", "!=") else None
-    a, b = _number(measured), _number(expected)
+    a, b = number_of(measured), number_of(expected)
     if a is not None and b is not None:
         return COMPARISONS[cmp](a, b)
     if cmp in ("==", "!="):
@@ -322,5 +322,5 @@ def _compare(measured: Any, cmp: str, expected: Any) -> bool | None:
     return None
 
 
-def _series(row: Mapping[str, Any]) -> tuple:
-    return tuple(_show(row.get(k)) for k in SERIES_KEYS)
+def series_of(row: Mapping[str, Any]) -> tuple:
+    return tuple(show_value(row.get(k)) for k in SERIES_KEYS)

@@ -13,13 +13,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT.parent / "shared" / "fixtures"  # real CUDA traces (../shared/fixtures/README.md)
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _ceilings_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """One cache of measured ceilings for the whole test session, never the user's: each device x
-    dtype x threads is measured by the first sweep that needs it (profsweep.ceilings)."""
+def _own_cache_and_locks(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The test session's own cache of measured ceilings (each device x dtype x threads measured
+    by the first sweep that needs it, never the user's cache) and its own device locks: a test's
+    sweep never waits for another user's sweep on this machine (test_slots checks the
+    machine-wide folder itself)."""
     os.environ["PROFSWEEP_CACHE_DIR"] = str(tmp_path_factory.mktemp("ceilings-cache"))
+    os.environ["PROFSWEEP_LOCK_DIR"] = str(tmp_path_factory.mktemp("device-locks"))
 
 _FOOTER = re.compile(r"^Self (CPU|CUDA) time total: ([0-9.]+)(us|ms|s)$", re.MULTILINE)
 _UNIT_US = {"us": 1.0, "ms": 1e3, "s": 1e6}
@@ -102,3 +106,83 @@ def wait_for(predicate, seconds: float = 20.0) -> bool:
             return True
         time.sleep(0.05)
     return predicate()
+
+
+# --- hand-made job folders (compare, conclusions, history, serve, analysis) ----------------------
+
+
+def hand_made_job(folder: Path, num: int, step_us: list[float], *, size: int = 8,
+                  ops: tuple[str | tuple[str, float], ...] = ("aten::mm",), repeat: int = 1, **settings) -> Path:
+    """One finished CPU job whose trace has one ProfilerStep# of each duration, each running `ops`
+    one after another (a name takes 0.5 µs, a (name, µs) pair as long as it says); the `repeat`-th
+    of its grid point (the jobs of one point share a config_hash)."""
+    job = folder / f"{num}_matmul_add_{size}_bf16_cold_eager{f'_r{repeat}' if repeat > 1 else ''}"
+    job.mkdir(parents=True)
+    events, ts = [], 0.0
+    for i, dur in enumerate(step_us, 1):
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+                       "ts": ts, "dur": dur})
+        offset = 1.0
+        for op in ops:
+            name, op_us = (op, 0.5) if isinstance(op, str) else op
+            events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts + offset,
+                           "dur": op_us})
+            offset += op_us + 0.5
+        ts += dur + 10
+    (job / "t.json").write_text(json.dumps({"traceEvents": events}))
+    metrics = {
+        "job": job.name, "workload": "matmul_add", "size": size, "dtype": "bf16", "compile": False,
+        "warmup": False, "device": "cpu", "status": "ok", "error": None, "steps": len(step_us),
+        "self_cpu_total_us": float(sum(step_us)), "trace_file": "t.json", "table_file": "t.txt", "repeat": repeat,
+        "config_hash": f"size={size} {json.dumps(settings, sort_keys=True)}", "schema_version": 1, **settings,
+    }
+    (job / "metrics.json").write_text(json.dumps(metrics))
+    return job
+
+
+def hand_made_point(folder: Path, num: int, repeats: list[list[float]], **kwargs) -> list[Path]:
+    """One grid point measured in len(repeats) jobs, each with its steps' durations."""
+    return [hand_made_job(folder, num + k * 100, steps, repeat=k + 1, **kwargs) for k, steps in enumerate(repeats)]
+
+
+def processes(center: float, n: int = 3, steps: int = 20, between: float = 0.02,
+              within: float = 0.1) -> list[list[float]]:
+    """n repeats whose step medians lie at center × (1, 1 - between, 1 + between, ...), their steps
+    spread ± within."""
+    factors = [1 + between * ((k + 1) // 2) * (-1) ** k for k in range(n)]
+    return [jitter(center * f, steps, within) for f in factors]
+
+
+def jitter(center: float, n: int, spread: float = 0.1) -> list[float]:
+    """n samples spread evenly over center ± spread, in a shuffled order."""
+    return [center * (1 - spread + 2 * spread * ((i * 7) % n) / max(n - 1, 1)) for i in range(n)]
+
+
+def job(folder: Path, num: int, *, size: int, compile: bool, step_us: float, mm_us: float, timed_us: float,
+        repeat: int = 1, steps: int = 5, add_us: float = 0.0, **settings) -> Path:
+    """One finished CPU job: `steps` ProfilerStep# spans of step_us, each with an aten::mm of mm_us
+    (compute) and, if add_us, an aten::add; the rest of the step is framework overhead. Its
+    un-profiled steps lie around timed_us."""
+    name = f"{num}_matmul_add_{size}_bf16_cold_{'compile' if compile else 'eager'}{f'_r{repeat}' if repeat > 1 else ''}"
+    path = folder / name
+    path.mkdir(parents=True)
+    events, ts = [], 0.0
+    for i in range(1, steps + 1):
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+                       "ts": ts, "dur": step_us})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts + 1, "dur": mm_us})
+        if add_us:
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1,
+                           "ts": ts + 2 + mm_us, "dur": add_us})
+        ts += step_us + 10
+    (path / "t.json").write_text(json.dumps({"traceEvents": events}))
+    samples = jitter(timed_us * (1 + 0.01 * (repeat - 2)), 40, 0.05)
+    (path / "metrics.json").write_text(json.dumps({
+        "job": name, "workload": "matmul_add", "size": size, "dtype": "bf16", "compile": compile, "warmup": False,
+        "train": False, "device": "cpu", "status": "ok", "error": None, "steps": steps, "repeat": repeat,
+        "self_cpu_total_us": float(step_us * steps), "trace_file": "t.json", "table_file": "t.txt",
+        "config_hash": f"size={size} compile={compile} {settings}", "schema_version": 1, **settings, "first_call_ms": 700.0 if compile else 2.0,
+        "timed_samples_us": samples, "timed_us_per_step": sorted(samples)[len(samples) // 2],
+        "peak_memory_bytes": size * size * 4, "flops_per_call": 2 * size ** 3, "bytes_per_call": 6 * size * size,
+    }))
+    return path

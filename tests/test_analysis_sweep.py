@@ -292,7 +292,7 @@ def test_bad_jobs_are_marked_and_the_rest_analysed(tmp_path):
 def test_no_bad_record_sinks_the_analysis(tmp_path):
     """Every field of a metrics.json is untrusted input: wrong kinds, huge numbers, odd paths mark
     that job (record_error) and everything else is analysed, report included."""
-    from tests.test_compare import hand_made_job, jitter
+    from tests.conftest import hand_made_job, jitter
 
     hostile = [{"workload": ["x"]}, {"size": int("9" * 400)}, {"compile": "yes"}, {"dtype": 5}, {"steps": "three"},
                {"self_cpu_total_us": "fast"}, {"first_call_ms": [1, 2]}, {"workload_hidden": {"a": 1}},
@@ -321,7 +321,7 @@ def test_no_bad_record_sinks_the_analysis(tmp_path):
 
 def test_a_reader_that_goes_away_is_not_an_error(tmp_path):
     """`python -m analysis trace F --json | head -c 100`: no BrokenPipeError traceback."""
-    from tests.test_compare import hand_made_job
+    from tests.conftest import hand_made_job
 
     job = hand_made_job(tmp_path, 0, [100.0] * 3, ops=tuple(f"aten::op{i}" for i in range(20000)))
     done = subprocess.run(f"{sys.executable} -m analysis trace {job / 't.json'} --json | head -c 100",
@@ -345,7 +345,7 @@ def test_each_gpu_gets_its_own_peak_however_its_name_nests():
 def test_a_job_file_that_links_out_of_the_sweep_folder_is_not_read(tmp_path, linked):
     """A sweep folder is shared, served and ingested: a link that leads out of it (to /etc/passwd,
     say) is reported as such, never followed, and its bytes are quoted nowhere."""
-    from tests.test_conclusions import job
+    from tests.conftest import job
 
     outside = tmp_path / "outside"
     outside.mkdir()

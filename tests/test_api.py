@@ -12,7 +12,7 @@ import pytest
 
 import profsweep
 from analysis.api import ProfsweepError
-from tests.conftest import ROOT, job_dirs, run_cli
+from tests.conftest import ROOT, job_dirs
 
 
 @pytest.mark.slow
@@ -34,7 +34,7 @@ def test_the_example_notebook_runs_cell_by_cell(tmp_path, monkeypatch, capsys):
 
 
 def test_load_reads_an_analysed_sweep_and_analyses_one_that_is_not(tmp_path):
-    from tests.test_conclusions import job
+    from tests.conftest import job
 
     folder = tmp_path / "sweep"
     job(folder, 0, size=64, compile=False, step_us=400, mm_us=200, timed_us=100)

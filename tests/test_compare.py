@@ -15,57 +15,7 @@ import pytest
 from analysis.__main__ import main
 from analysis.compare import Use, control_discoveries, environment_diff, time_diff, verdict
 from profsweep import stats
-from tests.conftest import job_dirs, run_cli
-
-# --- hand-made job folders ---------------------------------------------------------------------------
-
-
-def hand_made_job(folder: Path, num: int, step_us: list[float], *, size: int = 8,
-                  ops: tuple[str | tuple[str, float], ...] = ("aten::mm",), repeat: int = 1, **settings) -> Path:
-    """One finished CPU job whose trace has one ProfilerStep# of each duration, each running `ops`
-    one after another (a name takes 0.5 µs, a (name, µs) pair as long as it says); the `repeat`-th
-    of its grid point (the jobs of one point share a config_hash)."""
-    job = folder / f"{num}_matmul_add_{size}_bf16_cold_eager{f'_r{repeat}' if repeat > 1 else ''}"
-    job.mkdir(parents=True)
-    events, ts = [], 0.0
-    for i, dur in enumerate(step_us, 1):
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
-                       "ts": ts, "dur": dur})
-        offset = 1.0
-        for op in ops:
-            name, op_us = (op, 0.5) if isinstance(op, str) else op
-            events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts + offset,
-                           "dur": op_us})
-            offset += op_us + 0.5
-        ts += dur + 10
-    (job / "t.json").write_text(json.dumps({"traceEvents": events}))
-    metrics = {
-        "job": job.name, "workload": "matmul_add", "size": size, "dtype": "bf16", "compile": False,
-        "warmup": False, "device": "cpu", "status": "ok", "error": None, "steps": len(step_us),
-        "self_cpu_total_us": float(sum(step_us)), "trace_file": "t.json", "table_file": "t.txt", "repeat": repeat,
-        "config_hash": f"size={size} {json.dumps(settings, sort_keys=True)}", "schema_version": 1, **settings,
-    }
-    (job / "metrics.json").write_text(json.dumps(metrics))
-    return job
-
-
-def hand_made_point(folder: Path, num: int, repeats: list[list[float]], **kwargs) -> list[Path]:
-    """One grid point measured in len(repeats) jobs, each with its steps' durations."""
-    return [hand_made_job(folder, num + k * 100, steps, repeat=k + 1, **kwargs) for k, steps in enumerate(repeats)]
-
-
-def processes(center: float, n: int = 3, steps: int = 20, between: float = 0.02,
-              within: float = 0.1) -> list[list[float]]:
-    """n repeats whose step medians lie at center × (1, 1 - between, 1 + between, ...), their steps
-    spread ± within."""
-    factors = [1 + between * ((k + 1) // 2) * (-1) ** k for k in range(n)]
-    return [jitter(center * f, steps, within) for f in factors]
-
-
-def jitter(center: float, n: int, spread: float = 0.1) -> list[float]:
-    """n samples spread evenly over center ± spread, in a shuffled order."""
-    return [center * (1 - spread + 2 * spread * ((i * 7) % n) / max(n - 1, 1)) for i in range(n)]
-
+from tests.conftest import FIXTURES as SHARED, hand_made_job, hand_made_point, job_dirs, jitter, processes, run_cli
 
 def compare(*args: object, capsys) -> tuple[int, str, str]:
     code = main(["compare", *map(str, args)])
@@ -340,7 +290,7 @@ def test_two_traces_give_the_op_diff_ranked_by_time_per_step(tmp_path, capsys):
     assert "ProfilerStep" not in out
 
 
-FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "cuda-traces"
+FIXTURES = SHARED / "cuda-traces"
 
 
 @pytest.mark.skipif(not (FIXTURES / "a100_alexnet.json.gz").exists(), reason="../shared/fixtures not present")

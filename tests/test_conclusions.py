@@ -13,37 +13,7 @@ import pytest
 
 from analysis import analyse_folder
 from analysis.conclusions import change, conclude, top_ops
-from tests.test_compare import jitter
-
-
-def job(folder: Path, num: int, *, size: int, compile: bool, step_us: float, mm_us: float, timed_us: float,
-        repeat: int = 1, steps: int = 5, add_us: float = 0.0, **settings) -> Path:
-    """One finished CPU job: `steps` ProfilerStep# spans of step_us, each with an aten::mm of mm_us
-    (compute) and, if add_us, an aten::add; the rest of the step is framework overhead. Its
-    un-profiled steps lie around timed_us."""
-    name = f"{num}_matmul_add_{size}_bf16_cold_{'compile' if compile else 'eager'}{f'_r{repeat}' if repeat > 1 else ''}"
-    path = folder / name
-    path.mkdir(parents=True)
-    events, ts = [], 0.0
-    for i in range(1, steps + 1):
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
-                       "ts": ts, "dur": step_us})
-        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts + 1, "dur": mm_us})
-        if add_us:
-            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1,
-                           "ts": ts + 2 + mm_us, "dur": add_us})
-        ts += step_us + 10
-    (path / "t.json").write_text(json.dumps({"traceEvents": events}))
-    samples = jitter(timed_us * (1 + 0.01 * (repeat - 2)), 40, 0.05)
-    (path / "metrics.json").write_text(json.dumps({
-        "job": name, "workload": "matmul_add", "size": size, "dtype": "bf16", "compile": compile, "warmup": False,
-        "train": False, "device": "cpu", "status": "ok", "error": None, "steps": steps, "repeat": repeat,
-        "self_cpu_total_us": float(step_us * steps), "trace_file": "t.json", "table_file": "t.txt",
-        "config_hash": f"size={size} compile={compile} {settings}", "schema_version": 1, **settings, "first_call_ms": 700.0 if compile else 2.0,
-        "timed_samples_us": samples, "timed_us_per_step": sorted(samples)[len(samples) // 2],
-        "peak_memory_bytes": size * size * 4, "flops_per_call": 2 * size ** 3, "bytes_per_call": 6 * size * size,
-    }))
-    return path
+from tests.conftest import FIXTURES as SHARED, jitter, job
 
 
 def known_sweep(folder: Path) -> Path:
@@ -146,7 +116,7 @@ def test_no_conclusion_from_failed_points_and_none_for_an_empty_sweep():
     assert conclude(failed, [], failed, top_ops(failed, failed, {}, [])) == []
 
 
-FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "cuda-traces"
+FIXTURES = SHARED / "cuda-traces"
 
 
 @pytest.mark.skipif(not (FIXTURES / "a100_alexnet.json.gz").exists(), reason="../shared/fixtures not present")

@@ -3,9 +3,6 @@ misfit found, and, end to end, a custom step that spins for a known time plus a 
 
 from __future__ import annotations
 
-import json
-import math
-
 import pytest
 
 from analysis.fit import fit_series

@@ -3,16 +3,15 @@ aten ops their names say they cover, on a recorded CUDA trace and on a CPU sweep
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from analysis.fusion import cover, fused_words, fusion_rows
 from analysis.trace import analyse_trace
-from tests.conftest import ROOT, run_cli
+from tests.conftest import FIXTURES as SHARED, run_cli
 
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "cuda-traces"
+FIXTURES = SHARED / "cuda-traces"
 
 
 @pytest.mark.parametrize("kernel, words", [
@@ -30,6 +29,28 @@ def test_words_are_matched_longest_first_against_the_ops_eager_ran():
     eager = ["aten::native_layer_norm", "aten::layer_norm", "aten::_softmax", "aten::mul", "aten::mm"]
     assert cover(["native", "layer", "norm", "view"], eager) == (["aten::native_layer_norm"], ["view"])
     assert cover(["", "softmax", "mul", "mul"], eager) == (["aten::_softmax", "aten::mul"], [])
+
+
+def test_a_library_call_that_stands_for_a_matmul_and_its_add():
+    """Compiled matmul_add calls aten::addmm where eager ran aten::mm then aten::add (profiled
+    self host µs per step, medians over the repeats' values chosen here)."""
+    def ops(mm: float | None, add: float | None, addmm: float | None) -> list[dict]:
+        found = [("aten::mm", mm), ("aten::add", add), ("aten::addmm", addmm), ("aten::matmul", 1.0)]
+        return [{"name": n, "self_host_us_step_median": v} for n, v in found if v is not None]
+
+    common = {"status": "ok", "trace_error": None, "platform": "cpu", "size": 64, "workload": "matmul_add",
+              "dtype": "bf16", "warmup": False, "train": False, "device": "cpu"}
+    eager = {**common, "compile": False, "jobs": "e1;e2"}
+    compiled = {**common, "compile": True, "jobs": "c1;c2"}
+    table = {"e1": ops(80.0, 20.0, None), "e2": ops(90.0, 22.0, None), "c1": ops(None, None, 50.0),
+             "c2": ops(None, None, 54.0)}
+    [row] = fusion_rows([eager, compiled], table, [])
+    assert (row["kernel"], row["eager_ops"], row["matched_by"]) == ("aten::addmm", "aten::mm; aten::add", "library call")
+    assert row["eager_us_per_step"] == pytest.approx(85.0 + 21.0)  # the medians of mm and add, summed
+    assert row["compiled_us_per_step"] == pytest.approx(52.0)
+    # a compiled graph that calls the same library kernel eager did fused nothing
+    table["e1"].append({"name": "aten::addmm", "self_host_us_step_median": 5.0})
+    assert fusion_rows([eager, compiled], table, []) == []
 
 
 @pytest.mark.skipif(not (FIXTURES / "a100_triton_compiled.json.gz").is_file(), reason="fixtures not here")

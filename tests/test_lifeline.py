@@ -216,7 +216,7 @@ def test_a_disk_that_fills_during_the_analysis_fails_the_sweep_and_names_the_fil
 
 
 def test_a_read_only_sweep_folder_is_named_and_analysed_elsewhere_with_out(tmp_path):
-    from tests.test_compare import hand_made_job, jitter
+    from tests.conftest import hand_made_job, jitter
 
     disk = tmp_path / "disk"
     if not _can_mount_tmpfs(disk):

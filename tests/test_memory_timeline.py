@@ -5,7 +5,6 @@ hand count of what the workload allocates."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest

@@ -18,7 +18,7 @@ import pytest
 from analysis import analyse_folder
 from analysis.__main__ import main
 from analysis.serve import make_server
-from tests.test_compare import hand_made_job, hand_made_point, jitter, processes
+from tests.conftest import hand_made_job, hand_made_point, jitter, processes
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 TRACE = "0_matmul_add_8_bf16_cold_eager/t.json"
@@ -146,11 +146,14 @@ def test_the_button_posts_the_trace_to_the_ui_window(sweep, tmp_path):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (CI installs it)")
 def test_the_stand_in_must_be_on_the_pages_own_server(sweep, tmp_path):
-    """?perfetto_ui= takes only a path of the page's own origin: another site gets nothing."""
+    """?perfetto_ui= takes only a path of the page's own origin: a stand-in on another origin (a
+    second server, another port), which would answer and take the trace, gets nothing."""
+    (sweep / "stand-in.html").write_text(STAND_IN)
     with_probe(sweep / "report.html", "button.perfetto")
-    with serving(sweep) as root:
-        title = chromium_title(f"{root}/report.html?perfetto_ui=//127.0.0.2:9/x", tmp_path / "profile")
-    assert not title.startswith("GOT:")  # it went to ui.perfetto.dev, which this machine cannot reach
+    with serving(sweep) as root, serving(sweep) as other:
+        elsewhere = other.split(":", 1)[1]  # //127.0.0.1:PORT, the same page's folder on another origin
+        title = chromium_title(f"{root}/report.html?perfetto_ui={elsewhere}/stand-in.html", tmp_path / "profile")
+    assert not title.startswith("GOT:"), title  # it went to ui.perfetto.dev, which this machine cannot reach
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (CI installs it)")

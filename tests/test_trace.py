@@ -15,9 +15,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from analysis.trace import TraceError, analyse_trace, flat
-from tests.conftest import ROOT, table_footer
+from tests.conftest import FIXTURES, ROOT, table_footer
 
-FIXTURES = ROOT.parent / "shared" / "fixtures"
 CUDA_TRACES = sorted((FIXTURES / "cuda-traces").glob("*.json.gz"))
 BIG = FIXTURES / "big" / "a100_training_35MB.json.gz"
 LAUNCH_NAMES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaGraphLaunch"}
