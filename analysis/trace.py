@@ -545,10 +545,36 @@ def _nest_threads(threads: dict[tuple[Any, Any], list[HostEvent]]) -> list[HostE
     host: list[HostEvent] = []
     for key, events in threads.items():
         _nest(events)
+        events = _merge_repeated(events)
         for h in events:
             h.tid = key
         host.extend(events)
     return host
+
+
+def _merge_repeated(events: list[HostEvent]) -> list[HostEvent]:
+    """An event that is the only child of an event of the same name is one op with it, as torch's
+    own tree has it (EventList._remove_dup_nodes: `aten::div_` re-dispatched to `aten::div_` for a
+    wrapped number): its children become the parent's, its self time is the parent's. Without
+    this the outer one would be a wrapper and the compute split would differ from key_averages'."""
+    children: dict[int, int] = {}
+    for h in events:
+        if h.parent is not None:
+            children[id(h.parent)] = children.get(id(h.parent), 0) + 1
+    merged: dict[int, HostEvent] = {}  # id(removed event) -> the event it became part of
+    kept = []
+    for h in events:  # parents before children: a chain of repeats collapses into its first
+        parent = merged.get(id(h.parent), h.parent) if h.parent is not None else None
+        h.parent = parent
+        if parent is not None and parent.name == h.name and children.get(id(parent), 0) == 1 \
+                and h.correlation is None:
+            parent.self_ns += h.self_ns
+            children[id(parent)] = children.get(id(h), 0)
+            merged[id(h)] = parent
+            continue
+        h.depth = parent.depth + 1 if parent is not None else 0
+        kept.append(h)
+    return kept
 
 
 def _place(trace: Trace) -> None:
