@@ -38,7 +38,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from analysis.conclusions import TOO_WIDE, rate  # noqa: E402
+from analysis.conclusions import TOO_WIDE, rate, short_name  # noqa: E402
 from analysis.points import pairing_columns  # noqa: E402
 from profsweep.contract import point_jobs, usable_rows  # noqa: E402
 from analysis.files import atomic_write_bytes  # noqa: E402
@@ -887,7 +887,7 @@ def _memory_timeline(data: pd.DataFrame, sweep: Sweep) -> Figure:
         top = part.loc[part["allocated_bytes"].idxmax()]
         ax.scatter([top["t_us"]], [top["allocated_bytes"]], color="crimson", zorder=4, s=20)
         if isinstance(top["step_allocated_peak_op"], str):
-            ax.annotate(short_op(top["step_allocated_peak_op"]), (top["t_us"], top["allocated_bytes"]), fontsize=8,
+            ax.annotate(short_name(top["step_allocated_peak_op"], 28), (top["t_us"], top["allocated_bytes"]), fontsize=8,
                         color="crimson", ha="center", va="bottom", xytext=(0, 3), textcoords="offset points")
         top_bytes = max(float(part["allocated_bytes"].max()) * 1.2, 1.0)
         unit = 1024 ** max(0, min(4, int(math.log(top_bytes, 1024))))  # B, KiB, MiB, GiB
@@ -906,10 +906,6 @@ def _nice_step(raw: float) -> float:
     """The round number (1, 2, 2.5 or 5 times a power of ten) at or above `raw`."""
     power = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
     return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
-
-
-def short_op(name: str, width: int = 28) -> str:
-    return name if len(name) <= width else name[:width - 1] + "…"
 
 
 def _memory(ok: pd.DataFrame, sweep: Sweep) -> Figure:
