@@ -284,15 +284,60 @@ def _uses(side: Side, point: dict[str, Any], what: str) -> list[dict[str, Use]]:
 def _samples(side: Side, point: dict[str, Any], on: str) -> list[list[float]]:
     """Each repeat's samples: its steps' device time, its un-profiled steps, or its profiled
     steps' host duration."""
+    return [g for g in (_job_samples(side, job, on) for job in _repeat_jobs(side, point)) if g]
+
+
+def _job_samples(side: Side, job: dict[str, Any], on: str) -> list[float]:
     from profsweep.contract import timed_samples
 
+    if on == "timed":
+        return timed_samples(job)
+    return stats.clean(s.get(on) for s in side.steps.get(job["job"], []))
+
+
+def _probed(side: Side, point: dict[str, Any], on: str) -> list[tuple[list[float], float]]:
+    """Each repeat's samples with the machine's speed probe of its process (speed_probe_us), for
+    the repeats that have both; none where the samples are the device's time, which the host's
+    speed does not set."""
+    if on == "device_us":
+        return []
     out = []
     for job in _repeat_jobs(side, point):
-        if on == "timed":
-            out.append(timed_samples(job))
-        else:
-            out.append(stats.clean(s.get(on) for s in side.steps.get(job["job"], [])))
-    return [g for g in out if g]
+        probe = stats.number(job.get("speed_probe_us"))
+        found = _job_samples(side, job, on)
+        if probe and probe > 0 and found:
+            out.append((found, probe))
+    return out
+
+
+def against_the_machine(judged: Verdict, base: list[tuple[list[float], float]], new: list[tuple[list[float], float]],
+                        band: float = MARGIN) -> tuple[Verdict, tuple[float | None, float | None]]:
+    """A change of the step is a verdict only if it is one relative to the machine's speed too.
+
+    Each job times a small matmul right before and after its un-profiled steps (speed_probe_us,
+    experiments/job.py). A virtual machine's cores are shared with other tenants; while one is
+    busy every step runs slower alike, for seconds to minutes, and every process of a sweep run
+    then can be slow together: no interval over one sweep's processes shows it. So a `slower` or
+    `faster` verdict stands only where the steps, each process's divided by its own probe, give
+    the same verdict; otherwise it is `inconclusive`, with the probe's numbers. Returns the
+    verdict and the two sides' probes (the medians over their repeats; None without probes)."""
+    if not base or not new:
+        return judged, (None, None)
+    probes = (stats.median([p for _, p in base]), stats.median([p for _, p in new]))
+    if judged.verdict not in ("slower", "faster"):
+        return judged, probes
+    relative = verdict([[v / p for v in g] for g, p in base], [[v / p for v in g] for g, p in new], band=band)
+    if relative.verdict == judged.verdict:
+        return judged, probes
+    pb, pn = probes
+    shown = (f"{relative.ratio:.3g}x [{relative.low:.3g}, {relative.high:.3g}]" if relative.low is not None
+             and relative.high is not None and relative.ratio is not None else "undecided")
+    why = (f"{judged.why}; but the machine's speed probe (a 64x64 matmul timed before and after the steps) took "
+           f"{pn / pb:.2f}x as long in NEW's processes as in BASE's ({pb:.3g} -> {pn:.3g} µs), and relative to it "
+           f"the step is {shown}, not {judged.verdict}: another tenant of this machine's cores most likely slowed "
+           "one side; rerun BASE and NEW when their probes agree")
+    return Verdict("inconclusive", judged.ratio, judged.low, judged.high, why, judged.p_value,
+                   relative.processes_needed), probes
 
 
 def _nan(value: Any) -> bool:
@@ -385,6 +430,7 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
                     and judged.high is not None else "")
         judged = Verdict("inconclusive", judged.ratio, judged.low, judged.high,
                          f"{interval}{reasons}; rerun {' and '.join(loaded)} on a quiet machine", None)
+    judged, probes = against_the_machine(judged, _probed(base, b, on), _probed(new, n, on), band)
     row: dict[str, Any] = {c: n.get(c) if n.get(c) is not None else b.get(c) for c in columns}
     row.update({
         "base_job": b["job"], "new_job": n["job"], "variant": n.get("variant"),
@@ -397,6 +443,7 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
         "step_ratio": judged.ratio, "interval_low": judged.low, "interval_high": judged.high, "p_value": judged.p_value,
         "verdict_why": judged.why, "processes_needed": judged.processes_needed,
         "repeats_base": len(base_samples), "repeats_new": len(new_samples),
+        "speed_probe_us_base": probes[0], "speed_probe_us_new": probes[1], "speed_probe_ratio": _ratio(*probes),
         "noisy_base": b.get("noisy"), "noisy_new": n.get("noisy"),
         "first_call_ms_ratio": _ratio(b.get("first_call_ms"), n.get("first_call_ms")),
         "peak_memory_ratio": _ratio(b.get("peak_memory_bytes"), n.get("peak_memory_bytes")),

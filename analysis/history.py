@@ -28,14 +28,18 @@ from analysis.history_report import write_page
 from analysis.store import Store, StoreError, SweepFolder
 from profsweep import stats
 from profsweep.contract import usable_sql
-from profsweep.decide import ABOVE, BELOW, decide
+from profsweep.decide import ABOVE, BAND, BELOW, decide
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
 # its profiled step's host self time (per series: the first every sweep of it has)
+# The machine's speed probe of each repeat's process (experiments/job.py): a change of the step that
+# the probe made too is the machine's, not the code's (compare.against_the_machine).
+PROBE = "speed_probe_us"
+MOMENTS = (*METRICS, PROBE)
 METRIC_WORDS = {"timed_us_per_step": "un-profiled step", "host_us_per_step": "host self time per profiled step"}
 REGRESSION_COLUMNS = ("point", "change_at", "change_at_time", "before_us", "after_us", "ratio", "ratio_low",
                       "ratio_high", "status", "p_value", "before_sweep", "sweeps_before", "sweeps_after",
-                      "measured_on", "what_changed", "environment_changed", "noise")
+                      "measured_on", "what_changed", "environment_changed", "noise", "speed_probe_ratio")
 ENVIRONMENT_WORDS = {"torch_version": "torch", "cuda_build": "CUDA", "driver_version": "driver", "gpus": "GPUs",
                      "cpu_model": "CPU", "cpu_count": "CPUs", "hostname": "host", "git_commit": "commit",
                      "git_dirty": "uncommitted changes", "python_version": "python", "platform": "platform"}
@@ -113,13 +117,13 @@ def load(store: Store, ids: Sequence[int], ignore: Sequence[str]) -> History:
     _points_table(store, have, columns, ignored)
     lines: dict[tuple, Line] = {}
     for line, nth, place, job, noise, *moments in c.execute(
-            f"SELECT line, nth, place, point_job, noise, {', '.join(f'n_{m}, mean_{m}, var_{m}' for m in METRICS)} "
+            f"SELECT line, nth, place, point_job, noise, {', '.join(f'n_{m}, mean_{m}, var_{m}' for m in MOMENTS)} "
             "FROM _points ORDER BY line, nth, place").fetchall():
         key = (line, nth)
         if key not in lines:
             lines[key] = Line(key, {}, "", [])
         lines[key].points.append(Point(place, job, {m: tuple(moments[3 * i: 3 * i + 3])  # type: ignore[misc]
-                                                    for i, m in enumerate(METRICS)}, noise))
+                                                    for i, m in enumerate(MOMENTS)}, noise))
     shown = [k for k in dict.fromkeys([*columns, "variant", "workload"]) if k in have]
     latest = ", ".join(["arg_max(point_job, place)", *(f"arg_max({_q(k)}, place)" for k in shown)])
     for line, nth, job, *values in c.execute(f"SELECT line, nth, {latest} FROM _points GROUP BY line, nth").fetchall():
@@ -151,8 +155,9 @@ def _points_table(store: Store, have: dict[str, str], columns: list[str], ignore
              if {"noise_load", "noise_reason"} <= set(have) else "NULL")
     jobs = "coalesce(CAST(jobs AS VARCHAR), CAST(job AS VARCHAR))" if "jobs" in have else "CAST(job AS VARCHAR)"
     moments = []
-    for m in METRICS:
-        x = f"ln(CASE WHEN o.{_q(m)} > 0 THEN o.{_q(m)} END)"
+    for m in MOMENTS:
+        v = f"TRY_CAST(o.{_q(m)} AS DOUBLE)"  # a column no job filled reads as text
+        x = f"ln(CASE WHEN {v} > 0 THEN {v} END)"
         moments.append(f"count({x}) AS n_{m}, avg({x}) AS mean_{m}, coalesce(var_samp({x}), 0) AS var_{m}")
     store.con.execute(f"""CREATE OR REPLACE TEMP TABLE _points AS
         WITH p AS (
@@ -160,7 +165,7 @@ def _points_table(store: Store, have: dict[str, str], columns: list[str], ignore
                    {', '.join(keys + raw)}
             FROM history h JOIN _chosen c USING (sweep_id)),
         members AS (SELECT sweep_id, point_job, unnest(string_split(jobs, ';')) AS job FROM p),
-        o AS (SELECT sweep_id, CAST(job AS VARCHAR) AS job, {column(repeats, METRICS[0])}, {column(repeats, METRICS[1])}
+        o AS (SELECT sweep_id, CAST(job AS VARCHAR) AS job, {', '.join(column(repeats, m) for m in MOMENTS)}
               FROM repeats WHERE sweep_id IN (SELECT sweep_id FROM _chosen) AND {usable}),
         agg AS (SELECT m.sweep_id, m.point_job, {', '.join(moments)}
                 FROM members m JOIN o ON o.sweep_id = m.sweep_id AND o.job = m.job GROUP BY m.sweep_id, m.point_job)
@@ -265,13 +270,29 @@ def analyse(history: History, fdr: float = FDR) -> None:
 
 def _checked(line: Line, step: changes.Step) -> changes.Step:
     """A change is confirmed only as compare would call it (one rule, profsweep.decide): its
-    interval past the band, and none of the sweeps it rests on (the last before it and the
-    changes.CONFIRM from it on) measured on a loaded machine."""
+    interval past the band, also relative to the machine's speed probe (compare.against_the_machine),
+    and none of the sweeps it rests on (the last before it and the changes.CONFIRM from it on)
+    measured on a loaded machine."""
     rests_on = line.points[max(0, step.at - 1): step.at + changes.CONFIRM]
-    decided = decide(step.ratio, step.low, step.high).outcome in (ABOVE, BELOW)
-    if step.confirmed and (not decided or any(p.noise for p in rests_on)):
+    outcome = decide(step.ratio, step.low, step.high).outcome
+    shift = probe_shift(line, step)
+    relative = outcome if shift is None or step.low is None or step.high is None else \
+        decide(step.ratio / shift, step.low / shift, step.high / shift).outcome
+    if step.confirmed and (outcome not in (ABOVE, BELOW) or relative != outcome or any(p.noise for p in rests_on)):
         return replace(step, confirmed=False)
     return step
+
+
+def probe_shift(line: Line, step: changes.Step) -> float | None:
+    """How much longer the machine's speed probe took from the change on than before it, over the
+    sweeps the change was judged on (each sweep's geometric mean of its repeats' probes, each sweep
+    once); None where a side's sweeps have no probe."""
+    def level(points: Sequence[Point]) -> float | None:
+        found = [p.moments[PROBE][1] for p in points if p.moments.get(PROBE, (0,))[0]]
+        return sum(found) / len(found) if found else None
+
+    before, after = level(line.points[step.start: step.at]), level(line.points[step.at: step.end])
+    return None if before is None or after is None else math.exp(after - before)
 
 
 def judge(many: Sequence[changes.Series], fdr: float = FDR) -> tuple[list[list[changes.Step]], int]:
@@ -312,6 +333,10 @@ def describe_changes(store: Store, history: History) -> None:
             said = change_words(env, settings, ops, step.before)
             noise = [f"{side} ({history.sweeps[p.sweep]['name']}): {p.noise}" for side, p in
                      (("before", before), ("after", after)) if p.noise]
+            shift = probe_shift(line, step)
+            machine = (f"the machine's speed probe took {shift:.2f}x as long from this sweep on (relative to it "
+                       f"the step is {step.ratio / shift:.3g}x)" if shift is not None
+                       and abs(math.log(shift)) > math.log(1 + BAND) else "")
             rows.append({
                 **{k: _plain(line.row.get(k)) for k in history.columns}, "point": line.label,
                 "change_at": sweep_a["folder"], "change_at_time": sweep_a["started_at"],
@@ -320,7 +345,9 @@ def describe_changes(store: Store, history: History) -> None:
                 "before_sweep": sweep_b["folder"], "sweeps_before": step.at - step.start,
                 "sweeps_after": step.end - step.at, "measured_on": line.metric, "what_changed": said,
                 "environment_changed": "; ".join(f"{k}: {a} -> {b}" for k, a, b in env),
-                "noise": "; ".join(noise) + ("; measured on a loaded machine" if noise else ""),
+                "noise": "; ".join([*noise, *([machine] if machine else [])])
+                         + ("; measured on a loaded machine" if noise else ""),
+                "speed_probe_ratio": shift,
                 "_line": line, "_step": step, "_ops": ops, "_environment": env, "_settings": settings,
             })
     order = {"regression": 0, "improvement": 1, "unconfirmed": 2}

@@ -242,13 +242,14 @@ def noise_reasons(point: dict[str, Any], ok: list[dict[str, Any]],
 MODES_GAP = 1.3  # sorted repeat medians this far apart (x) split into two modes
 FAULTS_APART = 2.0  # the slow processes faulted this many times as many pages a step (and 50 more)
 LOAD_APART = 0.3  # other processes used this many more CPUs during the slow processes
+PROBE_APART = 1.15  # the machine's speed probe took this many times as long during the slow processes
 
 
 def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
     """What differed between a grid point's processes when their medians disagree, from what each
     job recorded, and the remedy for that cause: two modes or a spread; more minor page faults a
     step (glibc's allocator handing memory back), more load (other processes, waits for a CPU, time
-    slices) during the slow ones; or, with several threads and nothing else different, the threads'
+    slices) during the slow ones, a slower machine (its speed probe: another tenant's load); or, with several threads and nothing else different, the threads'
     placement. Words for the noise reason."""
     found = sorted(((v, r) for r in ok if (v := stats.number(r.get(metric))) is not None and v > 0),
                    key=lambda vr: vr[0])
@@ -287,6 +288,12 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
     if s_slow is not None and s_slow >= 2 and s_slow > 2 * (s_fast or 0):
         causes.append(f"the slow processes' steps waited for a core in whole time slices ({s_slow:.0f} steps): "
                       "rerun on a quiet machine")
+    m_fast, m_slow = typical(fast, "speed_probe_us"), typical(slow, "speed_probe_us")
+    if m_fast is not None and m_slow is not None and m_fast > 0 and m_slow >= PROBE_APART * m_fast:
+        causes.append(f"the machine's speed probe (a 64x64 matmul timed beside the steps) took {m_slow / m_fast:.2f}x "
+                      f"as long in the slow processes ({_us(m_fast)} -> {_us(m_slow)}): another tenant of this "
+                      "machine's cores was busy while they ran (a virtual machine shares them); nothing in the "
+                      "sweep's settings removes that: rerun when the machine is quiet, or on a dedicated one")
     threads = stats.number(found[0][1].get("torch_threads"))
     if not causes and threads is not None and threads > 1:
         causes.append(f"nothing else they record differs; with {threads:.0f} threads, where the threads run can "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import faulthandler
 import importlib
 import json
+import math
 import os
 import sys
 import time
@@ -474,6 +475,7 @@ def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
     from profsweep.stats import median, quantiles, slow_steps
 
     samples: list[float] = []
+    probe_before = speed_probe()
     faults = _minor_faults()
     start = time.perf_counter()
     while True:
@@ -488,11 +490,43 @@ def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
                 or (n >= TIMED_FLOOR and elapsed >= TIMED_MAX_S)):
             break
     after = _minor_faults()
+    probe_after = speed_probe()
     kept = [round(v, 3) for v in (samples if len(samples) <= TIMED_SAMPLES_KEPT else quantiles(samples, TIMED_SAMPLES_KEPT))]
     # the median of what is kept (the kept order statistics hold the median): the record agrees with itself
     return {"timed_us_per_step": median(kept), "timed_steps": len(samples),
             "timed_samples_us": kept, "timed_slow_steps": slow_steps(samples),
-            "timed_minor_faults_per_step": (after - faults) / len(samples) if None not in (faults, after) else None}
+            "timed_minor_faults_per_step": (after - faults) / len(samples) if None not in (faults, after) else None,
+            "speed_probe_us": math.sqrt(probe_before * probe_after), "speed_probe_before_us": probe_before,
+            "speed_probe_after_us": probe_after}
+
+
+# The machine's speed right before and right after the un-profiled steps, outside their window: a
+# 64x64 fp32 matmul on the CPU, the median of PROBE_CALLS calls each timed on its own. A virtual
+# machine shares its cores with other tenants; while one of them is busy, every step here runs
+# slower alike (measured on this project's 2-core VM: the probe 6.9 -> 9.4 us and matmul_add 64
+# 19.4 -> 26.5 us, both 1.36x, in runs of consecutive processes lasting seconds). No interval over
+# one sweep's processes can see that; compare and history can, from the probe.
+# On a loaded machine a call can wait for a core (16 ms seen beside a test suite): the probe stops
+# after PROBE_BUDGET_S once it has PROBE_MIN_CALLS calls.
+PROBE_SIZE, PROBE_WARMUP, PROBE_CALLS, PROBE_MIN_CALLS, PROBE_BUDGET_S = 64, 20, 300, 11, 0.03
+
+
+def speed_probe() -> float:
+    """The probe's median time a call, in microseconds (module comment above)."""
+    import torch
+
+    a = torch.full((PROBE_SIZE, PROBE_SIZE), 0.5)
+    out = torch.empty_like(a)
+    for _ in range(PROBE_WARMUP):
+        torch.mm(a, a, out=out)
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < PROBE_CALLS and (len(times) < PROBE_MIN_CALLS or time.perf_counter() - start < PROBE_BUDGET_S):
+        t0 = time.perf_counter()
+        torch.mm(a, a, out=out)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return round(times[len(times) // 2] * 1e6, 3)
 
 
 def _minor_faults() -> int | None:

@@ -73,6 +73,28 @@ def test_a_side_measured_on_a_loaded_machine_gets_no_verdict(tmp_path, capsys):
     assert "NEW noisy: other processes used 1.8 CPUs" in row["verdict_why"] and "quiet machine" in row["verdict_why"]
 
 
+def test_a_change_the_machines_speed_probe_made_too_gets_no_verdict(tmp_path, capsys):
+    # BASE's processes all ran while another tenant slowed the machine: its steps 1.3x as long and
+    # its probe twice as long (as seen on this project's VM: 19.4 -> 26.5 µs at matmul_add 64)
+    hand_made_point(tmp_path / "base", 0, processes(130), speed_probe_us=13.0)
+    hand_made_point(tmp_path / "new", 0, processes(100), speed_probe_us=6.5)
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--fail-if-slower", "1.1", capsys=capsys)
+    row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
+    assert row["verdict"] == "inconclusive" and row["interval_high"] < 1 / 1.05  # faster as measured
+    assert "speed probe" in row["verdict_why"] and "13 -> 6.5 µs" in row["verdict_why"], row["verdict_why"]
+    assert row["speed_probe_ratio"] == pytest.approx(0.5) and row["speed_probe_us_base"] == 13.0
+    assert "(0 slower, 0 faster, 0 same, 1 inconclusive)" in out and "took 0.50x as long in NEW's processes" in out
+    # a change beyond what the machine did stands: a third of the step for half the probe
+    hand_made_point(tmp_path / "third", 0, processes(43), speed_probe_us=6.5)
+    compare(tmp_path / "base", tmp_path / "third", capsys=capsys)
+    assert pd.read_csv(tmp_path / "third" / "compare" / "compare.csv").loc[0, "verdict"] == "faster"
+    # the same 1.3x with the machine alike on both sides is a verdict
+    hand_made_point(tmp_path / "alike", 0, processes(130), speed_probe_us=6.6)
+    compare(tmp_path / "alike", tmp_path / "new", capsys=capsys)
+    row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
+    assert row["verdict"] == "faster" and row["speed_probe_ratio"] == pytest.approx(6.5 / 6.6)
+
+
 def test_verdict_rule_on_repeats():
     assert verdict([[100.0] * 3], [[100.0] * 3]).verdict == "same"  # identical: same, however few
     tight = processes(100, n=5, between=0.005, within=0.01)

@@ -136,6 +136,19 @@ def test_one_row_per_grid_point_with_the_median_of_repeat_medians_and_an_interva
     assert "timed_samples_us" not in a
 
 
+def test_processes_slowed_with_the_machines_speed_probe_are_said_to_be_the_machines():
+    # two modes, 20 and 26.5 µs; the slow processes' probe took 9.4 µs, the fast ones' 6.9
+    jobs = [_job("0", "h", 1, [20.0] * 20, speed_probe_us=6.9), _job("1", "h", 2, [26.5] * 20, speed_probe_us=9.4),
+            _job("2", "h", 3, [19.8] * 20, speed_probe_us=6.95)]
+    row = grid_points.points(jobs, [])[0]
+    assert row["noisy"] and "two modes, 19.9 µs (2 processes) and 26.5 µs (1 process)" in row["noise_reason"]
+    assert "speed probe (a 64x64 matmul timed beside the steps) took 1.36x as long" in row["noise_reason"]
+    assert "another tenant" in row["noise_reason"] and "run.threads=1" not in row["noise_reason"]
+    # the probe alike: nothing recorded differs, and with 2 threads their placement is named
+    alike = [dict(j, speed_probe_us=6.9) for j in jobs]
+    assert "run.threads=1" in grid_points.points(alike, [])[0]["noise_reason"]
+
+
 def test_noise_from_other_processes_and_time_slices():
     loaded = [_job("0", "h", 1, [100.0] * 20, other_cpus=1.3), _job("1", "h", 2, [100.0] * 20)]
     row = loaded_row = grid_points.points(loaded, [])[0]

@@ -58,6 +58,9 @@ def test_a_cold_job_times_its_unprofiled_steps_in_a_twin(tmp_path):
     assert code == 0 and record["status"] == "ok", record["error"]
     assert record["timed_in"] == TWIN and record["timed_steps"] >= 20
     assert record["timed_minor_faults_per_step"] is not None
+    # the machine's speed probe, before and after the timed steps, in the process that timed them
+    probes = record["speed_probe_before_us"], record["speed_probe_after_us"]
+    assert all(p > 0 for p in probes) and record["speed_probe_us"] == pytest.approx((probes[0] * probes[1]) ** 0.5)
     # Built twice, in two processes: the job's, then the twin's.
     assert len(builds) == 2 and builds[0] != builds[1]
     assert record["steps"] == 3 and record["trace_file"]  # the job profiled as ever
