@@ -296,48 +296,66 @@ def _job_samples(side: Side, job: dict[str, Any], on: str) -> list[float]:
 
 
 def _probed(side: Side, point: dict[str, Any], on: str) -> list[tuple[list[float], float]]:
-    """Each repeat's samples with the machine's speed probe of its process (speed_probe_us), for
-    the repeats that have both; none where the samples are the device's time, which the host's
-    speed does not set."""
+    """Each repeat's samples with the machine's speed probe of its process (speed_probe_us); none
+    where a repeat with samples has no probe (a sweep from before it, a value that is not one) or
+    where the samples are the device's time, which the host's speed does not set."""
     if on == "device_us":
         return []
     out = []
     for job in _repeat_jobs(side, point):
-        probe = stats.number(job.get("speed_probe_us"))
         found = _job_samples(side, job, on)
-        if probe and probe > 0 and found:
-            out.append((found, probe))
+        if not found:
+            continue
+        probe = stats.number(job.get("speed_probe_us"))
+        if probe is None or probe <= 0:
+            return []
+        out.append((found, probe))
     return out
 
 
+# What the probe itself depends on besides the machine's load: where these differ (or the thread
+# count), the probe's change is part of what is compared, and nothing is vetoed by it.
+PROBE_DEPENDS_ON = ("torch_version", "cpu_model", "hostname", "cpu_count")
+
+
+def same_probe(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any]) -> bool:
+    """Whether the two sides' probes measure the same thing: the same torch, CPU, host and threads."""
+    if any(_comparable(k, base.environment.get(k)) != _comparable(k, new.environment.get(k)) for k in PROBE_DEPENDS_ON):
+        return False
+    return stats.number(b.get("torch_threads")) == stats.number(n.get("torch_threads"))
+
+
 def against_the_machine(judged: Verdict, base: list[tuple[list[float], float]], new: list[tuple[list[float], float]],
-                        band: float = MARGIN) -> tuple[Verdict, tuple[float | None, float | None]]:
+                        band: float = MARGIN, comparable: bool = True) -> tuple[Verdict, tuple[float | None, float | None]]:
     """A change of the step is a verdict only if it is one relative to the machine's speed too.
 
     Each job times a small matmul right before and after its un-profiled steps (speed_probe_us,
     experiments/job.py). A virtual machine's cores are shared with other tenants; while one is
     busy every step runs slower alike, for seconds to minutes, and every process of a sweep run
-    then can be slow together: no interval over one sweep's processes shows it. So a `slower` or
-    `faster` verdict stands only where the steps, each process's divided by its own probe, give
-    the same verdict; otherwise it is `inconclusive`, with the probe's numbers. Returns the
-    verdict and the two sides' probes (the medians over their repeats; None without probes)."""
+    then can be slow together: no interval over one sweep's processes shows it. So where the two
+    sides' probes differ beyond the band, a `slower` or `faster` verdict stands only where the
+    steps, each process's divided by its own probe, give the same verdict; otherwise it is
+    `inconclusive`, with the probe's numbers. Only ever a verdict less, never one more. Nothing
+    is vetoed where the probes are not `comparable` (another torch, CPU, host or thread count:
+    same_probe). Returns the verdict and the two sides' probes (the medians over their repeats;
+    None without probes)."""
     if not base or not new:
         return judged, (None, None)
     probes = (stats.median([p for _, p in base]), stats.median([p for _, p in new]))
-    if judged.verdict not in ("slower", "faster"):
+    pb, pn = probes
+    if (judged.verdict not in ("slower", "faster") or not comparable or pb is None or pn is None
+            or abs(math.log(pn / pb)) <= math.log(1 + band)):
         return judged, probes
     relative = verdict([[v / p for v in g] for g, p in base], [[v / p for v in g] for g, p in new], band=band)
     if relative.verdict == judged.verdict:
         return judged, probes
-    pb, pn = probes
     shown = (f"{relative.ratio:.3g}x [{relative.low:.3g}, {relative.high:.3g}]" if relative.low is not None
              and relative.high is not None and relative.ratio is not None else "undecided")
     why = (f"{judged.why}; but the machine's speed probe (a 64x64 matmul timed before and after the steps) took "
            f"{pn / pb:.2f}x as long in NEW's processes as in BASE's ({pb:.3g} -> {pn:.3g} µs), and relative to it "
            f"the step is {shown}, not {judged.verdict}: another tenant of this machine's cores most likely slowed "
            "one side; rerun BASE and NEW when their probes agree")
-    return Verdict("inconclusive", judged.ratio, judged.low, judged.high, why, judged.p_value,
-                   relative.processes_needed), probes
+    return Verdict("inconclusive", judged.ratio, judged.low, judged.high, why, None, relative.processes_needed), probes
 
 
 def _nan(value: Any) -> bool:
@@ -430,7 +448,8 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
                     and judged.high is not None else "")
         judged = Verdict("inconclusive", judged.ratio, judged.low, judged.high,
                          f"{interval}{reasons}; rerun {' and '.join(loaded)} on a quiet machine", None)
-    judged, probes = against_the_machine(judged, _probed(base, b, on), _probed(new, n, on), band)
+    judged, probes = against_the_machine(judged, _probed(base, b, on), _probed(new, n, on), band,
+                                         same_probe(base, b, new, n))
     row: dict[str, Any] = {c: n.get(c) if n.get(c) is not None else b.get(c) for c in columns}
     row.update({
         "base_job": b["job"], "new_job": n["job"], "variant": n.get("variant"),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from analysis import changes
-from analysis.compare import FDR, Use, environment_diff, pair_key_of, per_step, time_diff
+from analysis.compare import FDR, PROBE_DEPENDS_ON, Use, environment_diff, pair_key_of, per_step, time_diff
 from analysis.points import PAIR_DEFAULTS, PAIR_KEYS, PAIR_PREFIXES, pairing_columns
 from analysis.conclusions import us
 from analysis.history_report import write_page
@@ -262,20 +262,20 @@ def analyse(history: History, fdr: float = FDR) -> None:
     found, history.tested = judge([line.series for line in judged], fdr)
     pools = changes.pooled_scatter([line.series for line in judged])
     for line, steps, pool in zip(judged, found, pools):
-        line.steps = [_checked(line, s) for s in steps]
+        line.steps = [_checked(line, s, history.sweeps) for s in steps]
         line.found = [s.at for s in steps]
         line.series = changes.with_pool(line.series, pool)
         line.smallest = changes.smallest(line.series)
 
 
-def _checked(line: Line, step: changes.Step) -> changes.Step:
+def _checked(line: Line, step: changes.Step, sweeps: Sequence[dict[str, Any]]) -> changes.Step:
     """A change is confirmed only as compare would call it (one rule, profsweep.decide): its
     interval past the band, also relative to the machine's speed probe (compare.against_the_machine),
     and none of the sweeps it rests on (the last before it and the changes.CONFIRM from it on)
     measured on a loaded machine."""
     rests_on = line.points[max(0, step.at - 1): step.at + changes.CONFIRM]
     outcome = decide(step.ratio, step.low, step.high).outcome
-    shift = probe_shift(line, step)
+    shift = probe_shift(line, step, sweeps)
     relative = outcome if shift is None or step.low is None or step.high is None else \
         decide(step.ratio / shift, step.low / shift, step.high / shift).outcome
     if step.confirmed and (outcome not in (ABOVE, BELOW) or relative != outcome or any(p.noise for p in rests_on)):
@@ -283,16 +283,23 @@ def _checked(line: Line, step: changes.Step) -> changes.Step:
     return step
 
 
-def probe_shift(line: Line, step: changes.Step) -> float | None:
+def probe_shift(line: Line, step: changes.Step, sweeps: Sequence[dict[str, Any]]) -> float | None:
     """How much longer the machine's speed probe took from the change on than before it, over the
     sweeps the change was judged on (each sweep's geometric mean of its repeats' probes, each sweep
-    once); None where a side's sweeps have no probe."""
+    once), where it moved past the band; None where it did not, where a side's sweeps have no
+    probe, or where the probe itself changed with the step (another torch, CPU or host:
+    compare.PROBE_DEPENDS_ON), so that its change is part of the step's."""
     def level(points: Sequence[Point]) -> float | None:
         found = [p.moments[PROBE][1] for p in points if p.moments.get(PROBE, (0,))[0]]
         return sum(found) / len(found) if found else None
 
-    before, after = level(line.points[step.start: step.at]), level(line.points[step.at: step.end])
-    return None if before is None or after is None else math.exp(after - before)
+    sides = (line.points[step.start: step.at], line.points[step.at: step.end])
+    if len({tuple(_text(sweeps[p.sweep].get(k)) for k in PROBE_DEPENDS_ON) for side in sides for p in side}) > 1:
+        return None
+    before, after = level(sides[0]), level(sides[1])
+    if before is None or after is None or abs(after - before) <= math.log(1 + BAND) or abs(after - before) > 700:
+        return None
+    return math.exp(after - before)
 
 
 def judge(many: Sequence[changes.Series], fdr: float = FDR) -> tuple[list[list[changes.Step]], int]:
@@ -333,10 +340,9 @@ def describe_changes(store: Store, history: History) -> None:
             said = change_words(env, settings, ops, step.before)
             noise = [f"{side} ({history.sweeps[p.sweep]['name']}): {p.noise}" for side, p in
                      (("before", before), ("after", after)) if p.noise]
-            shift = probe_shift(line, step)
+            shift = probe_shift(line, step, history.sweeps)
             machine = (f"the machine's speed probe took {shift:.2f}x as long from this sweep on (relative to it "
-                       f"the step is {step.ratio / shift:.3g}x)" if shift is not None
-                       and abs(math.log(shift)) > math.log(1 + BAND) else "")
+                       f"the step is {step.ratio / shift:.3g}x)" if shift is not None else "")
             rows.append({
                 **{k: _plain(line.row.get(k)) for k in history.columns}, "point": line.label,
                 "change_at": sweep_a["folder"], "change_at_time": sweep_a["started_at"],
@@ -345,8 +351,8 @@ def describe_changes(store: Store, history: History) -> None:
                 "before_sweep": sweep_b["folder"], "sweeps_before": step.at - step.start,
                 "sweeps_after": step.end - step.at, "measured_on": line.metric, "what_changed": said,
                 "environment_changed": "; ".join(f"{k}: {a} -> {b}" for k, a, b in env),
-                "noise": "; ".join([*noise, *([machine] if machine else [])])
-                         + ("; measured on a loaded machine" if noise else ""),
+                "noise": "; ".join([*noise, *(["measured on a loaded machine"] if noise else []),
+                                    *([machine] if machine else [])]),
                 "speed_probe_ratio": shift,
                 "_line": line, "_step": step, "_ops": ops, "_environment": env, "_settings": settings,
             })

@@ -268,7 +268,7 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
         shape = f"from {_us(values[0])} to {_us(values[-1])}"
 
     def typical(rows: list[tuple[float, dict[str, Any]]], key: str) -> float | None:
-        return stats.median(stats.clean(r.get(key) for _, r in rows))
+        return stats.median([v for v in stats.clean(r.get(key) for _, r in rows) if v >= 0])
 
     causes = []
     f_fast, f_slow = typical(fast, "timed_minor_faults_per_step"), typical(slow, "timed_minor_faults_per_step")
@@ -299,8 +299,8 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
         causes.append(f"nothing else they record differs; with {threads:.0f} threads, where the threads run can "
                       "differ from process to process: run.threads=1 takes that away (docs/numbers.md, 'Threads')")
     if not causes:
-        causes.append("nothing they record differs (threads, page faults, load, time slices): more processes "
-                      "narrow the interval")
+        causes.append("nothing they record differs (threads, page faults, load, time slices, the machine's speed "
+                      "probe): more processes narrow the interval")
     return f"{shape}; {'; '.join(causes)}"
 
 

@@ -88,6 +88,18 @@ def test_a_change_the_machines_speed_probe_made_too_gets_no_verdict(tmp_path, ca
     hand_made_point(tmp_path / "third", 0, processes(43), speed_probe_us=6.5)
     compare(tmp_path / "base", tmp_path / "third", capsys=capsys)
     assert pd.read_csv(tmp_path / "third" / "compare" / "compare.csv").loc[0, "verdict"] == "faster"
+    # a repeat without a probe (a sweep from before it, a value that is not one): no veto on half a side
+    shutil.copytree(tmp_path / "base", tmp_path / "partly")
+    record = next((tmp_path / "partly").glob("*_r2")) / "metrics.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "speed_probe_us": "fast"}))
+    compare(tmp_path / "partly", tmp_path / "new", capsys=capsys)
+    assert pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").loc[0, "verdict"] == "faster"
+    # on another host the probe's change is the machines' difference, part of what is compared
+    other = tmp_path / "other"
+    hand_made_point(other, 0, processes(100), speed_probe_us=6.5)
+    (other / "environment.json").write_text(json.dumps({"hostname": "elsewhere"}))
+    compare(tmp_path / "base", other, capsys=capsys)
+    assert pd.read_csv(other / "compare" / "compare.csv").loc[0, "verdict"] == "faster"
     # the same 1.3x with the machine alike on both sides is a verdict
     hand_made_point(tmp_path / "alike", 0, processes(130), speed_probe_us=6.6)
     compare(tmp_path / "alike", tmp_path / "new", capsys=capsys)
