@@ -27,7 +27,7 @@ import pandas as pd
 from analysis.conclusions import fmt
 from analysis.expect import CUDA_ONLY, EXPECT_FILE, INCONCLUSIVE, ClaimSpec, ExpectationError, judge, parse_claims
 from analysis.html import pre_pair, read_text, table
-from profsweep.contract import TIMED, point_jobs, table_files, timed_samples, trace_files, usable_rows
+from profsweep.contract import TIMED, flag, point_jobs, table_files, timed_samples, trace_files, usable_rows
 from profsweep import stats
 from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
 
@@ -215,10 +215,10 @@ def part1(d: _Data) -> list[Claim]:
         else:
             r = row.iloc[0]
             size = f"size ≈ {r['crossover_size']:.0f} ({r['status']})" if pd.notna(r["crossover_size"]) else r["status"]
-            uncertain = pd.notna(r["crossover_size"]) and r.get("uncertain") in (True, "True")
+            uncertain = pd.notna(r["crossover_size"]) and flag(r.get("uncertain"))
             if pd.isna(r["crossover_size"]):  # not reached: unless an end's ratio may lie on the other side of 1
                 ends = eager.iloc[[0, -1]]
-                uncertain = bool(ends.get("regime_uncertain", pd.Series(dtype=object)).isin([True, "True"]).any())
+                uncertain = bool(ends.get("regime_uncertain", pd.Series(dtype=object)).map(flag).any())
                 if uncertain:
                     size += " (uncertain: at an end size the interval of work / host holds 1)"
             out.append(Claim(P, c, e, size, INCONCLUSIVE if uncertain else _verdict(pd.notna(r["crossover_size"])), ""))

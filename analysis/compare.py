@@ -42,7 +42,7 @@ from analysis.points import (  # noqa: F401  (what a grid point is: compare's an
 from analysis.trace import is_op, same_op
 from profsweep import stats
 from profsweep.columns import flat_key
-from profsweep.contract import ENVIRONMENT_FILE, point_jobs, trace_files
+from profsweep.contract import ENVIRONMENT_FILE, flag, point_jobs, trace_files
 from profsweep.decide import ABOVE, BAND, BELOW, SAME, decide
 
 MARGIN = BAND  # what counts as the same: within 5% (profsweep.decide, the one rule)
@@ -440,7 +440,7 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
                 ("timed", "un-profiled step") if has("timed_us_per_step") else ("host_us", "host duration per step"))
     base_samples, new_samples = _samples(base, b, on), _samples(new, n, on)
     judged = verdict(base_samples, new_samples, band=band)
-    loaded = [side for side, point in (("BASE", b), ("NEW", n)) if point.get("noise_load") in (True, "True")]
+    loaded = [side for side, point in (("BASE", b), ("NEW", n)) if flag(point.get("noise_load"))]
     if loaded and judged.why != "identical samples":
         reasons = "; ".join(f"{side} noisy: {point.get('noise_reason')}" for side, point in (("BASE", b), ("NEW", n))
                             if side in loaded)

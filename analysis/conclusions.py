@@ -17,7 +17,7 @@ from analysis import points as grid_points
 from analysis.sweep import FITTED
 from analysis.trace import is_op, same_op
 from profsweep import stats
-from profsweep.contract import SERIES_KEYS, TIMED, point_jobs, timed_samples
+from profsweep.contract import SERIES_KEYS, TIMED, flag, point_jobs, timed_samples
 from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
 
 TOP = 10  # ops and kernels per grid point in top_ops.csv
@@ -120,10 +120,6 @@ def _sizes(sizes: Sequence[Any]) -> str:
 # --- series -------------------------------------------------------------------------------------
 
 
-def _yes(value: Any) -> bool:
-    return value in (True, "True", "true", 1)
-
-
 def series_name(row: dict[str, Any], leave_out: Iterable[str] = ()) -> str:
     """`matmul_add bf16 cold eager`: a series in words (a grid point less its size), with the
     settings that make it a series of its own (`compile_mode=max-autotune`)."""
@@ -134,10 +130,10 @@ def series_name(row: dict[str, Any], leave_out: Iterable[str] = ()) -> str:
     if "dtype" not in leave and row.get("dtype"):
         words.append(str(row["dtype"]))
     if "warmup" not in leave:
-        words.append("warm" if _yes(row.get("warmup")) else "cold")
+        words.append("warm" if flag(row.get("warmup")) else "cold")
     if "compile" not in leave:
-        words.append("compile" if _yes(row.get("compile")) else "eager")
-    if _yes(row.get("train")):
+        words.append("compile" if flag(row.get("compile")) else "eager")
+    if flag(row.get("train")):
         words.append("training")
     if isinstance(row.get("device"), str) and row["device"] != "cpu":
         words.append(f"on {row['device']}")
@@ -277,10 +273,10 @@ def _regime(rows: list[dict[str, Any]], crossover: dict[str, Any] | None) -> lis
         if regime is None or (ratio is None and raw != math.inf):
             continue
         text = f"{r['size']} ({times(ratio)}{_interval(r, key)}" if ratio is not None else f"{r['size']} (no overhead floor"
-        flags = [word for word, on in (("uncertain", _yes(r.get("regime_uncertain"))), ("noisy", _yes(r.get("noisy"))))
+        flags = [word for word, on in (("uncertain", flag(r.get("regime_uncertain"))), ("noisy", flag(r.get("noisy"))))
                  if on]
         needed = stats.number(r.get("regime_processes_needed"))
-        if _yes(r.get("regime_uncertain")) and needed is not None:
+        if flag(r.get("regime_uncertain")) and needed is not None:
             flags.append(f"{needed:.0f} processes would decide it" if needed <= 1000 else "at the crossover")
         text += "".join(f", {w}" for w in flags) + ")"
         if runs and runs[-1][0] == regime:
@@ -328,7 +324,7 @@ def _crossing(name: str, crossover: dict[str, Any], rows: list[dict[str, Any]], 
     misfit = f" The model of the un-profiled steps {check}." if check.startswith("does not fit") else ""
     if size is not None:
         between = status.split(" (uncertain")[0].removeprefix("crossed ")
-        unsure = f"; uncertain: the interval of {work} / {host} holds 1 there" if _yes(crossover.get("uncertain")) else ""
+        unsure = f"; uncertain: the interval of {work} / {host} holds 1 there" if flag(crossover.get("uncertain")) else ""
         return f"{name}: {work} time overtakes {host} time at size ≈{fmt(size)}, {between}{unsure}.{misfit}"
     if status.startswith("not reached: work exceeds"):
         return (f"{name}: no crossover between sizes {sizes[0]} and {sizes[-1]}: {work} exceeds {host} at every "
@@ -389,7 +385,7 @@ def _pairs(points: list[dict[str, Any]], key: str) -> list[tuple[dict[str, Any],
     for rows in _series(points, without=key).values():
         by_size: dict[str, dict[bool, dict[str, Any]]] = {}
         for r in rows:
-            by_size.setdefault(str(r["size"]), {})[_yes(r.get(key))] = r
+            by_size.setdefault(str(r["size"]), {})[flag(r.get(key))] = r
         out += [(pair[False], pair[True]) for pair in by_size.values() if len(pair) == 2]
     return out
 
@@ -416,7 +412,7 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
                            stats.number(eager.get(key)), stats.number(compiled.get(key)))
             if found is None:
                 continue
-            noisy = ", noisy" if _yes(eager.get("noisy")) or _yes(compiled.get("noisy")) else ""
+            noisy = ", noisy" if flag(eager.get("noisy")) or flag(compiled.get("noisy")) else ""
             said.append(f"{found[0]} at {eager['size']} ({us(stats.number(eager.get(key)))} → "
                         f"{us(stats.number(compiled.get(key)))} per step{noisy})")
         if not said:
@@ -473,7 +469,7 @@ def _cold_warm(points: list[dict[str, Any]]) -> list[Conclusion]:
         if said:
             out.append(Conclusion("cold", f"{name}: the first profiled step's dead window (step start to the first "
                                   f"aten op): {'; '.join(said)}.", "summary"))
-    cold = [p for p in points if not _yes(p.get("warmup"))]
+    cold = [p for p in points if not flag(p.get("warmup"))]
     for name, pairs in _grouped(_pairs(cold, "compile"), "compile", also=["warmup"]).items():
         said = []
         for eager, compiled in pairs:
@@ -586,7 +582,7 @@ PHASES = ("forward", "backward", "optimizer")
 
 def _training(points: list[dict[str, Any]]) -> list[Conclusion]:
     out = []
-    for rows in _series([p for p in points if _yes(p.get("train"))]).values():
+    for rows in _series([p for p in points if flag(p.get("train"))]).values():
         p = rows[-1]
         kind = "device" if stats.number(p.get("step_forward_device_us_median")) is not None else "host"
         times_ = {ph: stats.number(p.get(f"step_{ph}_{kind}_us_median")) for ph in PHASES}

@@ -14,7 +14,7 @@ from profsweep.expectations import (  # noqa: F401  (the grammar, used through t
     parse_claim, parse_claims, unknown_operators,
 )
 from profsweep.columns import KERNEL_COLUMNS, OP_COLUMNS  # noqa: F401
-from profsweep.contract import usable
+from profsweep.contract import flag, usable
 
 
 INCONCLUSIVE = "inconclusive"
@@ -112,7 +112,7 @@ def check(expectations: Sequence[Expectation], jobs: Sequence[Mapping[str, Any]]
                 verdict = compare_values(measured, e.cmp, e.value)
                 shown = show_value(measured) if measured is not None else "no value"
                 interval = interval_of(job, e.terms or (e.subject,)) if measured is not None else None
-                if e.terms == ("regime",) and verdict is not None and job.get("regime_uncertain") in (True, "True"):
+                if e.terms == ("regime",) and verdict is not None and flag(job.get("regime_uncertain")):
                     verdict = INCONCLUSIVE  # work / host may be either side of 1
                     shown += " (uncertain: the interval of work / host holds 1)"
                 if interval is not None:

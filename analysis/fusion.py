@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 from analysis.points import describe, identity, pairing_columns, usable
 from profsweep import stats
-from profsweep.contract import point_jobs
+from profsweep.contract import flag, point_jobs
 
 FUSION_COLUMNS = ["point", "size", "compiled_job", "eager_job", "kernel", "eager_ops", "eager_us_per_step",
                   "compiled_us_per_step", "unmatched", "matched_by"]
@@ -78,7 +78,7 @@ def fusion_rows(points: list[dict[str, Any]], ops: dict[str, list[dict[str, Any]
     eager_of = _eager_partners(points)
     rows = []
     for point in points:
-        if not usable(point) or not _yes(point.get("compile")):
+        if not usable(point) or not flag(point.get("compile")):
             continue
         jobs = point_jobs(point)
         gpu = point.get("platform") not in (None, "cpu")
@@ -109,10 +109,6 @@ def fusion_rows(points: list[dict[str, Any]], ops: dict[str, list[dict[str, Any]
     return rows
 
 
-def _yes(value: Any) -> bool:
-    return value in (True, "True", "true", 1)
-
-
 def _joined(words: list[str]) -> list[str]:
     """The words as op names without an eager run to match: an empty word joins the next."""
     out, carry = [], ""
@@ -129,8 +125,8 @@ def _eager_partners(points: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """id(compiled point) -> the usable eager point that differs from it only in `compile` (by the
     pairing columns that compare and history use)."""
     columns = pairing_columns([p for p in points if usable(p)], ["compile"])
-    eager = {repr(identity(p, columns)): p for p in points if usable(p) and not _yes(p.get("compile"))}
-    return {id(p): eager[key] for p in points if _yes(p.get("compile")) and (key := repr(identity(p, columns))) in eager}
+    eager = {repr(identity(p, columns)): p for p in points if usable(p) and not flag(p.get("compile"))}
+    return {id(p): eager[key] for p in points if flag(p.get("compile")) and (key := repr(identity(p, columns))) in eager}
 
 
 def _median(values: list[float]) -> float:

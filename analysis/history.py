@@ -27,7 +27,7 @@ from analysis.conclusions import us
 from analysis.history_report import write_page
 from analysis.store import Store, StoreError, SweepFolder
 from profsweep import stats
-from profsweep.contract import usable_sql
+from profsweep.contract import flag, usable_sql
 from profsweep.decide import ABOVE, BAND, BELOW, decide
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
@@ -222,8 +222,8 @@ def point_labels(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
             words.append(str(r["dtype"]))
         for key, yes, no in (("warmup", "warm", "cold"), ("compile", "compile", "eager")):
             if key in columns and _plain(r.get(key)) is not None:
-                words.append(yes if _flag(r[key]) else no)
-        if _flag(r.get("train")):
+                words.append(yes if flag(r[key]) else no)
+        if flag(r.get("train")):
             words.append("train")
         words += [f"{c}={_plain(r.get(c))}" for c in varying]
         out.append(" ".join(words))
@@ -242,10 +242,6 @@ def _order(v: Any) -> tuple:
 
 def _plain(v: Any) -> Any:
     return None if isinstance(v, float) and math.isnan(v) else v
-
-
-def _flag(v: Any) -> bool:
-    return v is True or str(v).lower() == "true"
 
 
 # --- finding the changes ----------------------------------------------------------------------------

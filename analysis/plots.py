@@ -40,7 +40,7 @@ from matplotlib.text import Text  # noqa: E402
 
 from analysis.conclusions import TOO_WIDE, rate, short_name  # noqa: E402
 from analysis.points import pairing_columns  # noqa: E402
-from profsweep.contract import point_jobs, usable_rows  # noqa: E402
+from profsweep.contract import flag, point_jobs, usable_rows  # noqa: E402
 from analysis.files import atomic_write_bytes  # noqa: E402
 
 PLOT_NAMES = ("crossover", "launches", "steps", "kernels", "throughput", "memory", "roofline", "memory_timeline")
@@ -319,7 +319,7 @@ def _intervals(grid: Any, data: pd.DataFrame, y: str, hue: str | None, palette: 
                                 fmt="none", ecolor=color, elinewidth=1, capsize=3, zorder=3)
                     drawn.add("bars: 95% interval")
             if noisy and "noisy" in rows:
-                hollow = rows[rows["noisy"].map(lambda v: _plain(v) in (True, "True"))].dropna(subset=[y])
+                hollow = rows[rows["noisy"].map(flag)].dropna(subset=[y])
                 if not hollow.empty:
                     ax.scatter(hollow["size"], hollow[y], s=60, facecolors="white", edgecolors=[color],
                                linewidths=1.5, zorder=4)

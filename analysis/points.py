@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 from profsweep import stats
 from profsweep import contract
 from profsweep.columns import SETTING_PREFIXES
-from profsweep.contract import SERIES_KEYS, TIMED, TIMED_SAMPLES, timed_samples
+from profsweep.contract import SERIES_KEYS, TIMED, TIMED_SAMPLES, flag, timed_samples
 
 # summary column -> (where each repeat's samples are, the key there): "steps" = the job's
 # per-step rows (steps.csv), "record" = a list in its metrics.json, "value" = one value a repeat.
@@ -98,7 +98,7 @@ def series_settings(rows: Iterable[dict[str, Any]]) -> list[str]:
 def _setting(row: dict[str, Any], column: str) -> Any:
     """A grid point's value of a setting, None where it does not apply (the optimizer of an
     inference step)."""
-    if column == "optimizer" and str(row.get("train")) not in ("True", "true", "1"):
+    if column == "optimizer" and not flag(row.get("train")):
         return None
     return identity(row, [column])[0]
 
@@ -333,8 +333,8 @@ def describe(point: dict[str, Any]) -> str:
         words.append(str(point["dtype"]))
     for key, yes, no in (("compile", "compile", "eager"), ("warmup", "warm", "cold")):
         if point.get(key) is not None:
-            words.append(yes if point[key] in (True, "True", "true") else no)
-    if point.get("train") in (True, "True", "true"):
+            words.append(yes if flag(point[key]) else no)
+    if flag(point.get("train")):
         words.append("train")
     if point.get("device") not in (None, "cpu") and isinstance(point.get("device"), str):
         words.append(f"on {point['device']}")

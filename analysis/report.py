@@ -16,7 +16,7 @@ from analysis.html import CSS, image, table
 from analysis.conclusions import TOO_WIDE, Conclusion, count, fmt, job_warnings, nbytes, us
 from analysis.points import describe
 from profsweep import stats
-from profsweep.contract import METRICS_FILE, PLAN_FILE, table_files, trace_files
+from profsweep.contract import METRICS_FILE, PLAN_FILE, flag, table_files, trace_files
 from analysis.files import atomic_write_text
 from analysis.sweep import SweepTables
 
@@ -203,7 +203,7 @@ def _cell(point: dict[str, Any], key: str) -> str:
     if key == "peak_memory_bytes":
         value = stats.number(point.get(key))
         return escape(nbytes(value)) if value is not None else ""
-    if key == "regime" and point.get("regime_uncertain") in (True, "True", "true") and point.get("regime"):
+    if key == "regime" and flag(point.get("regime_uncertain")) and point.get("regime"):
         return f"{escape(str(point['regime']))} <small class='noisy'>uncertain</small>"
     return _value(point, key)
 

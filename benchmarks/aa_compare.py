@@ -80,7 +80,9 @@ def main() -> int:
             wrong = int(frame["verdict"].isin(["slower", "faster"]).sum())
             false_verdicts.append(wrong)
             widths = (frame["interval_high"] / frame["interval_low"]).dropna()
-            print(f"  A/A: {len(frame)} pairs: {counts(frame)}; false verdicts of change {wrong} of {len(frame)}; "
+            vetoed = int(frame["verdict_why"].fillna("").str.contains("speed probe").sum())
+            print(f"  A/A: {len(frame)} pairs: {counts(frame)} ({vetoed} of the inconclusive for the machine's speed "
+                  f"probe); false verdicts of change {wrong} of {len(frame)}; "
                   f"--fail-if-slower 1.10 exit {code}; interval high/low: median {widths.median():.2f} "
                   f"({widths.min():.2f}-{widths.max():.2f})", flush=True)
             ok &= wrong == 0 and code == 0

@@ -32,6 +32,12 @@ FINAL = "failure_is_final"  # a failed record's flag: no other process of its gr
 SERIES_KEYS = ("workload", "variant", "dtype", "compile", "warmup", "train", "device")
 
 
+def flag(value: Any) -> bool:
+    """A flag of the artifacts, as written or read back from a CSV cell or JSON: True, "True",
+    "true", 1, "1" (numpy's True too); anything else (False, None, NaN, text) is not set."""
+    return str(value).strip().lower() in ("true", "1", "1.0")
+
+
 def usable(row: dict[str, Any]) -> bool:
     """A job (or grid point) whose figures can be used: it finished ok and its trace was read."""
     return row.get("status") == "ok" and not row.get("trace_error")

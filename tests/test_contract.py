@@ -92,3 +92,15 @@ def test_one_flattening_rule_for_the_record_the_summary_and_ignore():
     assert flat_key("workload.hidden") == "workload_hidden"
     assert flat_key("compiler.mode") == "compile_mode" and flat_key("profiler.active") == "profiler_active"
     assert flat_key("run.threads") == "threads" and flat_key("size") == "size"
+
+
+def test_a_flag_reads_alike_as_written_to_json_and_read_back_from_csv(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    pd.DataFrame({"noisy": [True, False, None]}).to_csv(tmp_path / "t.csv", index=False)
+    read = pd.read_csv(tmp_path / "t.csv")["noisy"].tolist()  # object: True, False, NaN
+    as_text = pd.read_csv(tmp_path / "t.csv", dtype=str, keep_default_na=False)["noisy"].tolist()
+    assert [contract.flag(v) for v in read] == [contract.flag(v) for v in as_text] == [True, False, False]
+    assert all(contract.flag(v) for v in (True, "True", "true", " TRUE ", 1, "1", 1.0, np.True_))
+    assert not any(contract.flag(v) for v in (False, "False", "false", 0, "0", None, float("nan"), "", "yes", 2))
