@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from profsweep.contract import point_label
 from profsweep.decide import BAND
 
 PROG = "python -m analysis"  # how the commands name themselves (the `profsweep` command sets its own)
@@ -84,18 +85,10 @@ def describe(m: dict[str, Any]) -> str:
 
 
 def _point(pair: dict[str, Any], columns: list[str]) -> str:
-    """`matmul_add size=64 bf16 cold eager`: a pair's grid point in words."""
-    words = [str(pair.get("variant") or pair.get("workload") or pair["new_job"])]
-    if pair.get("size") is not None:
-        words.append(f"size={pair['size']}")
-    if pair.get("dtype"):
-        words.append(str(pair["dtype"]))
-    for key, yes, no in (("warmup", "warm", "cold"), ("compile", "compile", "eager")):
-        if key in columns and pair.get(key) is not None:
-            words.append(yes if pair[key] is True else no)
-    if pair.get("train") is True:
-        words.append("train")
-    return " ".join(words)
+    """`matmul_add size=64 bf16 cold eager`: a pair's grid point in words (profsweep.contract.point_label),
+    without the keys it was not paired by (--ignore)."""
+    return point_label({"job": pair["new_job"], **pair},
+                       without=[k for k in ("size", "dtype", "warmup", "compile", "train", "device") if k not in columns])
 
 
 def live(folder: Path, strict: bool) -> bool:

@@ -42,7 +42,7 @@ from analysis.points import (  # noqa: F401  (what a grid point is: compare's an
 from analysis.trace import is_op, same_op
 from profsweep import stats
 from profsweep.columns import flat_key
-from profsweep.contract import ENVIRONMENT_FILE, flag, point_jobs, trace_files
+from profsweep.contract import ENVIRONMENT_FILE, flag, point_jobs, point_label, trace_files
 from profsweep.decide import ABOVE, BAND, BELOW, SAME, decide
 
 MARGIN = BAND  # what counts as the same: within 5% (profsweep.decide, the one rule)
@@ -590,7 +590,7 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
         parts.append(f"<h2>{escape(title)}</h2>")
         rows = []
         for p in chosen:
-            label = " ".join(f"{c}={_fmt(p.get(c))}" for c in result["columns"] if c in GRID_WORDS)
+            label = point_label({"job": p["new_job"], **p}, without=[k for k in GRID_WORDS if k not in result["columns"]])
             rows.append([escape(label), f"<span class='{style.get(p['verdict'], '')}'>{escape(p['verdict'])}</span>",
                          escape(_rests_on(p)), escape(str(p["verdict_on"])),
                          escape(_fmt(p["host_us_per_step_ratio"])), escape(_fmt(p["device_us_per_step_ratio"])),

@@ -27,7 +27,7 @@ from analysis.conclusions import us
 from analysis.history_report import write_page
 from analysis.store import Store, StoreError, SweepFolder
 from profsweep import stats
-from profsweep.contract import flag, usable_sql
+from profsweep.contract import point_label, usable_sql
 from profsweep.decide import ABOVE, BAND, BELOW, decide
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
@@ -208,26 +208,14 @@ def _text(value: Any) -> str:
 
 
 def point_labels(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
-    """`matmul_add size=64 bf16 cold eager`, plus key=value for every other pairing key whose
-    values differ between the lines."""
-    shown = {"workload", "size", "dtype", "warmup", "compile", "train"}
+    """`matmul_add size=64 bf16 cold eager` (profsweep.contract.point_label), plus key=value for
+    every other pairing key whose values differ between the lines."""
+    shown = {"workload", "size", "dtype", "warmup", "compile", "train", "optimizer", "device"}
     varying = [c for c in columns if c not in shown and not c.startswith("workload_")
                and len({repr(_plain(r.get(c))) for r in rows}) > 1]
-    out = []
-    for r in rows:
-        words = [str(r.get("variant") or r.get("workload") or r.get("job"))]
-        if r.get("size") is not None:
-            words.append(f"size={r['size']}")
-        if r.get("dtype"):
-            words.append(str(r["dtype"]))
-        for key, yes, no in (("warmup", "warm", "cold"), ("compile", "compile", "eager")):
-            if key in columns and _plain(r.get(key)) is not None:
-                words.append(yes if flag(r[key]) else no)
-        if flag(r.get("train")):
-            words.append("train")
-        words += [f"{c}={_plain(r.get(c))}" for c in varying]
-        out.append(" ".join(words))
-    return out
+    without = [k for k in ("warmup", "compile") if k not in columns]
+    return [" ".join([point_label({k: _plain(v) for k, v in r.items()}, without),
+                      *(f"{c}={_plain(r.get(c))}" for c in varying)]) for r in rows]
 
 
 def _order(v: Any) -> tuple:

@@ -93,7 +93,8 @@ def main() -> int:
             verdicts = frame["verdict"].tolist()
             change_found.append(verdicts == ["slower"])
             print(f"  size 256 -> 512 (8x the work): {verdicts[0]} {frame['step_ratio'].iloc[0]:.2f}x "
-                  f"[{frame['interval_low'].iloc[0]:.2f}, {frame['interval_high'].iloc[0]:.2f}]", flush=True)
+                  f"[{frame['interval_low'].iloc[0]:.2f}, {frame['interval_high'].iloc[0]:.2f}]"
+                  + ("" if verdicts == ["slower"] else f" ({frame['verdict_why'].iloc[0]})"), flush=True)
             ok &= verdicts == ["slower"]
         if not args.skip_load and first is not None:
             print("load: two busy loops beside one sweep", flush=True)

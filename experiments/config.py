@@ -14,6 +14,7 @@ from typing import Any, List, Mapping, NamedTuple
 
 from experiments.seam import short_name
 from profsweep.ceilings import MODES
+from profsweep.contract import point_label
 
 
 class ConfigError(ValueError):
@@ -275,10 +276,10 @@ class JobConfig:
         settings the sweep sets, whatever their values (`run.variant_settings`: `attention
         backend=flash size=512 bf16 warm eager`), the same settings for every job of a sweep."""
         named = [f"{key}={value}" for key, value in named_settings(self.workload.settings, self.run.variant_settings)]
-        trained = [f"train {self.optimizer}"] if self.train else []
         repeat = [f"repeat {self.run.repeat}"] if self.run.repeat > 1 else []
-        return " ".join([self.workload.name, *named, f"size={self.size} {self.dtype} {self.phase} {self.mode}",
-                         *trained, *repeat])
+        point = {"variant": " ".join([self.workload.name, *named]), "size": self.size, "dtype": self.dtype,
+                 "warmup": self.warmup, "compile": self.compile, "train": self.train, "optimizer": self.optimizer}
+        return " ".join([point_label(point), *repeat])
 
 
 # --- plain-data round trip (the child process reads this, not Hydra) --------------------------

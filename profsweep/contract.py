@@ -38,6 +38,34 @@ def flag(value: Any) -> bool:
     return str(value).strip().lower() in ("true", "1", "1.0")
 
 
+def _given(value: Any) -> bool:
+    return value is not None and value == value and value != ""  # NaN is not equal to itself
+
+
+def point_label(row: Any, without: Any = ()) -> str:
+    """`matmul_add size=64 bf16 cold eager`: a grid point in words, the one format of the progress
+    lines, the sweep's last lines, the report, compare and history. Its variant (the workload and
+    the settings the sweep names), size, dtype, cold or warm, eager or compile, `train` (with its
+    optimizer where the row has one) for a training step, `on cuda` off the CPU; each where the row
+    has it, and none of the keys in `without` (compare --ignore compile: both are in the pair)."""
+    get = row.get
+    words = [str(get("variant") or get("workload") or get("job") or "?")]
+    size = get("size")
+    if _given(size) and "size" not in without:
+        words.append(f"size={int(size) if isinstance(size, float) and size.is_integer() else size}")
+    if _given(get("dtype")) and "dtype" not in without:
+        words.append(str(get("dtype")))
+    for key, yes, no in (("warmup", "warm", "cold"), ("compile", "compile", "eager")):
+        if _given(get(key)) and key not in without:
+            words.append(yes if flag(get(key)) else no)
+    if flag(get("train")) and "train" not in without:
+        words.append(" ".join(["train", *([str(get("optimizer"))] if _given(get("optimizer")) else [])]))
+    device = get("device")
+    if isinstance(device, str) and device not in ("", "cpu", "auto") and "device" not in without:
+        words.append(f"on {device}")
+    return " ".join(words)
+
+
 def usable(row: dict[str, Any]) -> bool:
     """A job (or grid point) whose figures can be used: it finished ok and its trace was read."""
     return row.get("status") == "ok" and not row.get("trace_error")

@@ -304,3 +304,18 @@ def test_variant_settings_are_not_part_of_the_config_hash():
     assert config_hash(named) == config_hash(config)  # resume finds a job whatever its folder's name
     with pytest.raises(ConfigError, match="run.variant_settings='batch,size' is not allowed"):
         dataclasses.replace(config.run, variant_settings="batch,size")
+
+
+def test_a_grid_point_reads_the_same_in_the_progress_lines_and_in_the_analysis():
+    from analysis.history import point_labels
+    from analysis.points import describe
+    from profsweep.contract import point_label
+
+    config = JobConfig(workload=WorkloadConfig.builtin("mlp"), size=64, dtype="bf16", warmup=True, train=True)
+    row = {"variant": "mlp", "workload": "mlp", "size": 64.0, "dtype": "bf16", "warmup": "True", "compile": False,
+           "train": True, "optimizer": "adamw", "device": "cpu", "job": "0_mlp_64_bf16_warm_eager_train"}
+    assert config.label == describe(row) == point_label(row) == "mlp size=64 bf16 warm eager train adamw"
+    assert point_labels([row], ["workload", "size", "dtype", "warmup", "compile", "train", "optimizer"]) == [config.label]
+    assert point_label({**row, "device": "cuda"}) == config.label + " on cuda"
+    assert point_label(row, without=["compile", "warmup"]) == "mlp size=64 bf16 train adamw"
+    assert point_label({"job": "3_x", "size": float("nan"), "dtype": ""}) == "3_x"

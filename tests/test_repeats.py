@@ -159,11 +159,19 @@ def test_noise_from_other_processes_and_time_slices():
     sliced = [_job("0", "h", 1, [100.0] * 20, timed_slow_steps=5)]
     row = grid_points.points(sliced, [])[0]
     assert "whole OS time slices (5 of 20 timed steps)" in row["noise_reason"] and row["noise_load"]
+    # runnable tasks waiting while others used CPUs is load; with nobody else on the CPUs it is the
+    # job's own threads filling them (two threads on two CPUs, one more waking up)
+    waited = [_job("0", "h", 1, [100.0] * 20, cpu_pressure=0.23, other_cpus=0.4)]
+    assert "runnable tasks waited for a CPU 23% of the time" in grid_points.points(waited, [])[0]["noise_reason"]
+    alone = [_job("0", "h", 1, [100.0] * 20, cpu_pressure=0.23, other_cpus=0.03)]
+    assert grid_points.points(alone, [])[0]["noisy"] is False
+    unknown = [_job("0", "h", 1, [100.0] * 20, cpu_pressure=0.23)]  # a window too short to say who used the CPUs
+    assert grid_points.points(unknown, [])[0]["noise_load"] is True
     few = [_job("0", "h", 1, [100.0] * 100, timed_slow_steps=2)]  # 2 of 100: a page fault, a GC pause
     assert grid_points.points(few, [])[0]["noisy"] is False
     lines = grid_points.noise_lines([row, grid_points.points([_job("9", "g", 1, [5.0] * 3)], [])[0]])
     assert lines[0] == ("1 of 2 grid points noisy: steps waited for a busy core in whole OS time slices (5 of 20 "
-                        "timed steps) at matmul_add size 64 eager cold; rerun on a quiet machine")
+                        "timed steps) at matmul_add size=64 cold eager; rerun on a quiet machine")
     many = [dict(row, job=str(i)) for i in range(3)] + [loaded_row]
     assert grid_points.noise_lines(many)[0].startswith(
         "4 of 4 grid points noisy: steps waited for a busy core in whole OS time slices (3 points); other processes")
