@@ -168,3 +168,16 @@ def test_unprofiled_steps_are_timed_before_any_trace_is_written(tmp_path, monkey
     assert seen == [[]]  # no trace, no table yet
     assert (tmp_path / record["trace_file"]).exists()
     assert record["timed_minor_faults_per_step"] >= 0 and record["timed_steps"] >= 20
+
+
+def test_a_speed_probe_that_cannot_run_leaves_the_job_ok_without_one(tmp_path, monkeypatch):
+    from experiments import job
+
+    def broken() -> float:
+        raise RuntimeError("no BLAS today")
+
+    monkeypatch.setattr(job, "_probe", broken)
+    record = run_job(JobConfig(size=8, device="cpu", run=IN_PROCESS), tmp_path)
+    assert record["status"] == "ok", record["error"]
+    assert record["timed_steps"] >= 20 and record["speed_probe_us"] is None
+    assert record["speed_probe_before_us"] is None and record["speed_probe_after_us"] is None
