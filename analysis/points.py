@@ -297,8 +297,8 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
     if m_fast is not None and m_slow is not None and m_fast > 0 and m_slow >= PROBE_APART * m_fast:
         causes.append(f"the machine's speed probe (a 64x64 matmul timed beside the steps) took {m_slow / m_fast:.2f}x "
                       f"as long in the slow processes ({_us(m_fast)} -> {_us(m_slow)}): another tenant of this "
-                      "machine's cores was busy while they ran (a virtual machine shares them); nothing in the "
-                      "sweep's settings removes that: rerun when the machine is quiet, or on a dedicated one")
+                      "machine's cores was busy while they ran (a virtual machine shares them), which no setting "
+                      "of the sweep removes: rerun when the machine is quiet, or on a dedicated one")
     threads = stats.number(found[0][1].get("torch_threads"))
     if not causes and threads is not None and threads > 1:
         causes.append(f"nothing else they record differs; with {threads:.0f} threads, where the threads run can "
@@ -336,13 +336,14 @@ def describe(point: dict[str, Any]) -> str:
 
 
 def remedy(noisy: list[dict[str, Any]], measured: list[dict[str, Any]]) -> str:
-    """What to do about the noisy points, by their causes: a quiet machine for load, one thread for
-    two modes that only threads explain, else more processes (as many as their verdicts need)."""
+    """What to do about the noisy points, by their causes: a quiet machine for load (another
+    tenant's too), one thread for two modes that only threads explain, else more processes (as
+    many as their verdicts need)."""
     reasons = " ".join(str(r.get("noise_reason") or "") for r in noisy)
     said = []
     if "run.threads=1" in reasons:
         said.append("rerun with run.threads=1")
-    if any(r.get("noise_load") is True for r in noisy) or "quiet machine" in reasons:
+    if any(flag(r.get("noise_load")) for r in noisy) or "quiet machine" in reasons or "another tenant" in reasons:
         said.append("rerun on a quiet machine")
     needed = [int(n) for r in noisy if (n := stats.number(r.get("regime_processes_needed"))) is not None and n <= 1000]
     repeats = max(int(stats.number(r.get("repeats")) or 1) for r in measured)
