@@ -42,7 +42,7 @@ from analysis.points import (  # noqa: F401  (what a grid point is: compare's an
 from analysis.trace import is_op, same_op
 from profsweep import stats
 from profsweep.columns import flat_key
-from profsweep.contract import ENVIRONMENT_FILE, flag, point_jobs, point_label, trace_files
+from profsweep.contract import ENVIRONMENT_FILE, flag, point_jobs, point_label, timed_samples, trace_files
 from profsweep.decide import ABOVE, BAND, BELOW, SAME, decide
 
 MARGIN = BAND  # what counts as the same: within 5% (profsweep.decide, the one rule)
@@ -281,36 +281,22 @@ def _uses(side: Side, point: dict[str, Any], what: str) -> list[dict[str, Use]]:
     return [per_step(table.get(job["job"], []), job.get("steps")) for job in _repeat_jobs(side, point)]
 
 
-def _samples(side: Side, point: dict[str, Any], on: str) -> list[list[float]]:
-    """Each repeat's samples: its steps' device time, its un-profiled steps, or its profiled
-    steps' host duration."""
-    return [g for g in (_job_samples(side, job, on) for job in _repeat_jobs(side, point)) if g]
+def _samples(side: Side, point: dict[str, Any], on: str) -> list[tuple[list[float], dict[str, Any]]]:
+    """Each repeat's samples (its steps' device time, its un-profiled steps, or its profiled
+    steps' host duration) with its row, for the repeats that have samples."""
+    found = ((timed_samples(job) if on == "timed" else stats.clean(s.get(on) for s in side.steps.get(job["job"], [])),
+              job) for job in _repeat_jobs(side, point))
+    return [(g, job) for g, job in found if g]
 
 
-def _job_samples(side: Side, job: dict[str, Any], on: str) -> list[float]:
-    from profsweep.contract import timed_samples
-
-    if on == "timed":
-        return timed_samples(job)
-    return stats.clean(s.get(on) for s in side.steps.get(job["job"], []))
-
-
-def _probed(side: Side, point: dict[str, Any], on: str) -> list[tuple[list[float], float]]:
+def _probed(repeats: list[tuple[list[float], dict[str, Any]]], on: str) -> list[tuple[list[float], float]]:
     """Each repeat's samples with the machine's speed probe of its process (speed_probe_us); none
-    where a repeat with samples has no probe (a sweep from before it, a value that is not one) or
-    where the samples are the device's time, which the host's speed does not set."""
-    if on == "device_us":
+    where a repeat has no probe (a sweep from before it, a value that is not one) or where the
+    samples are the device's time, which the host's speed does not set."""
+    probes = [stats.number(job.get("speed_probe_us")) for _, job in repeats]
+    if on == "device_us" or any(p is None or p <= 0 for p in probes):
         return []
-    out = []
-    for job in _repeat_jobs(side, point):
-        found = _job_samples(side, job, on)
-        if not found:
-            continue
-        probe = stats.number(job.get("speed_probe_us"))
-        if probe is None or probe <= 0:
-            return []
-        out.append((found, probe))
-    return out
+    return [(g, p) for (g, _), p in zip(repeats, probes)]  # type: ignore[misc]
 
 
 # What the probe itself depends on besides the machine's load: where these differ (or the thread
@@ -318,11 +304,9 @@ def _probed(side: Side, point: dict[str, Any], on: str) -> list[tuple[list[float
 PROBE_DEPENDS_ON = ("torch_version", "cpu_model", "hostname", "cpu_count")
 
 
-def same_probe(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any]) -> bool:
-    """Whether the two sides' probes measure the same thing: the same torch, CPU, host and threads."""
-    if any(_comparable(k, base.environment.get(k)) != _comparable(k, new.environment.get(k)) for k in PROBE_DEPENDS_ON):
-        return False
-    return stats.number(b.get("torch_threads")) == stats.number(n.get("torch_threads"))
+def same_probe(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two environments' probes measure the same thing: the same torch, CPU and host."""
+    return not {k for k, _, _ in environment_diff(a, b)} & set(PROBE_DEPENDS_ON)
 
 
 def against_the_machine(judged: Verdict, base: list[tuple[list[float], float]], new: list[tuple[list[float], float]],
@@ -438,7 +422,8 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
 
     on, said = (("device_us", "device time per step") if has("device_us_per_step") else
                 ("timed", "un-profiled step") if has("timed_us_per_step") else ("host_us", "host duration per step"))
-    base_samples, new_samples = _samples(base, b, on), _samples(new, n, on)
+    base_repeats, new_repeats = _samples(base, b, on), _samples(new, n, on)
+    base_samples, new_samples = [g for g, _ in base_repeats], [g for g, _ in new_repeats]
     judged = verdict(base_samples, new_samples, band=band)
     loaded = [side for side, point in (("BASE", b), ("NEW", n)) if flag(point.get("noise_load"))]
     if loaded and judged.why != "identical samples":
@@ -448,8 +433,9 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
                     and judged.high is not None else "")
         judged = Verdict("inconclusive", judged.ratio, judged.low, judged.high,
                          f"{interval}{reasons}; rerun {' and '.join(loaded)} on a quiet machine", None)
-    judged, probes = against_the_machine(judged, _probed(base, b, on), _probed(new, n, on), band,
-                                         same_probe(base, b, new, n))
+    comparable = (same_probe(base.environment, new.environment)
+                  and stats.number(b.get("torch_threads")) == stats.number(n.get("torch_threads")))
+    judged, probes = against_the_machine(judged, _probed(base_repeats, on), _probed(new_repeats, on), band, comparable)
     row: dict[str, Any] = {c: n.get(c) if n.get(c) is not None else b.get(c) for c in columns}
     row.update({
         "base_job": b["job"], "new_job": n["job"], "variant": n.get("variant"),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from analysis import changes
-from analysis.compare import FDR, PROBE_DEPENDS_ON, Use, environment_diff, pair_key_of, per_step, time_diff
+from analysis.compare import FDR, Use, environment_diff, pair_key_of, per_step, same_probe, time_diff
 from analysis.points import PAIR_DEFAULTS, PAIR_KEYS, PAIR_PREFIXES, pairing_columns
 from analysis.conclusions import us
 from analysis.history_report import write_page
@@ -278,7 +278,8 @@ def probe_shift(line: Line, step: changes.Step, sweeps: Sequence[dict[str, Any]]
         return sum(found) / len(found) if found else None
 
     sides = (line.points[step.start: step.at], line.points[step.at: step.end])
-    if len({tuple(_text(sweeps[p.sweep].get(k)) for k in PROBE_DEPENDS_ON) for side in sides for p in side}) > 1:
+    first = sweeps[line.points[step.start].sweep]
+    if not all(same_probe(first, sweeps[p.sweep]) for side in sides for p in side):
         return None
     before, after = level(sides[0]), level(sides[1])
     if before is None or after is None or abs(after - before) <= math.log(1 + BAND) or abs(after - before) > 700:

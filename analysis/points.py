@@ -254,7 +254,8 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
     """What differed between a grid point's processes when their medians disagree, from what each
     job recorded, and the remedy for that cause: two modes or a spread; more minor page faults a
     step (glibc's allocator handing memory back), more load (other processes, waits for a CPU, time
-    slices) during the slow ones, a slower machine (its speed probe: another tenant's load); or, with several threads and nothing else different, the threads'
+    slices) during the slow ones, a slower machine (its speed probe: another tenant's load); or,
+    with several threads and nothing else different, the threads'
     placement. Words for the noise reason."""
     found = sorted(((v, r) for r in ok if (v := stats.number(r.get(metric))) is not None and v > 0),
                    key=lambda vr: vr[0])
@@ -298,7 +299,7 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
         causes.append(f"the machine's speed probe (a 64x64 matmul timed beside the steps) took {m_slow / m_fast:.2f}x "
                       f"as long in the slow processes ({_us(m_fast)} -> {_us(m_slow)}): another tenant of this "
                       "machine's cores was busy while they ran (a virtual machine shares them), which no setting "
-                      "of the sweep removes: rerun when the machine is quiet, or on a dedicated one")
+                      "of the sweep removes: rerun on a quiet machine, or on a dedicated one")
     threads = stats.number(found[0][1].get("torch_threads"))
     if not causes and threads is not None and threads > 1:
         causes.append(f"nothing else they record differs; with {threads:.0f} threads, where the threads run can "
@@ -343,7 +344,7 @@ def remedy(noisy: list[dict[str, Any]], measured: list[dict[str, Any]]) -> str:
     said = []
     if "run.threads=1" in reasons:
         said.append("rerun with run.threads=1")
-    if any(flag(r.get("noise_load")) for r in noisy) or "quiet machine" in reasons or "another tenant" in reasons:
+    if any(flag(r.get("noise_load")) for r in noisy) or "quiet machine" in reasons:
         said.append("rerun on a quiet machine")
     needed = [int(n) for r in noisy if (n := stats.number(r.get("regime_processes_needed"))) is not None and n <= 1000]
     repeats = max(int(stats.number(r.get("repeats")) or 1) for r in measured)
