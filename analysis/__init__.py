@@ -24,14 +24,14 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     cannot be written raises analysis.files.WriteError naming it."""
     import pandas as pd
 
-    from analysis.claims import evaluate
-    from analysis.conclusions import TOP_OPS_COLUMNS, conclude, in_short, top_ops
-    from analysis.expect import EXPECTATIONS_FILE
+    from analysis.report.claims import evaluate
+    from analysis.report.conclusions import TOP_OPS_COLUMNS, conclude, in_short, top_ops
+    from analysis.report.expect import EXPECTATIONS_FILE, check_expectations
     from analysis.fusion import FUSION_COLUMNS, fusion_rows
     from analysis.points import noise_lines
-    from analysis.plots import PLOT_NAMES, write_plots
-    from analysis.report import write_report
-    from analysis.sweep import analyse_sweep, check_expectations, frames, write_tables
+    from analysis.report.plots import PLOT_NAMES, write_plots
+    from analysis.report.page import write_report
+    from analysis.sweep import analyse_sweep, frames, write_tables
 
     folder = Path(folder)
     target = Path(out) if out is not None else folder

@@ -126,7 +126,9 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("--band", type=float, default=BAND, metavar="B",
                         help=f"what counts as the same: a ratio whose interval lies within ±B (default {BAND:g})")
     args = parser.parse_args(argv)
-    from analysis.compare import CompareError, compare_sides, compare_traces, diff_lines, load_side, write_compare
+    from analysis.compare.engine import compare_sides, compare_traces, diff_lines
+    from analysis.compare.page import write_compare
+    from analysis.compare.tables import CompareError, load_side
 
     if any([live(folder, args.strict) for folder in (args.base, args.new) if folder.is_dir()]):
         return 2
@@ -205,8 +207,8 @@ def history_main(argv: list[str]) -> int:
     parser.add_argument("--order", choices=("time", "given"), default="time",
                         help="the sweeps by their start time (default) or as given on the command line")
     args = parser.parse_args(argv)
-    from analysis import history
-    from analysis.compare import PAIR_KEYS, PAIR_PREFIXES, pair_key_of
+    from analysis.history import engine as history
+    from analysis.points import PAIR_KEYS, PAIR_PREFIXES, pair_key_of
     from analysis.store import STORE_FILE, Store, StoreError, default_out, find_sweeps
 
     try:
@@ -238,7 +240,7 @@ def history_main(argv: list[str]) -> int:
     print("\n".join(history.lines_for_terminal(found)))
     print(f"  -> {', '.join(str(p) for p in written)}")
     if args.fail_on_change is not None:
-        from analysis.history import newest_missing
+        from analysis.history.engine import newest_missing
 
         newest = found.sweeps[-1]
         if newest.get("jobs_failed") and newest_missing(found):  # a broken build is the first regression

@@ -84,7 +84,7 @@ class Sweep:
     def figure(self, name: str) -> Any:
         """One of the report's plots (crossover, launches, steps, kernels, throughput, memory, roofline, ...)
         drawn afresh as a matplotlib Figure from the tables."""
-        from analysis.plots import draw_figures
+        from analysis.report.plots import draw_figures
 
         memory = self.table("memory_timeline")
         drawn = draw_figures(self.summary, self.table("steps"), self.crossovers, memory if len(memory) else None)
@@ -99,7 +99,8 @@ class Sweep:
 
     def compare(self, other: "Sweep | str | Path", ignore: Sequence[str] = ()) -> "Comparison":
         """This sweep as BASE against `other` as NEW, grid point by grid point (compare's verdicts)."""
-        from analysis.compare import CompareError, compare_sides, load_side
+        from analysis.compare.engine import compare_sides
+        from analysis.compare.tables import CompareError, load_side
 
         new = other if isinstance(other, Sweep) else load(other)
         try:

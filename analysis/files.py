@@ -3,7 +3,12 @@ file."""
 
 from __future__ import annotations
 
+import csv
+import io
+import math
+import re
 from pathlib import Path
+from typing import Any, Iterable, Sequence
 
 from profsweep import contract
 
@@ -26,3 +31,53 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def csv_text(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = None,
+             decimals: dict[str, int] | None = None) -> str:
+    """A table as the analysis writes its CSVs (and as pandas' to_csv would): a header, the
+    columns in order of first appearance unless given, an empty cell for None and NaN, numbers
+    rounded where `decimals` names their column."""
+    rows = list(rows)
+    if columns is None:
+        seen: dict[str, None] = {}
+        for row in rows:
+            seen.update(dict.fromkeys(row))
+        columns = list(seen)
+    decimals = decimals or {}
+
+    def cell(column: str, value: Any) -> Any:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return ""
+        if column in decimals and isinstance(value, float):
+            return round(value, decimals[column])
+        return value
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([cell(c, row.get(c)) for c in columns] for row in rows)
+    return buffer.getvalue()
+
+
+def read_csv_rows(path: Path) -> list[dict[str, Any]]:
+    """A CSV the analysis wrote, each cell typed as it was written: an int, a float, True or
+    False, None for an empty cell, else its text."""
+    with open(path, newline="", encoding="utf-8") as f:
+        return [{k: _typed(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def _typed(text: str | None) -> Any:
+    if text is None or text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    if INTEGER.fullmatch(text):
+        return int(text)
+    if NUMBER.fullmatch(text):
+        return float(text)
+    return text
+
+
+INTEGER = re.compile(r"[-+]?[0-9]+")  # as written: no "1_000", no spaces (a job named 12_34 stays text)
+NUMBER = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?|[-+]?inf")

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from profsweep import stats
 from profsweep import contract
-from profsweep.columns import SETTING_PREFIXES
+from profsweep.columns import SETTING_PREFIXES, flat_key
 from profsweep.contract import SERIES_KEYS, TIMED, TIMED_SAMPLES, flag, point_label, timed_samples
 
 # summary column -> (where each repeat's samples are, the key there): "steps" = the job's
@@ -77,12 +77,17 @@ def pairing_columns(rows: Iterable[dict[str, Any]], ignore: Sequence[str]) -> li
 PAIR_DEFAULTS = {"threads": "auto"}
 
 
+def pair_key_of(column: str) -> str:
+    """The summary column a user's `--ignore` names: workload.hidden -> workload_hidden."""
+    return flat_key(column)
+
+
 def identity(row: dict[str, Any], columns: list[str]) -> tuple:
     """What a grid point measured, by the pairing columns: equal identities pair (compare, history)."""
 
     def norm(c: str) -> Any:
         v = row.get(c)
-        if isinstance(v, float) and math.isnan(v):
+        if (isinstance(v, float) and math.isnan(v)) or v == "":  # an empty cell, read back or not
             v = None
         return PAIR_DEFAULTS.get(c) if v is None else v
 

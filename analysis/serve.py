@@ -18,7 +18,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from analysis.compare import COMPARE_FILE, SERVED_BASE, SERVED_NEW
+from profsweep.contract import COMPARE_FILE, COMPARE_PAGE, REPORT_FILE, SERVED_BASE, SERVED_NEW
 
 
 class ServeError(ValueError):
@@ -27,7 +27,7 @@ class ServeError(ValueError):
 
 def page_of(folder: Path) -> str:
     """The page to open: compare.html in a comparison folder, else report.html."""
-    for name in ("compare.html", "report.html"):
+    for name in (COMPARE_PAGE, REPORT_FILE):
         if (folder / name).is_file():
             return name
     raise ServeError(f"{folder}: no report.html or compare.html to serve: write one first with "

@@ -359,29 +359,6 @@ def straddles_one(row: dict[str, Any]) -> bool:
     return low is not None and high is not None and low <= 1 <= high
 
 
-# --- expectations ----------------------------------------------------------------------------------
-
-
-def check_expectations(tables: SweepTables) -> list[dict[str, Any]] | None:
-    """The rows of expectations.csv for the sweep's expect.json (None when it expects nothing)."""
-    from analysis.expect import EXPECT_FILE, ExpectationError, check, parse_all
-
-    try:
-        texts = json.loads((tables.folder / EXPECT_FILE).read_text(encoding="utf-8"))["expect"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    try:
-        expectations = parse_all(texts)
-    except ExpectationError as exc:  # written by another version: say so, check nothing
-        return [{"expectation": str(texts), "job": "", "measured": str(exc), "expected": "", "holds": "n/a"}]
-    # Whole rows: an expectation may read any column of ops.csv / kernels.csv, not only calls.
-    ops = {job: {o["name"]: o for o in rows} for job, rows in tables.ops.items()}
-    kernels: dict[str, dict[str, dict[str, Any]]] = {}
-    for k in tables.kernels:
-        kernels.setdefault(k["job"], {})[k["name"]] = k
-    return check(expectations, tables.points, ops, kernels)
-
-
 # --- crossovers --------------------------------------------------------------------------------
 
 
@@ -532,7 +509,8 @@ def crossover(sizes: list[float], host: list[float], work: list[float]) -> tuple
 
 
 def frames(tables: SweepTables) -> dict[str, Any]:
-    """The tables as DataFrames, keyed by their file stem (summary, steps, kernels, ops, crossovers)."""
+    """The tables as DataFrames, keyed by their file stem (summary, repeats, steps, timed_samples,
+    kernels, ops, crossovers, memory_timeline)."""
     import pandas as pd
 
     return {
@@ -540,6 +518,7 @@ def frames(tables: SweepTables) -> dict[str, Any]:
         "repeats": pd.DataFrame([{k: v for k, v in job.items() if k != grid_points.TIMED_SAMPLES}
                                  for job in tables.jobs]),
         "steps": pd.DataFrame(tables.steps),
+        "timed_samples": pd.DataFrame(samples_rows(tables.jobs), columns=["job", "sample", "us"]),
         "kernels": pd.DataFrame(tables.kernels),
         "ops": pd.DataFrame(
             [{"job": job, **op} for job, ops in tables.ops.items() for op in ops],
@@ -550,6 +529,14 @@ def frames(tables: SweepTables) -> dict[str, Any]:
         **({"memory_timeline": pd.DataFrame(tables.memory, columns=["job", "t_us", "allocated_bytes"])}
            if tables.memory else {}),
     }
+
+
+def samples_rows(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """timed_samples.csv: each job's un-profiled steps, one row per step in the order timed (the
+    samples of compare's verdicts; repeats.csv holds only their median)."""
+    return [{"job": job["job"], "sample": i, "us": us} for job in jobs
+            for i, us in enumerate(job.get(grid_points.TIMED_SAMPLES) or [])
+            if isinstance(us, (int, float)) and not isinstance(us, bool)]
 
 
 def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:

@@ -80,7 +80,7 @@ def write_sweeps(root: Path, first: int, last: int, points: int, columns: int, t
 
 def phases(root: Path, out: Path) -> dict[str, float]:
     """The command's steps, timed in this process on a fresh store."""
-    from analysis import history
+    from analysis.history import engine as history
     from analysis.store import STORE_FILE, Store, find_sweeps
 
     times = {}
@@ -130,8 +130,8 @@ def scale(args: argparse.Namespace) -> None:
 
 
 def calibrate() -> None:
-    from analysis import changes
-    from analysis.history import judge
+    from analysis.history import changes
+    from analysis.history.engine import judge
 
     def history(rng, n, within, between, step=None, factor=2.0):
         return changes.series([list(100 * (factor if step is not None and i >= step else 1.0)

@@ -21,6 +21,9 @@ ENVIRONMENT_FILE = "environment.json"  # a sweep's machine and software
 SUMMARY_FILE = "summary.csv"  # the analysis: one row per grid point
 CONCLUSIONS_FILE = "conclusions.json"  # the analysis: its conclusions in words (what the report opens with)
 REPORT_FILE = "report.html"  # the analysis: the report
+COMPARE_FILE = "compare.json"  # compare's: where the two sides' traces are (what `serve` maps)
+COMPARE_PAGE = "compare.html"  # compare's page
+SERVED_BASE, SERVED_NEW = "_base", "_new"  # the URL folders the server maps to BASE and NEW
 SWEEP_LOCK_FILE = ".profsweep.lock"  # in a sweep folder: held (flock) by the live sweep, naming its pid
 SCHEMA_VERSION = 1  # of metrics.json
 

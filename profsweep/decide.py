@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from profsweep.stats import LEVEL, t_quantile
 
 BAND = 0.05
+FDR = 0.05  # the false discovery rate Benjamini-Hochberg controls across a grid's verdicts (compare, history)
 ABOVE, BELOW, SAME, INCONCLUSIVE = "above", "below", "same", "inconclusive"
 MAX_PROCESSES = 1000  # beyond this, "more than 1000": the ratio sits on the band's edge
 

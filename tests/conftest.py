@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT.parent / "shared" / "fixtures"  # real CUDA traces (../shared/fixtures/README.md)
+CUDA_TRACES = FIXTURES / "cuda-traces"  # the small ones, one workload each
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -172,7 +172,7 @@ def test_sweep_leaves_tables_plots_and_report(cpu_sweep):
 _DRAW_BOTH_WAYS = """
 import sys, threading
 from pathlib import Path
-from analysis import plots
+from analysis.report import plots
 from analysis.sweep import analyse_sweep, frames
 
 folder, out = Path(sys.argv[1]), Path(sys.argv[2])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.claims import evaluate
+from analysis.report.claims import evaluate
 from tests.conftest import run_cli
 
 
@@ -235,7 +235,7 @@ def test_part3_on_the_cpu_runs_what_it_can_and_says_what_it_left_out(tmp_path):
 
 
 def test_every_preset_claim_is_a_row_and_the_row_comes_from_the_preset(tmp_path):
-    from analysis.claims import PRESETS, preset_claims
+    from analysis.report.claims import PRESETS, preset_claims
 
     data = {c.claim for _, c in preset_claims()}
     assert len(data) == 16  # 6 of Part 1, 4 of Part 2, 6 of Part 3

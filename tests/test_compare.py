@@ -6,6 +6,7 @@ timing of this machine."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -13,9 +14,10 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main
-from analysis.compare import Use, control_discoveries, environment_diff, time_diff, verdict
+from analysis.compare.engine import control_discoveries, verdict
+from analysis.diff import Use, environment_diff, time_diff
 from profsweep import stats
-from tests.conftest import FIXTURES as SHARED, hand_made_job, hand_made_point, job_dirs, jitter, processes, run_cli
+from tests.conftest import CUDA_TRACES, hand_made_job, hand_made_point, job_dirs, jitter, processes, run_cli
 
 def compare(*args: object, capsys) -> tuple[int, str, str]:
     code = main(["compare", *map(str, args)])
@@ -124,8 +126,12 @@ def test_verdict_rule_on_repeats():
     assert "run.repeats=3" in verdict(processes(100, n=1), processes(300, n=1)).why
     assert verdict(processes(100), processes(300)).verdict == "slower"
     assert verdict([], [[1.0]]).verdict == "inconclusive"
-    # seeded: the same samples give the same interval
-    assert verdict(spread, spread[::-1]) == verdict(spread, spread[::-1])
+    # seeded: the same samples give the same interval, from the bootstrap (not the shortcut that
+    # answers identical samples), and another seed another one
+    shifted = [[v * 1.03 for v in g] for g in spread]
+    first = verdict(spread, shifted)
+    assert first.why != "identical samples" and first.low is not None and first.low < first.high
+    assert verdict(spread, shifted) == first and verdict(spread, shifted, seed=1) != first
 
 
 def test_false_discoveries_are_controlled_across_the_pairs():
@@ -324,16 +330,13 @@ def test_two_traces_give_the_op_diff_ranked_by_time_per_step(tmp_path, capsys):
     assert "ProfilerStep" not in out
 
 
-FIXTURES = SHARED / "cuda-traces"
-
-
-@pytest.mark.skipif(not (FIXTURES / "a100_alexnet.json.gz").exists(), reason="../shared/fixtures not present")
+@pytest.mark.skipif(not (CUDA_TRACES / "a100_alexnet.json.gz").exists(), reason="../shared/fixtures not present")
 def test_two_cuda_traces_rank_kernels_by_device_time(capsys):
     """Two recordings of one benchmark on an A100 (whole traces, no ProfilerStep#): the kernels
     ranked by the change in device time, against the kernel events' durations summed here."""
     import gzip
 
-    from analysis.compare import compare_traces
+    from analysis.compare.engine import compare_traces
 
     def device_us(path: Path) -> dict[str, float]:
         found: dict[str, float] = {}
@@ -342,7 +345,7 @@ def test_two_cuda_traces_rank_kernels_by_device_time(capsys):
                 found[e["name"]] = found.get(e["name"], 0.0) + e["dur"]
         return found
 
-    base, new = FIXTURES / "a100_simple_add.json.gz", FIXTURES / "a100_alexnet.json.gz"
+    base, new = CUDA_TRACES / "a100_simple_add.json.gz", CUDA_TRACES / "a100_alexnet.json.gz"
     a, b = device_us(base), device_us(new)
     by_hand = sorted(((abs(b.get(k, 0) - a.get(k, 0)), k) for k in {*a, *b} if b.get(k, 0) != a.get(k, 0)),
                      key=lambda t: -t[0])
@@ -413,3 +416,66 @@ def test_the_folder_a_sweep_wrote_to_is_not_a_change_of_how_it_ran():
     assert environment_diff(a, stored) == [
         ("torch_version", "2.13.0", "2.14.0"),
         ("command", '["experiments/run.py", "-m", "size=64"]', '["experiments/run.py", "-m", "size=128"]')]
+
+
+# --- compare reads the tables the analysis wrote ---------------------------------------------------
+
+
+def write_analysis_tables(folder: Path) -> None:
+    """What `python -m analysis FOLDER` writes for compare to read (its tables, not its plots)."""
+    from analysis.sweep import analyse_sweep, frames, write_tables
+
+    write_tables(folder, frames(analyse_sweep(folder)))
+
+
+def test_compare_reads_the_written_tables_and_gives_what_the_traces_give(tmp_path, capsys):
+    from analysis.compare.tables import load_side
+    from analysis.files import read_csv_rows
+
+    def side(folder: Path, center: float, probe: float, timed: float) -> None:
+        for k, steps in enumerate(processes(center)):  # each process its own un-profiled steps and probe
+            hand_made_job(folder, k * 100, steps, repeat=k + 1, speed_probe_us=probe * (1 + 0.01 * k),
+                          timed_us_per_step=timed * (1 + 0.02 * k), timed_samples_us=jitter(timed * (1 + 0.02 * k), 9),
+                          ops=("aten::mm", ("aten::add", 2.0 + k)), config_hash="point-8")
+        hand_made_point(folder, 1, processes(50), size=16, ops=(("aten::mul", 3.0),))  # the same on both sides
+        hand_made_job(folder, 2, jitter(10 * probe, 5), size=32)  # one repeat: inconclusive
+        hand_made_job(folder, 3, jitter(10 * probe, 5), size=128, workload_shape=[2, 3])  # a list setting, as text
+    side(tmp_path / "base", 100, 6.5, 40)
+    side(tmp_path / "new", 160, 6.6, 64)
+    outputs = {}
+    for route in ("traces", "tables"):
+        if route == "tables":
+            write_analysis_tables(tmp_path / "base")
+            write_analysis_tables(tmp_path / "new")
+        assert load_side(tmp_path / "base").read_from == route and load_side(tmp_path / "new").read_from == route
+        code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--out", tmp_path / "out", capsys=capsys)
+        assert code == 0, out
+        outputs[route] = out, *(read_csv_rows(tmp_path / "out" / n) for n in ("compare.csv", "ops_diff.csv"))
+    assert outputs["tables"] == outputs["traces"]  # cell by cell, a number as a number (0 == 0.0)
+    assert "slower       matmul_add size=8 bf16 cold eager: 1.60" in outputs["tables"][0]  # un-profiled 64/40
+    assert "(1 slower, 0 faster, 1 same, 2 inconclusive)" in outputs["tables"][0]
+    # one side read from its tables, the other analysed here: the same again
+    shutil.rmtree(tmp_path / "new" / "compare", ignore_errors=True)
+    (tmp_path / "new" / "summary.csv").unlink()
+    assert load_side(tmp_path / "new").read_from == "traces"
+    compare(tmp_path / "base", tmp_path / "new", "--out", tmp_path / "out", capsys=capsys)
+    assert read_csv_rows(tmp_path / "out" / "compare.csv") == outputs["tables"][1]
+
+
+def test_tables_older_than_a_job_are_not_read(tmp_path):
+    from analysis.compare.tables import load_side
+
+    hand_made_point(tmp_path / "s", 0, processes(100))
+    write_analysis_tables(tmp_path / "s")
+    assert load_side(tmp_path / "s").read_from == "tables"
+    record = next((tmp_path / "s").glob("*_r2")) / "metrics.json"
+    earlier = record.stat().st_mtime - 5
+    os.utime(tmp_path / "s" / "summary.csv", (earlier, earlier))  # a job rerun after the analysis
+    assert load_side(tmp_path / "s").read_from == "traces"
+    write_analysis_tables(tmp_path / "s")
+    assert load_side(tmp_path / "s").read_from == "tables"
+    hand_made_job(tmp_path / "s", 7, jitter(100, 5), size=64)  # a job added since
+    assert load_side(tmp_path / "s").read_from == "traces"
+    write_analysis_tables(tmp_path / "s")
+    (tmp_path / "s" / "timed_samples.csv").unlink()  # an analysis by a profsweep that wrote fewer tables
+    assert load_side(tmp_path / "s").read_from == "traces"

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from analysis import analyse_folder
-from analysis.conclusions import change, conclude, top_ops
-from tests.conftest import FIXTURES as SHARED, jitter, job
+from analysis.report.conclusions import change, conclude, top_ops
+from tests.conftest import CUDA_TRACES, jitter, job
 
 
 def known_sweep(folder: Path) -> Path:
@@ -116,10 +116,7 @@ def test_no_conclusion_from_failed_points_and_none_for_an_empty_sweep():
     assert conclude(failed, [], failed, top_ops(failed, failed, {}, [])) == []
 
 
-FIXTURES = SHARED / "cuda-traces"
-
-
-@pytest.mark.skipif(not (FIXTURES / "a100_alexnet.json.gz").exists(), reason="../shared/fixtures not present")
+@pytest.mark.skipif(not (CUDA_TRACES / "a100_alexnet.json.gz").exists(), reason="../shared/fixtures not present")
 def test_a_gpu_job_shows_its_top_kernels_by_device_time_and_gpu_columns(tmp_path):
     """A recorded A100 trace (AlexNet forward, no ProfilerStep#: one step): the top kernels by
     their summed duration, checked against a count made here from the trace's own events."""
@@ -129,7 +126,7 @@ def test_a_gpu_job_shows_its_top_kernels_by_device_time_and_gpu_columns(tmp_path
     folder = tmp_path / "sweep"
     path = folder / "0_alexnet_1_fp32_cold_eager"
     path.mkdir(parents=True)
-    shutil.copy(FIXTURES / "a100_alexnet.json.gz", path / "t.json.gz")
+    shutil.copy(CUDA_TRACES / "a100_alexnet.json.gz", path / "t.json.gz")
     (path / "metrics.json").write_text(json.dumps({
         "job": path.name, "workload": "alexnet", "size": 1, "dtype": "fp32", "compile": False, "warmup": False,
         "train": False, "device": "cuda", "status": "ok", "error": None, "steps": 1, "trace_file": "t.json.gz",
@@ -185,7 +182,7 @@ def test_a_setting_that_differs_between_grid_points_makes_series_of_their_own(tm
 
 
 def test_noisy_points_and_uninformative_intervals_are_said_as_such():
-    from analysis.conclusions import _regime
+    from analysis.report.conclusions import _regime
 
     rows = [{"size": 64, "regime": "overhead-bound", "work_host_ratio": 0.5, "work_host_ratio_low": 0.001,
              "work_host_ratio_high": 900.0, "repeats": 2, "regime_uncertain": True, "noisy": True,

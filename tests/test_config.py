@@ -307,7 +307,7 @@ def test_variant_settings_are_not_part_of_the_config_hash():
 
 
 def test_a_grid_point_reads_the_same_in_the_progress_lines_and_in_the_analysis():
-    from analysis.history import point_labels
+    from analysis.history.engine import point_labels
     from analysis.points import describe
     from profsweep.contract import point_label
 

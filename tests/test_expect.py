@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.expect import ExpectationError, check, is_known, known_metrics, parse
+from analysis.report.expect import ExpectationError, check, is_known, known_metrics, parse
 from tests.conftest import run_cli
 
 
@@ -132,7 +132,7 @@ def test_counts_per_step_columns_of_ops_and_kernels_sums_and_series_extremes():
 
 
 def test_claims_parse_from_one_string_and_bad_ones_are_refused():
-    from analysis.expect import is_claim, parse_all, parse_claim
+    from analysis.report.expect import is_claim, parse_all, parse_claim
 
     text = ("claim part3: cuDNN launches with cuLaunchKernelEx | article: not cudaLaunchKernel "
             "| where: workload.backend == cudnn | check: op cuLaunchKernelEx >= 1 | check if run: op aten::mm absent "

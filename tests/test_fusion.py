@@ -9,9 +9,7 @@ import pytest
 
 from analysis.fusion import cover, fused_words, fusion_rows
 from analysis.trace import analyse_trace
-from tests.conftest import FIXTURES as SHARED, run_cli
-
-FIXTURES = SHARED / "cuda-traces"
+from tests.conftest import CUDA_TRACES, run_cli
 
 
 @pytest.mark.parametrize("kernel, words", [
@@ -53,9 +51,9 @@ def test_a_library_call_that_stands_for_a_matmul_and_its_add():
     assert fusion_rows([eager, compiled], table, []) == []
 
 
-@pytest.mark.skipif(not (FIXTURES / "a100_triton_compiled.json.gz").is_file(), reason="fixtures not here")
+@pytest.mark.skipif(not (CUDA_TRACES / "a100_triton_compiled.json.gz").is_file(), reason="fixtures not here")
 def test_the_triton_kernel_of_a_recorded_cuda_trace():
-    m = analyse_trace(FIXTURES / "a100_triton_compiled.json.gz")
+    m = analyse_trace(CUDA_TRACES / "a100_triton_compiled.json.gz")
     kernels = [{"job": "j", **k} for k in m["kernels"]]
     point = {"status": "ok", "trace_error": None, "compile": True, "platform": "cuda", "jobs": "j", "size": 8,
              "workload": "custom"}

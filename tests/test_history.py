@@ -18,9 +18,9 @@ import pytest
 
 pytest.importorskip("duckdb")
 
-from analysis import changes  # noqa: E402
+from analysis.history import changes  # noqa: E402
 from analysis.__main__ import main  # noqa: E402
-from analysis.history import judge  # noqa: E402
+from analysis.history.engine import judge  # noqa: E402
 from tests.conftest import run_cli  # noqa: E402
 from tests.conftest import hand_made_point, processes  # noqa: E402
 

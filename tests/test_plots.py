@@ -6,7 +6,6 @@ columns added."""
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from pathlib import Path
 
@@ -15,7 +14,8 @@ import pandas as pd
 import pytest
 from matplotlib.collections import LineCollection
 
-from analysis import plots
+from analysis.text import bytes_label, duration_label, rate_label, size_label
+from analysis.report import plots
 from analysis.sweep import analyse_sweep, frames
 
 # --- hand-made sweeps ---------------------------------------------------------------------------
@@ -233,10 +233,10 @@ def test_sizes_and_times_are_ticked_in_plain_numbers(sweeps, close_all):
     assert visible_tick_labels(ax, ax.xaxis) == ["64", "256", "1k"]  # the sizes the sweep ran
     units = {label.split(" ")[-1] for label in visible_tick_labels(ax, ax.yaxis)}
     assert units <= {"µs", "ms", "s"} and units
-    assert [plots.size_label(v) for v in (64, 1024, 4096, 1536, 16384, 1000)] == ["64", "1k", "4k", "1.5k", "16k", "1k"]
-    assert [plots.duration_label(v) for v in (5, 250, 2000, 2500, 999.9999, 1.5e6)] == \
+    assert [size_label(v) for v in (64, 1024, 4096, 1536, 16384, 1000)] == ["64", "1k", "4k", "1.5k", "16k", "1k"]
+    assert [duration_label(v) for v in (5, 250, 2000, 2500, 999.9999, 1.5e6)] == \
         ["5 µs", "250 µs", "2 ms", "2.5 ms", "1 ms", "1.5 s"]
-    assert plots.bytes_label(2 ** 20) == "1 MiB" and plots.rate_label(5e11) == "500G"
+    assert bytes_label(2 ** 20) == "1 MiB" and rate_label(5e11) == "500G"
 
 
 def test_steps_draw_one_line_per_variant_with_its_own_steps(sweeps, close_all):
@@ -338,18 +338,27 @@ def test_titles_wrap_to_their_figure(sweeps, close_all):
     assert heading.get_window_extent(figure.canvas.get_renderer()).width <= figure.bbox.width
 
 
-def test_compare_ratio_plot_names_its_lines(close_all):
-    pairs = pd.DataFrame({"workload": "matmul_add", "variant": "matmul_add", "size": [64, 256, 64, 256],
-                          "dtype": "bf16", "compile": [False, False, True, True], "warmup": False,
-                          "device": "cpu", "host_us_per_step_ratio": [1.0, 0.5, 2.0, 1.25]})
-    figure = plots._ratio(pairs)
+def test_compare_ratio_plot_names_its_lines():
+    from analysis.compare.page import ratio_figure
+
+    pairs = [{"workload": "matmul_add", "variant": "matmul_add", "size": size, "dtype": "bf16", "compile": compiled,
+              "warmup": False, "device": "cpu", "step_ratio": ratio, "interval_low": ratio / 1.1,
+              "interval_high": ratio * 1.1, "verdict": verdict}
+             for size, compiled, ratio, verdict in ((64, False, 1.0, "same"), (256, False, 0.5, "faster"),
+                                                    (64, True, 2.0, "slower"), (256, True, 1.25, "inconclusive"))]
+    figure = ratio_figure(pairs)
     figure.canvas.draw()
-    assert [t.get_text() for t in figure.legends[0].texts] == ["eager", "compile"]
-    lines = data_lines(figure.axes[0])
+    ax = figure.axes[0]
+    assert [t.get_text() for t in ax.get_legend().texts] == ["eager", "compile"]  # what differs between the lines
+    assert "matmul_add bf16 cold" in ax.get_title()  # what they share
+    lines = [line for line in ax.get_lines() if line.get_linestyle() == "-" and len(line.get_xdata()) > 1]
     assert same_lines([line.get_ydata() for line in lines], [(1.0, 0.5), (2.0, 1.25)])
-    one = plots._ratio(pairs[~pairs["compile"]])
+    hollow = [line.get_ydata()[0] for line in ax.get_lines()
+              if line.get_marker() == "o" and line.get_markerfacecolor() in ("white", (1.0, 1.0, 1.0, 1.0))]
+    assert hollow == [1.25]  # the inconclusive pair
+    one = ratio_figure([p for p in pairs if not p["compile"]])
     one.canvas.draw()
-    assert not one.legends
+    assert one.axes[0].get_legend() is None
     labels = visible_tick_labels(one.axes[0], one.axes[0].yaxis)
     assert labels and all(label.endswith("×") and "e" not in label for label in labels)
-    assert not math.isnan(figure.axes[0].get_ylim()[0])
+    assert ratio_figure([{**pairs[0], "size": None}]) is None

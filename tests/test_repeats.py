@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from analysis import points as grid_points
-from analysis.claims import _Data, _more
-from analysis.expect import check, parse
+from analysis.report.claims import _Data, _more
+from analysis.report.expect import check, parse
 from experiments import records
 from profsweep import machine
 from experiments.config import ConfigError, JobConfig, RunConfig, config_from_dict, config_to_dict

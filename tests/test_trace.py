@@ -15,9 +15,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from analysis.trace import TraceError, analyse_trace, flat
-from tests.conftest import FIXTURES, ROOT, table_footer
+from tests.conftest import CUDA_TRACES as CUDA_FOLDER, FIXTURES, ROOT, table_footer
 
-CUDA_TRACES = sorted((FIXTURES / "cuda-traces").glob("*.json.gz"))
+CUDA_TRACES = sorted(CUDA_FOLDER.glob("*.json.gz"))
 BIG = FIXTURES / "big" / "a100_training_35MB.json.gz"
 LAUNCH_NAMES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaGraphLaunch"}
 
@@ -57,7 +57,7 @@ def test_cuda_fixture_counts_equal_a_hand_count(path):
 
 @needs_fixtures
 def test_triton_kernel_launched_through_the_driver_api():
-    m = analyse_trace(FIXTURES / "cuda-traces" / "a100_triton_compiled.json.gz")
+    m = analyse_trace(CUDA_FOLDER / "a100_triton_compiled.json.gz")
     assert (m["kernels_total"], m["launches_total"], m["steps"]) == (1, 1, 1)
     assert m["kernels"][0]["name"].startswith("triton_")
     assert m["per_step"]["launch_lag_us"]["median"] > 0
@@ -396,7 +396,7 @@ def test_tensor_core_rule_reads_the_kernel_name(name, expected):
 
 @needs_fixtures
 def test_kernel_fingerprints_on_the_recorded_traces():
-    m = analyse_trace(FIXTURES / "cuda-traces" / "a100_alexnet.json.gz")
+    m = analyse_trace(CUDA_FOLDER / "a100_alexnet.json.gz")
     rows = {k["name"]: k for k in m["kernels"]}
     xmma = next(k for n, k in rows.items() if n.startswith("sm80_xmma_fprop_implicit_gemm"))
     sgemm = rows["ampere_sgemm_32x32_sliced1x4_tn"]
@@ -404,14 +404,14 @@ def test_kernel_fingerprints_on_the_recorded_traces():
     elementwise = next(k for n, k in rows.items() if "vectorized_elementwise_kernel" in n)
     assert elementwise["tensor_cores"] is None
     # Hand-read from the trace: the args of the events named ampere_sgemm_32x32_sliced1x4_tn.
-    raw = [e for e in json.loads(gzip.open(FIXTURES / "cuda-traces" / "a100_alexnet.json.gz").read())["traceEvents"]
+    raw = [e for e in json.loads(gzip.open(CUDA_FOLDER / "a100_alexnet.json.gz").read())["traceEvents"]
            if e.get("name") == "ampere_sgemm_32x32_sliced1x4_tn"]
     occupancy = sorted(e["args"]["est. achieved occupancy %"] for e in raw)
     assert sgemm["occupancy_pct"] == pytest.approx((occupancy[2] + occupancy[3]) / 2)
     assert sgemm["registers_per_thread"] == raw[0]["args"]["registers per thread"]
     assert sgemm["shared_memory_bytes"] == raw[0]["args"]["shared memory"]
     assert sgemm["block"] == "x".join(str(v) for v in raw[0]["args"]["block"])
-    triton = analyse_trace(FIXTURES / "cuda-traces" / "a100_triton_compiled.json.gz")["kernels"][0]
+    triton = analyse_trace(CUDA_FOLDER / "a100_triton_compiled.json.gz")["kernels"][0]
     assert (triton["occupancy_pct"], triton["registers_per_thread"], triton["block"]) == (0, 16, "128x1x1")
 
 

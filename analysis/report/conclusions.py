@@ -15,7 +15,8 @@ from typing import Any, Iterable, Sequence
 
 from analysis import points as grid_points
 from analysis.sweep import FITTED
-from analysis.trace import is_op, same_op
+from analysis.text import count, fmt, interval, nbytes, rate, short_name, times, too_wide, us
+from analysis.trace import is_op
 from profsweep import stats
 from profsweep.contract import SERIES_KEYS, TIMED, flag, point_jobs, timed_samples
 from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
@@ -34,82 +35,6 @@ class Conclusion:
     @property
     def full(self) -> str:
         return f"{self.text} {self.detail}" if self.detail else self.text
-
-
-# --- numbers in words ---------------------------------------------------------------------------
-
-
-def fmt(value: Any) -> str:
-    """A number as the report's tables print it (crossover 175.2, 0.314, 1,024.0, 9.25e+09)."""
-    if value is None or (isinstance(value, float) and value != value):
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if abs(value) >= 1e6:
-            return f"{value:.3g}"
-        return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
-    return str(value)
-
-
-def us(value: float | None) -> str:
-    """A duration given in µs, in the unit that reads best: 19 µs, 2.03 ms, 1.58 s."""
-    if value is None:
-        return "?"
-    if value >= 1e6:
-        return f"{value / 1e6:.3g} s"
-    if value >= 1e3:
-        return f"{value / 1e3:.3g} ms"
-    return f"{value:.3g} µs"
-
-
-def rate(value: float | None, unit: str) -> str:
-    """A rate with an SI prefix: 417 GFLOP/s, 12.3 GB/s."""
-    if value is None:
-        return "?"
-    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
-def nbytes(n: float | None) -> str:
-    if n is None:
-        return "?"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} bytes"
-
-
-def count(x: float) -> str:
-    """A count as a person writes it: 6, 5.5."""
-    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
-
-
-def times(x: float) -> str:
-    """A ratio: 0.0029×, 0.50×, 12.0×, 272×."""
-    return (f"{x:.2g}×" if x < 0.1 else f"{x:.2f}×" if x < 10 else f"{x:.1f}×" if x < 100 else f"{x:,.0f}×")
-
-
-TOO_WIDE = 100  # an interval whose ends are further apart than this says nothing in numbers
-
-
-def _interval(row: dict[str, Any], key: str, unit: Any = None, always: bool = False) -> str:
-    """` [low, high]` of a summary value over its repeats ('' with one repeat unless `always`; said
-    to be too wide where its ends lie more than TOO_WIDE times apart, as two noisy repeats give)."""
-    low, high = stats.number(row.get(f"{key}_low")), stats.number(row.get(f"{key}_high"))
-    if always and low is not None and row.get(f"{key}_high") == math.inf:
-        return f" [{(unit or times)(low)}, ∞]"
-    if low is None or high is None or (not always and (stats.number(row.get("repeats")) or 0) < 2):
-        return ""
-    if always and low == 0 and high >= 0:  # a bound at zero (the model's floor in some draws): said as such
-        return f" [0, {(unit or times)(high)}]"
-    if low <= 0 or high / low > TOO_WIDE:
-        n = int(stats.number(row.get("repeats")) or 0)
-        return f" [too wide to read{f': {n} repeats' if n else ''}]"
-    show = unit or times
-    return f" [{show(low)}, {show(high)}]"
 
 
 def _sizes(sizes: Sequence[Any]) -> str:
@@ -204,7 +129,7 @@ def in_short(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], job
         if at is None:
             continue
         lines.append(f"{series_name(rows[0])}: overhead-bound below size ≈{at:,.0f}"
-                     f"{_interval(c, 'fit_crossover_size', lambda v: f'{v:,.0f}', always=True)}, "
+                     f"{interval(c, 'fit_crossover_size', lambda v: f'{v:,.0f}', always=True)}, "
                      "compute-bound above it")
     by_job = {str(j.get("job")): j for j in jobs}
     for name, pairs in _grouped(_pairs(points, "compile"), "compile").items():
@@ -272,7 +197,7 @@ def _regime(rows: list[dict[str, Any]], crossover: dict[str, Any] | None) -> lis
         ratio = stats.number(raw)
         if regime is None or (ratio is None and raw != math.inf):
             continue
-        text = f"{r['size']} ({times(ratio)}{_interval(r, key)}" if ratio is not None else f"{r['size']} (no overhead floor"
+        text = f"{r['size']} ({times(ratio)}{interval(r, key)}" if ratio is not None else f"{r['size']} (no overhead floor"
         flags = [word for word, on in (("uncertain", flag(r.get("regime_uncertain"))), ("noisy", flag(r.get("noisy"))))
                  if on]
         needed = stats.number(r.get("regime_processes_needed"))
@@ -310,15 +235,15 @@ def _crossing(name: str, crossover: dict[str, Any], rows: list[dict[str, Any]], 
         unit = "FLOP/s" if crossover.get("fit_work") == "flops" else "B/s"
         speed = stats.number(crossover.get("fit_throughput"))
         said = (f"{name}: the un-profiled step fits {us(floor)}"
-                f"{_interval(crossover, 'fit_overhead_us', us, always=True)} of overhead plus the work at "
-                f"{rate(speed, unit)}{_interval(crossover, 'fit_throughput', lambda v: rate(v, unit), always=True)}")
+                f"{interval(crossover, 'fit_overhead_us', us, always=True)} of overhead plus the work at "
+                f"{rate(speed, unit)}{interval(crossover, 'fit_throughput', lambda v: rate(v, unit), always=True)}")
         if size is None:
             return said + f"; no overhead floor measurable: {work} dominates at every size."
         where = ("between the sizes swept" if sizes[0] <= size <= sizes[-1] else
                  f"below the smallest size swept ({sizes[0]})" if size < sizes[0] else
                  f"above the largest size swept ({sizes[-1]})")
         return (f"{said}; the work costs more than the overhead from size ≈{fmt(size)}"
-                f"{_interval(crossover, 'fit_crossover_size', fmt, always=True)}, {where} ({check}).")
+                f"{interval(crossover, 'fit_crossover_size', fmt, always=True)}, {where} ({check}).")
     size = stats.number(crossover.get("crossover_size"))
     status = str(crossover.get("status") or "")
     misfit = f" The model of the un-profiled steps {check}." if check.startswith("does not fit") else ""
@@ -362,7 +287,7 @@ def change(base: list[list[float]], new: list[list[float]], base_value: float | 
         word = f"{times(ratio)} slower" if ratio >= 1 else f"{times(1 / ratio)} faster ({times(ratio)})"
         return f"{word} (one process each: no interval)", ratio
     d = decide(ratio, test.low, test.high, min(len(base), len(new)), df=test.df)
-    if test.low <= 0 or test.high / test.low > TOO_WIDE:
+    if too_wide(test.low, test.high):
         return f"no clear difference ({times(ratio)}; its interval too wide to read{_need(d)})", ratio
     where = f"[{times(test.low)}, {times(test.high)}]"
     if d.outcome == ABOVE:
@@ -464,8 +389,8 @@ def _cold_warm(points: list[dict[str, Any]]) -> list[Conclusion]:
         for cold, warm in pairs:
             a, b = stats.number(cold.get("dead_window_us")), stats.number(warm.get("dead_window_us"))
             if a is not None and b is not None:
-                said.append(f"{us(a)}{_interval(cold, 'dead_window_us', us)} cold → {us(b)}"
-                            f"{_interval(warm, 'dead_window_us', us)} warm at {cold['size']}")
+                said.append(f"{us(a)}{interval(cold, 'dead_window_us', us)} cold → {us(b)}"
+                            f"{interval(warm, 'dead_window_us', us)} warm at {cold['size']}")
         if said:
             out.append(Conclusion("cold", f"{name}: the first profiled step's dead window (step start to the first "
                                   f"aten op): {'; '.join(said)}.", "summary"))
@@ -543,13 +468,6 @@ TOP_OPS_COLUMNS = [*SERIES_KEYS, "size", "point", "job", "kind", "rank", "name",
                    "calls_per_step", "all_ops_share", "repeats"]
 
 
-def short_name(name: str, width: int = 60) -> str:
-    """An op or kernel name as a sentence can hold it: a compiled graph without its hash, a
-    templated kernel cut."""
-    name = same_op(str(name))
-    return name if len(name) <= width else name[:width - 1] + "…"
-
-
 def _where_time_goes(points: list[dict[str, Any]], top: list[dict[str, Any]]) -> list[Conclusion]:
     """Per series: the top ops at its smallest and largest size, with their share of the step."""
     by_point: dict[str, list[dict[str, Any]]] = {}  # by the grid point's first job: one per point
@@ -620,7 +538,7 @@ def _ceilings(points: list[dict[str, Any]]) -> list[Conclusion]:
         above = (" Above the ceiling: it was measured low (a busy machine?); measure it again with python -m "
                  "analysis calibrate" if stats.number(r[key]) > ABOVE_CEILING else "")
         out.append(Conclusion("ceilings", f"{series_name(r)} at {r['size']} reaches {percent(r[key])}"
-                              f"{_interval(r, key, percent)} of {what}.{above}", "plot-roofline"))
+                              f"{interval(r, key, percent)} of {what}.{above}", "plot-roofline"))
     return out
 
 

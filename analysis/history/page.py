@@ -12,11 +12,11 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from analysis import changes
-from analysis.conclusions import us
+from analysis.history import changes
+from analysis.text import us
 from analysis.files import atomic_write_text
 from analysis.html import CSS, table as _table
-from profsweep.contract import trace_files
+from profsweep.contract import REPORT_FILE, trace_files
 
 DIFF_ROWS_SHOWN = 12  # per change and kind; the op diff of a step in full: compare the two sweeps
 PLOTS_DIR = "plots"
@@ -33,7 +33,7 @@ def _rel(target: Path, out: Path) -> str:
 
 def _report_link(sweep: dict[str, Any], out: Path) -> str:
     folder = Path(sweep["folder"])
-    report = folder / "report.html"
+    report = folder / REPORT_FILE
     name = escape(str(sweep["name"]))
     if not report.is_file():
         return f"{name} <small>(no report.html: folder moved or not analysed)</small>"
@@ -145,7 +145,7 @@ def _change_sections(history: Any, data: Any, out: Path, marks: dict[str, list[d
     """Per change: its trend plot, what changed at the step and the diff behind it."""
     import pandas as pd
 
-    from analysis.history_plots import trend_plot
+    from analysis.history.plots import trend_plot
 
     parts = []
     for n, r in enumerate(history.changes, 1):
@@ -168,7 +168,7 @@ def _change_sections(history: Any, data: Any, out: Path, marks: dict[str, list[d
 
 def _overview(history: Any, data: Any, out: Path, marks: dict[str, list[dict[str, Any]]],
               names: list[str]) -> list[str]:
-    from analysis.history_plots import overview_plot
+    from analysis.history.plots import overview_plot
 
     parts = []
     if not data.empty:

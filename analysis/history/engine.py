@@ -20,15 +20,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from analysis import changes
-from analysis.compare import FDR, Use, environment_diff, pair_key_of, per_step, same_probe, time_diff
-from analysis.points import PAIR_DEFAULTS, PAIR_KEYS, PAIR_PREFIXES, pairing_columns
-from analysis.conclusions import us
-from analysis.history_report import write_page
+from analysis.history import changes
+from analysis.diff import Use, environment_diff, per_step, same_probe, time_diff
+from analysis.points import PAIR_DEFAULTS, PAIR_KEYS, PAIR_PREFIXES, pair_key_of, pairing_columns
+from analysis.text import us
+from analysis.history.page import write_page
 from analysis.store import Store, StoreError, SweepFolder
 from profsweep import stats
 from profsweep.contract import point_label, usable_sql
-from profsweep.decide import ABOVE, BAND, BELOW, decide
+from profsweep.decide import ABOVE, BAND, BELOW, FDR, decide
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
 # its profiled step's host self time (per series: the first every sweep of it has)

@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from analysis.conclusions import us  # noqa: E402
+from analysis.text import us  # noqa: E402
 from analysis.files import atomic_write_bytes  # noqa: E402
 
 COLOURS = {"regression": "#c0392b", "improvement": "#1e8449", "unconfirmed": "#d68910"}

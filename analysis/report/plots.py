@@ -38,7 +38,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from analysis.conclusions import TOO_WIDE, rate, short_name  # noqa: E402
+from analysis.text import TOO_WIDE, bytes_label, duration_label, rate, rate_label, short_name, size_label, too_wide  # noqa: E402
 from analysis.points import pairing_columns  # noqa: E402
 from profsweep.contract import flag, point_jobs, usable_rows  # noqa: E402
 from analysis.files import atomic_write_bytes  # noqa: E402
@@ -173,39 +173,6 @@ def _shared(data: pd.DataFrame, sweep: Sweep, columns: list[str]) -> str:
 # --- axes: ticks in plain numbers --------------------------------------------------------------
 
 
-def _number(value: float, step: float, units: list[str], digits: int = 3) -> str:
-    """`value` in the largest unit of `units` (each `step` times the one before) it reaches."""
-    if value == 0:
-        return "0"
-    index = 0
-    while index + 1 < len(units) and abs(value) >= step ** (index + 1) * (1 - 0.5 * 10 ** -digits):
-        index += 1  # (999.9999 µs reads 1 ms, not 1e+03 µs)
-    return f"{value / step ** index:.{digits}g}{units[index]}"
-
-
-def size_label(value: float) -> str:
-    """A size or count as people write it: 64, 512, 1k (1024), 4k, 1.5k, 16k, 1M."""
-    if value == 0 or abs(value) < 1000:
-        return f"{value:.4g}"
-    base = 1024 if value % 256 == 0 else 1000  # 1024 -> 1k, 1536 -> 1.5k, 1000 -> 1k
-    return _number(value, base, ["", "k", "M", "G"], digits=4)
-
-
-def duration_label(us: float) -> str:
-    """Microseconds as 5 µs, 250 µs, 2 ms, 1.5 s (100 ns below a µs)."""
-    if us != 0 and abs(us) < 1:
-        return f"{us * 1e3:.3g} ns"
-    return _number(us, 1000, [" µs", " ms", " s"])
-
-
-def bytes_label(value: float) -> str:
-    return _number(value, 1024, [" B", " KiB", " MiB", " GiB", " TiB"])
-
-
-def rate_label(value: float) -> str:
-    return _number(value, 1000, ["", "k", "M", "G", "T", "P"])
-
-
 def _sizes_axis(ax: Any, sizes: list[float]) -> None:
     """Log base 2, ticked at the sizes the sweep ran (at most 8 of them)."""
     ax.set_xscale("log", base=2)
@@ -309,8 +276,8 @@ def _intervals(grid: Any, data: pd.DataFrame, y: str, hue: str | None, palette: 
             if low in rows and high in rows:
                 bars = rows.dropna(subset=[y, low, high])
                 bars = bars[(bars[low] < bars[y]) | (bars[high] > bars[y])]
-                readable = (bars[low] > 0) & (bars[high] <= bars[low] * TOO_WIDE)
-                if not readable.all():
+                readable = [not too_wide(a, b) for a, b in zip(bars[low], bars[high])]
+                if not all(readable):
                     drawn.add(f"intervals wider than {TOO_WIDE}x not drawn")
                 bars = bars[readable]
                 if not bars.empty:
@@ -924,34 +891,3 @@ def _memory(ok: pd.DataFrame, sweep: Sweep) -> Figure:
                                                                  if (~gpu).any() else [])
     about = _shared(data, sweep, ["series", "mode", "phase"])
     return _finish(grid, _title("Peak memory per grid point", about, sources + notes), {"series": sweep.differs})
-
-
-def write_ratio_plot(pairs: pd.DataFrame, folder: Path) -> list[Path]:
-    """compare's plot: the host (and device) ratio NEW/BASE against size per series, 1.0 marked."""
-    if pairs.empty or "size" not in pairs or pairs["host_us_per_step_ratio"].dropna().empty:
-        return []
-    sns.set_theme(style="whitegrid", context="notebook")
-    return [_save(_ratio(pairs), folder / "ratio.png")]
-
-
-def _ratio(pairs: pd.DataFrame) -> Figure:
-    data = pairs.copy()
-    for key, default in (("compile", False), ("warmup", False)):
-        if key not in data:
-            data[key] = default
-    data, sweep = _prepare(data)
-    data["line"], line = _line(data, ["series", "mode", "phase"], sweep)
-    parts = [data.assign(quantity="host", ratio=data["host_us_per_step_ratio"])]
-    if "device_us_per_step_ratio" in data and data["device_us_per_step_ratio"].notna().any():
-        parts.append(data.assign(quantity="device", ratio=data["device_us_per_step_ratio"]))
-    long = pd.concat(parts, ignore_index=True).dropna(subset=["ratio"])
-    hue = "line" if _varies(long, "line") else None
-    style = "quantity" if _varies(long, "quantity") else None
-    grid = _grid(long, "size", "ratio", hue=hue, style=style, palette=_palette(long, hue), height=3.6, aspect=1.5)
-    ax = grid.ax
-    ax.axhline(1.0, color="0.3", linestyle="--", linewidth=1)
-    _sizes_axis(ax, long["size"])
-    _log_axis(ax, lambda v: f"{v:.3g}×")
-    grid.set_axis_labels("size", "NEW / BASE per step (below 1: faster)")
-    what = "NEW vs BASE, per grid point" + ("" if style else " (host time)")
-    return _finish(grid, _title(what, _shared(long, sweep, ["series", "mode", "phase"])), {"line": line})

@@ -6,6 +6,7 @@ report opens with the mismatches), and the article's claims as data (claims.csv)
 from __future__ import annotations
 
 import fnmatch
+import json
 from typing import Any, Mapping, Sequence
 
 from profsweep.expectations import (  # noqa: F401  (the grammar, used through this module by the analysis)
@@ -13,6 +14,7 @@ from profsweep.expectations import (  # noqa: F401  (the grammar, used through t
     ExpectationError, compare_values, number_of, series_of, show_value, is_claim, is_known, known_metrics, parse, parse_all,
     parse_claim, parse_claims, unknown_operators,
 )
+from analysis.sweep import SweepTables
 from profsweep.columns import KERNEL_COLUMNS, OP_COLUMNS  # noqa: F401
 from profsweep.contract import flag, usable
 
@@ -183,3 +185,24 @@ def judge(claim: ClaimSpec, jobs: Sequence[Mapping[str, Any]], op_calls: Mapping
     holds = ("false" if "false" in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts
              else "n/a" if "n/a" in verdicts or not verdicts else "true")
     return {"measured": "; ".join(said), "holds": holds, "jobs": ", ".join(names)}
+
+
+# --- a sweep's expectations ------------------------------------------------------------------------
+
+
+def check_expectations(tables: SweepTables) -> list[dict[str, Any]] | None:
+    """The rows of expectations.csv for the sweep's expect.json (None when it expects nothing)."""
+    try:
+        texts = json.loads((tables.folder / EXPECT_FILE).read_text(encoding="utf-8"))["expect"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        expectations = parse_all(texts)
+    except ExpectationError as exc:  # written by another version: say so, check nothing
+        return [{"expectation": str(texts), "job": "", "measured": str(exc), "expected": "", "holds": "n/a"}]
+    # Whole rows: an expectation may read any column of ops.csv / kernels.csv, not only calls.
+    ops = {job: {o["name"]: o for o in rows} for job, rows in tables.ops.items()}
+    kernels: dict[str, dict[str, dict[str, Any]]] = {}
+    for k in tables.kernels:
+        kernels.setdefault(k["job"], {})[k["name"]] = k
+    return check(expectations, tables.points, ops, kernels)

@@ -24,14 +24,14 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.conclusions import fmt
-from analysis.expect import CUDA_ONLY, EXPECT_FILE, INCONCLUSIVE, ClaimSpec, ExpectationError, judge, parse_claims
+from analysis.text import fmt
+from analysis.report.expect import CUDA_ONLY, EXPECT_FILE, INCONCLUSIVE, ClaimSpec, ExpectationError, judge, parse_claims
 from analysis.html import pre_pair, read_text, table
 from profsweep.contract import TIMED, flag, point_jobs, table_files, timed_samples, trace_files, usable_rows
 from profsweep import stats
 from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
 
-PRESETS = Path(__file__).resolve().parent.parent / "conf" / "experiment"
+PRESETS = Path(__file__).resolve().parents[2] / "conf" / "experiment"
 PARTS = ("part1", "part2", "part3")
 
 

@@ -13,10 +13,11 @@ from typing import Any, Callable
 
 from analysis import perfetto
 from analysis.html import CSS, image, table
-from analysis.conclusions import TOO_WIDE, Conclusion, count, fmt, job_warnings, nbytes, us
+from analysis.report.conclusions import Conclusion, job_warnings
+from analysis.text import count, fmt, nbytes, too_wide, us
 from analysis.points import describe
 from profsweep import stats
-from profsweep.contract import METRICS_FILE, PLAN_FILE, flag, table_files, trace_files
+from profsweep.contract import METRICS_FILE, PLAN_FILE, REPORT_FILE, flag, table_files, trace_files
 from analysis.files import atomic_write_text
 from analysis.sweep import SweepTables
 
@@ -40,7 +41,7 @@ PHASE_NAMES = ("forward", "backward", "optimizer")
 
 
 def _trace_sizes(jobs: list[dict[str, Any]]) -> str:
-    """`Traces: 12 files, 3.4 MB in all (largest 1.1 MB, 0_...)`, and how to make them smaller."""
+    """`Traces: 12 files, 3.24 MiB in all (largest 1.05 MiB, 0_...)`, and how to make them smaller."""
     sized = [(j["trace_bytes"], str(j["job"])) for j in jobs if isinstance(j.get("trace_bytes"), (int, float))
              and j["trace_bytes"] == j["trace_bytes"]]
     files = sum(len(trace_files(j)) for j in jobs
@@ -65,8 +66,7 @@ def _value(row: dict[str, Any], key: str) -> str:
     text = escape(fmt(row.get(key)))
     low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
     if text and fmt(low) and fmt(high) and (row.get("repeats") or 0) > 1:
-        a, b = stats.number(low), stats.number(high)
-        if a is not None and b is not None and ((a <= 0 < b) or (a > 0 and b / a > TOO_WIDE)):
+        if too_wide(low, high):
             text += " <small>[too wide to read]</small>"
         else:
             text += f" <small>[{escape(fmt(low))}, {escape(fmt(high))}]</small>"
@@ -250,7 +250,7 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
     for section in SECTIONS:
         parts += section(page)
     parts += [perfetto.script(str(folder)), "</body></html>"]
-    path = out / "report.html"
+    path = out / REPORT_FILE
     atomic_write_text(path, "\n".join(parts))
     return path
 
@@ -365,7 +365,7 @@ def _training_section(page: Page) -> list[str]:
 
 
 def _article_section(page: Page) -> list[str]:
-    from analysis.claims import article_section
+    from analysis.report.claims import article_section
 
     return article_section(page.folder, page.data, page.claims) if len(page.claims) else []
 

@@ -1,0 +1,311 @@
+"""Compare two sweeps (or two single runs) grid point by grid point, with verdicts that know the
+noise; or two single traces, op by op and kernel by kernel.
+
+    python -m analysis compare BASE NEW [--out DIR] [--ignore KEY ...] [--fail-if-slower R] [--fdr Q]
+
+Pairing: by what was measured, never by folder names, job numbers or config hashes: the
+workload and its settings, size, dtype, compile, warmup, train, optimizer, the device it ran on,
+the profiler schedule, the compiler settings, run.isolation, run.compile_cache,
+run.warmup_iters and run.threads (PAIR_KEYS, PAIR_PREFIXES). `--ignore compile` pairs eager
+with compiled jobs, `--ignore device` CPU with CUDA.
+
+Verdict, per pair of grid points. The unit of replication is the repeat (one job process): the
+samples are each repeat's steps (device time per step where both sides have it, else the
+un-profiled step where both sides timed it, else the profiled step's host duration), and the
+ratio NEW/BASE of the two medians of repeat medians gets a 95% interval from a hierarchical
+bootstrap over both sides' repeats, made honest for few repeats (profsweep.stats.ratio_test).
+`slower` when the whole interval lies above 1 + MARGIN, `faster` when it lies below
+1 / (1 + MARGIN), `same` when it lies within [1 / (1 + MARGIN), 1 + MARGIN], else
+`inconclusive`, as it is when a side has a single repeat or was measured while other processes
+loaded the machine (its `noise_load`). Across the grid, a change is a verdict only when it is a
+discovery of Benjamini–Hochberg at `--fdr` (default 0.05) over the pairs' p-values. Identical
+samples on both sides (a sweep compared with itself) are `same`, ratio 1.
+
+What changed in the work, per pair (ops_diff.csv, compare.html): every op by its self time on
+the host and every kernel by its time on the device, per profiled step of each side, the median
+over a grid point's repeats; calls per step beside; ranked by the size of the change in time,
+slower or faster (`time_diff`). Annotations (`ProfilerStep#N`, record_function) are not ops.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from analysis.diff import Use, calls_changed, environment_diff, per_step, same_probe, time_diff
+from analysis.points import identity, pair_key_of, pairing_columns
+from analysis.compare.tables import CompareError, Side, kernel_uses, op_uses
+from analysis.text import us
+from profsweep import stats
+from profsweep.contract import flag, point_jobs, timed_samples
+from profsweep.decide import ABOVE, BAND, BELOW, FDR, SAME, decide
+
+MARGIN = BAND  # what counts as the same: within 5% (profsweep.decide, the one rule)
+VERDICT_ORDER = {"slower": 0, "faster": 1, "inconclusive": 2, "same": 3}
+MORE_REPEATS = 3  # what a user is told to rerun with when one repeat per side says nothing
+
+
+# --- verdicts ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    ratio: float | None  # NEW / BASE of the medians of repeat medians
+    low: float | None
+    high: float | None
+    why: str
+    p_value: float | None = None
+    processes_needed: int | None = None  # a side, to decide an inconclusive pair (profsweep.decide)
+
+
+def verdict(base: Sequence[Sequence[float]], new: Sequence[Sequence[float]], seed: int = 0,
+            band: float = MARGIN) -> Verdict:
+    """The rule of the module docstring on each side's samples, one list per repeat (before the
+    control of false discoveries across the grid): profsweep.decide on the ratio test's interval."""
+    test = stats.ratio_test(base, new, margin=band, seed=seed)
+    if test.ratio is None:
+        return Verdict("inconclusive", None, None, None, test.why)
+    if test.why == "identical samples":
+        return Verdict("same", 1.0, 1.0, 1.0, "identical samples", 1.0)
+    reps = (sum(1 for g in base if stats.clean(g)), sum(1 for g in new if stats.clean(g)))
+    if test.low is None or test.high is None:
+        return Verdict("inconclusive", test.ratio, None, None,
+                       f"{'1 repeat per side' if reps == (1, 1) else f'{reps[0]} vs {reps[1]} repeats'}: one process "
+                       f"says nothing of the variation between processes; rerun both with run.repeats={MORE_REPEATS}")
+    d = decide(test.ratio, test.low, test.high, min(reps), band, df=test.df)
+    interval = f"95% interval {test.low:.3f}–{test.high:.3f}"
+    if d.outcome == ABOVE:
+        return Verdict("slower", test.ratio, test.low, test.high, interval, test.p_value)
+    if d.outcome == BELOW:
+        return Verdict("faster", test.ratio, test.low, test.high, interval, test.p_value)
+    if d.outcome == SAME:
+        return Verdict("same", test.ratio, test.low, test.high, interval + f" within ±{band:.0%}", test.p_value)
+    need = d.need()
+    return Verdict("inconclusive", test.ratio, test.low, test.high,
+                   interval + f" straddles the ±{band:.0%} band" + (f": {need}" if need else ""), test.p_value,
+                   d.processes_needed)
+
+
+def control_discoveries(pairs: list[dict[str, Any]], fdr: float = FDR) -> None:
+    """Benjamini–Hochberg over the pairs that have a p-value: a `slower` or `faster` pair that is
+    not among the discoveries becomes `inconclusive`, with why."""
+    found = stats.benjamini_hochberg([p.get("p_value") for p in pairs], fdr)
+    tested = sum(1 for p in pairs if p.get("p_value") is not None)
+    for pair, discovered in zip(pairs, found):
+        if pair["verdict"] in ("slower", "faster") and not discovered:
+            pair["verdict_why"] += (f"; {pair['verdict']} by itself (p={pair['p_value']:.3g}), but not a discovery "
+                                    f"at a false discovery rate of {fdr:g} over {tested} pairs")
+            pair["verdict"] = "inconclusive"
+
+
+def diff_lines(diff: dict[str, Any], top: int = 20) -> list[str]:
+    """The op and kernel diff of two traces, ranked, for the terminal."""
+    lines = []
+    for what in ("ops", "kernels"):
+        rows = diff[f"{what}_diff"]
+        if not rows:
+            continue
+        lines.append(f"{what} by change in {'self host' if what == 'ops' else 'device'} time per step "
+                     "(base -> new, change; calls per step base -> new):")
+        for d in rows[:top]:
+            ratio = f"{d['self_us_per_step_ratio']:.2f}x" if d["self_us_per_step_ratio"] is not None else "-"
+            base, new, diff_us = d["self_us_per_step_base"], d["self_us_per_step_new"], d["self_us_per_step_diff"]
+            lines.append(f"  {d['rank']:>3} {us(base):>9} -> {us(new):>9}  {us(diff_us, True):>10} "
+                         f"{ratio:>8}  {d['change']:<8} calls {d['calls_per_step_base']:g} -> "
+                         f"{d['calls_per_step_new']:g}  {d['name'][:90]}")
+        if len(rows) > top:
+            lines.append(f"  ... {len(rows) - top} more")
+    return lines or ["no op or kernel changed its time or calls per step"]
+
+
+# --- sides ---------------------------------------------------------------------------------------
+
+
+def _repeat_jobs(side: Side, point: dict[str, Any]) -> list[dict[str, Any]]:
+    names = point_jobs(point)
+    return [side.jobs[n] for n in names if n in side.jobs] or [point]
+
+
+def _uses(side: Side, point: dict[str, Any], what: str) -> list[dict[str, Use]]:
+    """Each repeat's ops (or kernels) per its own profiled steps."""
+    table = side.ops if what == "op" else side.kernels
+    return [per_step(table.get(job["job"], []), job.get("steps")) for job in _repeat_jobs(side, point)]
+
+
+def _samples(side: Side, point: dict[str, Any], on: str) -> list[tuple[list[float], dict[str, Any]]]:
+    """Each repeat's samples (its steps' device time, its un-profiled steps, or its profiled
+    steps' host duration) with its row, for the repeats that have samples."""
+    found = ((timed_samples(job) if on == "timed" else stats.clean(s.get(on) for s in side.steps.get(job["job"], [])),
+              job) for job in _repeat_jobs(side, point))
+    return [(g, job) for g, job in found if g]
+
+
+def _probed(repeats: list[tuple[list[float], dict[str, Any]]], on: str) -> list[tuple[list[float], float]]:
+    """Each repeat's samples with the machine's speed probe of its process (speed_probe_us); none
+    where a repeat has no probe (a sweep from before it, a value that is not one) or where the
+    samples are the device's time, which the host's speed does not set."""
+    probes = [stats.number(job.get("speed_probe_us")) for _, job in repeats]
+    if on == "device_us" or any(p is None or p <= 0 for p in probes):
+        return []
+    return [(g, p) for (g, _), p in zip(repeats, probes)]  # type: ignore[misc]
+
+
+# What the probe itself depends on besides the machine's load: where these differ (or the thread
+# count), the probe's change is part of what is compared, and nothing is vetoed by it.
+def against_the_machine(judged: Verdict, base: list[tuple[list[float], float]], new: list[tuple[list[float], float]],
+                        band: float = MARGIN, comparable: bool = True) -> tuple[Verdict, tuple[float | None, float | None]]:
+    """A change of the step is a verdict only if it is one relative to the machine's speed too.
+
+    Each job times a small matmul right before and after its un-profiled steps (speed_probe_us,
+    experiments/job.py). A virtual machine's cores are shared with other tenants; while one is
+    busy every step runs slower alike, for seconds to minutes, and every process of a sweep run
+    then can be slow together: no interval over one sweep's processes shows it. So where the two
+    sides' probes differ beyond the band, a `slower` or `faster` verdict stands only where the
+    steps, each process's divided by its own probe, give the same verdict; otherwise it is
+    `inconclusive`, with the probe's numbers. Only ever a verdict less, never one more. Nothing
+    is vetoed where the probes are not `comparable` (another torch, CPU, host or thread count:
+    same_probe). Returns the verdict and the two sides' probes (the medians over their repeats;
+    None without probes)."""
+    if not base or not new:
+        return judged, (None, None)
+    probes = (stats.median([p for _, p in base]), stats.median([p for _, p in new]))
+    pb, pn = probes
+    if (judged.verdict not in ("slower", "faster") or not comparable or pb is None or pn is None
+            or abs(math.log(pn / pb)) <= math.log(1 + band)):
+        return judged, probes
+    relative = verdict([[v / p for v in g] for g, p in base], [[v / p for v in g] for g, p in new], band=band)
+    if relative.verdict == judged.verdict:
+        return judged, probes
+    shown = (f"{relative.ratio:.3g}x [{relative.low:.3g}, {relative.high:.3g}]" if relative.low is not None
+             and relative.high is not None and relative.ratio is not None else "undecided")
+    why = (f"{judged.why}; but the machine's speed probe (a 64x64 matmul timed before and after the steps) took "
+           f"{pn / pb:.2f}x as long in NEW's processes as in BASE's ({pb:.3g} -> {pn:.3g} µs), and relative to it "
+           f"the step is {shown}, not {judged.verdict}: another tenant of this machine's cores most likely slowed "
+           "one side; rerun BASE and NEW when their probes agree")
+    return Verdict("inconclusive", judged.ratio, judged.low, judged.high, why, None, relative.processes_needed), probes
+
+
+def _nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    try:
+        a, b = float(a), float(b)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(a) or math.isnan(b) or a == 0:
+        return None
+    return b / a
+
+
+def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float = FDR,
+                  band: float = MARGIN) -> dict[str, Any]:
+    """Pairs, their verdicts and diffs, the unmatched jobs of each side, the environment diff."""
+    known = set(pairing_columns(base.points + new.points, ()))
+    wanted = [pair_key_of(k) for k in ignore]
+    unknown = [k for k, c in zip(ignore, wanted) if c not in known]
+    if unknown:
+        raise CompareError(f"--ignore {unknown[0]!r} is not a key that pairs jobs: choose from "
+                           f"{', '.join(sorted(known))}")
+    columns = pairing_columns(base.points + new.points, wanted)
+    by_key: dict[tuple, list[dict[str, Any]]] = {}
+    for job in base.points:
+        by_key.setdefault(identity(job, columns), []).append(job)
+    pairs, unmatched_new = [], []
+    used: set[str] = set()
+    for job in new.points:
+        candidates = [b for b in by_key.get(identity(job, columns), []) if b["job"] not in used]
+        if not candidates:
+            unmatched_new.append(job["job"])
+            continue
+        partner = candidates[0]
+        used.add(partner["job"])
+        pairs.append(_pair(base, partner, new, job, columns, band))
+    unmatched_base = [j["job"] for j in base.points if j["job"] not in used]
+    if not pairs:
+        raise CompareError(f"{base.folder} and {new.folder} have nothing in common: no job of one measured "
+                           f"what a job of the other did (paired by {', '.join(columns)}); "
+                           "--ignore KEY pairs across a key")
+    control_discoveries(pairs, fdr)
+    pairs.sort(key=lambda p: (VERDICT_ORDER.get(p["verdict"], 9), -(p["step_ratio"] or 0)))
+    environment = [{"key": k, "base": a, "new": b} for k, a, b in environment_diff(base.environment, new.environment)]
+    return {"columns": columns, "pairs": pairs, "unmatched_base": unmatched_base,
+            "unmatched_new": unmatched_new, "environment": environment, "fdr": fdr, "band": band,
+            "tested": sum(1 for p in pairs if p.get("p_value") is not None)}
+
+
+def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: list[str],
+          band: float = MARGIN) -> dict[str, Any]:
+    def has(key: str) -> bool:
+        return b.get(key) is not None and n.get(key) is not None and not _nan(b[key]) and not _nan(n[key])
+
+    on, said = (("device_us", "device time per step") if has("device_us_per_step") else
+                ("timed", "un-profiled step") if has("timed_us_per_step") else ("host_us", "host duration per step"))
+    base_repeats, new_repeats = _samples(base, b, on), _samples(new, n, on)
+    base_samples, new_samples = [g for g, _ in base_repeats], [g for g, _ in new_repeats]
+    judged = verdict(base_samples, new_samples, band=band)
+    loaded = [side for side, point in (("BASE", b), ("NEW", n)) if flag(point.get("noise_load"))]
+    if loaded and judged.why != "identical samples":
+        reasons = "; ".join(f"{side} noisy: {point.get('noise_reason')}" for side, point in (("BASE", b), ("NEW", n))
+                            if side in loaded)
+        interval = (f"95% interval {judged.low:.3f}–{judged.high:.3f}; " if judged.low is not None
+                    and judged.high is not None else "")
+        judged = Verdict("inconclusive", judged.ratio, judged.low, judged.high,
+                         f"{interval}{reasons}; rerun {' and '.join(loaded)} on a quiet machine", None)
+    comparable = (same_probe(base.environment, new.environment)
+                  and stats.number(b.get("torch_threads")) == stats.number(n.get("torch_threads")))
+    judged, probes = against_the_machine(judged, _probed(base_repeats, on), _probed(new_repeats, on), band, comparable)
+    row: dict[str, Any] = {c: n.get(c) if n.get(c) is not None else b.get(c) for c in columns}
+    row.update({
+        "base_job": b["job"], "new_job": n["job"], "variant": n.get("variant"),
+        "host_us_per_step_base": b.get("host_us_per_step"), "host_us_per_step_new": n.get("host_us_per_step"),
+        "host_us_per_step_ratio": _ratio(b.get("host_us_per_step"), n.get("host_us_per_step")),
+        "device_us_per_step_base": b.get("device_us_per_step"), "device_us_per_step_new": n.get("device_us_per_step"),
+        "device_us_per_step_ratio": _ratio(b.get("device_us_per_step"), n.get("device_us_per_step")),
+        "timed_us_per_step_base": b.get("timed_us_per_step"), "timed_us_per_step_new": n.get("timed_us_per_step"),
+        "verdict": judged.verdict, "verdict_on": said,
+        "step_ratio": judged.ratio, "interval_low": judged.low, "interval_high": judged.high, "p_value": judged.p_value,
+        "verdict_why": judged.why, "processes_needed": judged.processes_needed,
+        "repeats_base": len(base_samples), "repeats_new": len(new_samples),
+        "speed_probe_us_base": probes[0], "speed_probe_us_new": probes[1], "speed_probe_ratio": _ratio(*probes),
+        "noisy_base": b.get("noisy"), "noisy_new": n.get("noisy"),
+        "first_call_ms_ratio": _ratio(b.get("first_call_ms"), n.get("first_call_ms")),
+        "peak_memory_ratio": _ratio(b.get("peak_memory_bytes"), n.get("peak_memory_bytes")),
+    })
+    for key in ("step_kernels_median", "step_launches_median", "step_aten_ops_median"):
+        row[f"{key}_base"], row[f"{key}_new"] = b.get(key), n.get(key)
+    for what in ("op", "kernel"):
+        diff = time_diff(_uses(base, b, what), _uses(new, n, what))
+        row[f"{what}s_diff"] = diff
+        row[f"{what}s_changed"] = calls_changed(diff)  # appeared, vanished or other calls per step
+        top = diff[0] if diff else {}
+        row[f"{what}_most_changed"] = top.get("name")  # by self time per step, either way
+        row[f"{what}_most_changed_us_per_step_diff"] = top.get("self_us_per_step_diff")
+    return row
+
+
+def compare_traces(base: Path, new: Path) -> dict[str, Any]:
+    """Two single traces: their ops' self time and their kernels' device time per step, diffed."""
+    from analysis.trace import TraceError, analyse_trace
+
+    try:
+        a, b = analyse_trace(base), analyse_trace(new)
+    except TraceError as exc:
+        raise CompareError(str(exc)) from None
+    steps_a, steps_b = a["steps"] or 1, b["steps"] or 1
+
+    def kernels(m: dict[str, Any]) -> list[tuple[str, float, float]]:
+        return kernel_uses(m["kernels"]) if m["platform"] != "cpu" else []
+
+    return {
+        "host_us_per_step_ratio": _ratio(a["self_cpu_total_us"] / steps_a, b["self_cpu_total_us"] / steps_b),
+        "steps_base": steps_a, "steps_new": steps_b,
+        "ops_diff": time_diff([per_step(op_uses(a["top_ops"]), steps_a)], [per_step(op_uses(b["top_ops"]), steps_b)]),
+        "kernels_diff": time_diff([per_step(kernels(a), steps_a)], [per_step(kernels(b), steps_b)]),
+    }
+
+

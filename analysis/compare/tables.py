@@ -1,0 +1,116 @@
+"""A side of a comparison: one sweep (or run) as its analysis wrote it.
+
+compare reads the tables `python -m analysis SWEEP` wrote (summary.csv, repeats.csv, steps.csv,
+ops.csv, kernels.csv, timed_samples.csv), as history does, and opens no trace. Where a sweep has
+no analysis, or its analysis is older than its jobs (a job rerun or added since, an analysis by a
+profsweep that wrote fewer tables), the sweep is analysed here, in memory, into the same rows: the
+folder is never written to, and both routes give the same verdicts (tests/test_compare.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from analysis.files import read_csv_rows
+from analysis.sweep import analyse_sweep, job_folders, samples_rows
+from analysis.trace import is_op
+from profsweep.contract import ENVIRONMENT_FILE, METRICS_FILE, SUMMARY_FILE, TIMED_SAMPLES, usable
+
+TABLES = ("summary", "repeats", "steps", "ops", "kernels", "timed_samples")  # what compare reads
+
+
+class CompareError(ValueError):
+    """Input that cannot be compared; the message names it (exit 2)."""
+
+
+@dataclass
+class Side:
+    folder: Path
+    points: list[dict[str, Any]]  # one per grid point (summary.csv's rows) with a usable repeat
+    steps: dict[str, list[dict[str, Any]]]  # job -> its step rows
+    ops: dict[str, list[tuple[str, float, float]]]  # job -> (op, calls, self host µs) over its trace
+    kernels: dict[str, list[tuple[str, float, float]]]  # job -> (kernel, calls, device µs); none on the CPU
+    environment: dict[str, Any]
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> its row (repeats.csv), usable ones
+    read_from: str = "tables"  # "tables": the written analysis; "traces": analysed here, in memory
+
+
+def op_uses(ops: Iterable[dict[str, Any]]) -> list[tuple[str, float, float]]:
+    return [(o["name"], o["calls"], o["self_host_us"]) for o in ops if is_op(o)]
+
+
+def kernel_uses(kernels: Iterable[dict[str, Any]]) -> list[tuple[str, float, float]]:
+    return [(k["name"], k["calls"], k["total_us"]) for k in kernels]
+
+
+def load_side(folder: Path) -> Side:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CompareError(f"{folder}: no such folder")
+    rows = written_tables(folder)
+    read_from = "tables"
+    if rows is None:
+        rows, read_from = analysed_tables(folder), "traces"
+    jobs = rows["repeats"]
+    if not jobs:
+        raise CompareError(f"{folder}: not a sweep or a run: no job folder with a metrics.json in it")
+    points = [p for p in rows["summary"] if usable(p)]
+    if not points:
+        raise CompareError(f"{folder}: no job finished with a readable trace ({len(jobs)} jobs)")
+    samples: dict[str, list[float]] = {}
+    for s in rows["timed_samples"]:
+        samples.setdefault(str(s["job"]), []).append(s["us"])
+    for job in jobs:
+        if str(job["job"]) in samples:
+            job[TIMED_SAMPLES] = samples[str(job["job"])]
+    steps: dict[str, list[dict[str, Any]]] = {}
+    for s in rows["steps"]:
+        steps.setdefault(str(s["job"]), []).append(s)
+    ops: dict[str, list[dict[str, Any]]] = {}
+    for o in rows["ops"]:
+        ops.setdefault(str(o["job"]), []).append(o)
+    on_cpu = {str(j["job"]) for j in jobs if j.get("platform") == "cpu"}
+    kernels: dict[str, list[dict[str, Any]]] = {}
+    for k in rows["kernels"]:
+        if str(k["job"]) not in on_cpu:  # the CPU's "kernels" are its compute ops, already among the ops
+            kernels.setdefault(str(k["job"]), []).append(k)
+    try:
+        environment = json.loads((folder / ENVIRONMENT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        environment = {}
+    return Side(folder, points, steps, {j: op_uses(o) for j, o in ops.items()},
+                {j: kernel_uses(k) for j, k in kernels.items()}, environment if isinstance(environment, dict) else {},
+                {str(j["job"]): j for j in jobs if usable(j)}, read_from)
+
+
+def written_tables(folder: Path) -> dict[str, list[dict[str, Any]]] | None:
+    """The rows of the tables the analysis wrote, each cell typed (numbers, flags, text; an empty
+    cell None), or None where they are not all there or are older than a job
+    record: a job folder without its row in repeats.csv, or a metrics.json written after
+    summary.csv."""
+    summary = folder / SUMMARY_FILE
+    if not all((folder / f"{name}.csv").is_file() for name in TABLES):
+        return None
+    written = summary.stat().st_mtime
+    dirs = job_folders(folder)
+    try:
+        if any((d / METRICS_FILE).stat().st_mtime > written for d in dirs if (d / METRICS_FILE).exists()):
+            return None
+        rows = {name: read_csv_rows(folder / f"{name}.csv") for name in TABLES}
+    except (OSError, ValueError, csv.Error):  # a table cut short or unreadable: analyse the sweep instead
+        return None
+    if {str(r.get("job")) for r in rows["repeats"]} != {d.name for d in dirs}:
+        return None
+    return rows
+
+
+def analysed_tables(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """The same rows, from the sweep's job records and traces, analysed here and written nowhere."""
+    tables = analyse_sweep(folder)
+    return {"summary": tables.points, "repeats": tables.jobs, "steps": tables.steps,
+            "ops": [{"job": job, **op} for job, ops in tables.ops.items() for op in ops],
+            "kernels": tables.kernels, "timed_samples": samples_rows(tables.jobs)}
