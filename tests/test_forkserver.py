@@ -12,7 +12,6 @@ import sys
 import tempfile
 import textwrap
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -298,7 +297,9 @@ def test_the_template_outlives_the_thread_that_started_it(tmp_path, monkeypatch)
         starter.start()
         starter.join()
         server = box[0]
-        time.sleep(0.5)  # PR_SET_PDEATHSIG would have fired by now
+        # the kernel sends PR_SET_PDEATHSIG's signal as the thread exits: once its task is gone
+        # from /proc, the signal has been sent, and the round trip below needs a live template
+        assert wait_for(lambda: not Path(f"/proc/self/task/{starter.native_id}").exists(), 10)
         assert alive(server.pid)
         assert server.run_python([str(script(tmp_path, "ok.py", "pass\n"))], tmp_path / "log", {}, 60) == 0
     finally:

@@ -39,9 +39,20 @@ def _job_started(sweep_dir: Path) -> bool:
     return any(sweep_dir.glob("0_*/job.log"))
 
 
-def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in folder.rglob("*") if p.is_file()}
+def _users(folder: Path) -> set[int]:
+    """The live processes whose working folder, or a file they hold open, lies in `folder`."""
+    inside = str(folder.resolve())
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not alive(int(entry.name)):
+            continue
+        try:
+            paths = [os.readlink(entry / "cwd")] + [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if any(p == inside or p.startswith(inside + os.sep) for p in paths):
+            found.add(int(entry.name))
+    return found
 
 
 @pytest.mark.slow
@@ -58,9 +69,9 @@ def test_a_killed_sweep_leaves_no_job_running_and_a_second_sweep_is_refused_whil
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_for(lambda: _job_started(sweep_dir), 60), "the first job never started"
-        time.sleep(1.0)  # its process is up: the factory sleeps
+        assert wait_for(lambda: bool(_users(sweep_dir) & set(_descendants(sweep.pid))), 30), \
+            "no job process under the sweep"  # its process is up, in its folder: the factory sleeps
         below = _descendants(sweep.pid)
-        assert below, "no job process under the sweep"
 
         second = run_cli(*args[2:], env=slow_workload, timeout=120)
         assert second.returncode == 2
@@ -70,9 +81,8 @@ def test_a_killed_sweep_leaves_no_job_running_and_a_second_sweep_is_refused_whil
         sweep.kill()  # kill -9: no handler, no finally
         sweep.wait()
         assert wait_for(lambda: not any(alive(p) for p in below), 10), "a job process outlived the sweep"
-        before = _snapshot(sweep_dir)
-        time.sleep(1.5)
-        assert _snapshot(sweep_dir) == before
+        # and nothing else is left to write: no process has a file open in the sweep's folder or works there
+        assert wait_for(lambda: not _users(sweep_dir), 10), f"processes still in {sweep_dir}: {_users(sweep_dir)}"
     finally:
         if sweep.poll() is None:
             sweep.kill()
