@@ -16,10 +16,9 @@ OPTIONAL_TABLES = ("claims", "expectations", "fusion", "memory_timeline")  # wri
 
 def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
                    out: Path | None = None) -> list[tuple[str, str]]:
-    """Write summary.csv/.parquet, repeats.csv, steps.csv, kernels.csv, ops.csv, crossovers.csv, claims.csv
-    (when the sweep can test the article's claims), memory_timeline.csv (when it profiled memory), fusion.csv
-    (when it compiled),
-    plots/ and report.html into a sweep (or
+    """Write summary.csv/.parquet, repeats.csv, steps.csv, timed_samples.csv, kernels.csv, ops.csv,
+    crossovers.csv, claims.csv (when the sweep can test the article's claims), memory_timeline.csv
+    (when it profiled memory), fusion.csv (when it compiled), plots/ and report.html into a sweep (or
     single-run) folder, or into `out`; return the problems found (job, what). An output that
     cannot be written raises analysis.files.WriteError naming it."""
     import pandas as pd
@@ -31,7 +30,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     from analysis.points import noise_lines
     from analysis.report.plots import PLOT_NAMES, write_plots
     from analysis.report.page import write_report
-    from analysis.sweep import analyse_sweep, frames, write_tables
+    from analysis.tables import analyse_sweep, frames, write_tables
 
     folder = Path(folder)
     target = Path(out) if out is not None else folder

@@ -45,7 +45,7 @@ def _stat(stats: dict[str, Any], unit: str = "") -> str:
     return f"{fmt(stats['median'])} [{fmt(stats['min'])}, {fmt(stats['max'])}]"
 
 
-def describe(m: dict[str, Any]) -> str:
+def trace_summary(m: dict[str, Any]) -> str:
     """A readable summary of one trace's metrics."""
     window = f"{m['steps']} steps ({', '.join(m['step_names'])})" if m["steps"] else "whole trace (no ProfilerStep#)"
     lines = [
@@ -128,7 +128,7 @@ def compare_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from analysis.compare.engine import compare_sides, compare_traces, diff_lines
     from analysis.compare.page import write_compare
-    from analysis.compare.tables import CompareError, load_side
+    from analysis.compare.side import CompareError, load_side
 
     if any([live(folder, args.strict) for folder in (args.base, args.new) if folder.is_dir()]):
         return 2
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             m = {k: v for k, v in m.items() if k != "per_step_values"}
             print(json.dumps(m))
         else:
-            print(describe(m))
+            print(trace_summary(m))
         return 0
 
     if argv and argv[0] == "compare":
@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.folder}: no such folder", file=sys.stderr)
         return 2
     from analysis import analyse_folder
-    from analysis.sweep import METRICS_FILE, job_folders
+    from analysis.tables import METRICS_FILE, job_folders
 
     if not job_folders(args.folder):
         print(f"error: {args.folder}: not a sweep or a run: no job folder with a {METRICS_FILE} in it "

@@ -100,7 +100,7 @@ class Sweep:
     def compare(self, other: "Sweep | str | Path", ignore: Sequence[str] = ()) -> "Comparison":
         """This sweep as BASE against `other` as NEW, grid point by grid point (compare's verdicts)."""
         from analysis.compare.engine import compare_sides
-        from analysis.compare.tables import CompareError, load_side
+        from analysis.compare.side import CompareError, load_side
 
         new = other if isinstance(other, Sweep) else load(other)
         try:
@@ -165,7 +165,7 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
         if not analyse:
             raise ProfsweepError(f"{path}: not analysed yet (no {SUMMARY_FILE}): load(folder, analyse=True)")
         from analysis import analyse_folder
-        from analysis.sweep import METRICS_FILE, job_folders
+        from analysis.tables import METRICS_FILE, job_folders
 
         if not job_folders(path):
             raise ProfsweepError(f"{path}: not a sweep or a run: no job folder with a {METRICS_FILE} in it")

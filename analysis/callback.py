@@ -50,7 +50,7 @@ def _preload(config: DictConfig) -> None:
     def load() -> None:
         # A failure here is not reported: the analysis imports them again and reports it.
         with contextlib.suppress(Exception):
-            for module in ("analysis.sweep", "analysis.report.claims", "analysis.report.plots", "analysis.report.page"):
+            for module in ("analysis.tables", "analysis.report.claims", "analysis.report.plots", "analysis.report.page"):
                 importlib.import_module(module)
 
     threading.Thread(target=load, name="analysis-preload", daemon=True).start()

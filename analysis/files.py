@@ -6,9 +6,10 @@ from __future__ import annotations
 import csv
 import io
 import math
+import numbers
 import re
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Collection, Iterable, Sequence
 
 from profsweep import contract
 
@@ -47,7 +48,7 @@ def csv_text(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = Non
     decimals = decimals or {}
 
     def cell(column: str, value: Any) -> Any:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
+        if value is None or (isinstance(value, numbers.Real) and math.isnan(value)):
             return ""
         if column in decimals and isinstance(value, float):
             return round(value, decimals[column])
@@ -60,14 +61,23 @@ def csv_text(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = Non
     return buffer.getvalue()
 
 
-def read_csv_rows(path: Path) -> list[dict[str, Any]]:
+def read_csv_rows(path: Path, text: Collection[str] = (), counts: Collection[str] = ()) -> list[dict[str, Any]]:
     """A CSV the analysis wrote, each cell typed as it was written: an int, a float, True or
-    False, None for an empty cell, else its text."""
+    False, None for an empty cell, else its text. The columns in `text` stay text (a job named
+    `7`, a setting "007"); those in `counts` are integers where pandas wrote them as floats (a
+    column with an empty cell: `8.0`)."""
     with open(path, newline="", encoding="utf-8") as f:
-        return [{k: _typed(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        rows = [{k: (v or None) if k in text else typed(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    for row in rows:
+        for key in counts:
+            value = row.get(key)
+            if isinstance(value, float) and value.is_integer():
+                row[key] = int(value)
+    return rows
 
 
-def _typed(text: str | None) -> Any:
+def typed(text: str | None) -> Any:
+    """A cell's text as the value it was written from (see read_csv_rows)."""
     if text is None or text == "":
         return None
     if text in ("True", "False"):

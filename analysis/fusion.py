@@ -23,7 +23,7 @@ import re
 import statistics
 from typing import Any, Iterable
 
-from analysis.points import describe, identity, pairing_columns, usable
+from analysis.points import identity, label, pairing_columns, usable
 from profsweep import stats
 from profsweep.contract import flag, point_jobs
 
@@ -101,7 +101,7 @@ def fusion_rows(points: list[dict[str, Any]], ops: dict[str, list[dict[str, Any]
                 continue  # it replaced no more than one eager op: nothing was fused
             spent = [eager_times[name] for name in covered if name in eager_times]
             rows.append({
-                "point": describe(point), "size": point.get("size"), "compiled_job": jobs[0] if jobs else None,
+                "point": label(point), "size": point.get("size"), "compiled_job": jobs[0] if jobs else None,
                 "eager_job": eager_jobs[0] if eager_jobs else None, "kernel": kernel,
                 "eager_ops": "; ".join(covered), "eager_us_per_step": sum(spent) if eager is not None else None,
                 "compiled_us_per_step": compiled_us, "unmatched": " ".join(unmatched) or None, "matched_by": how,

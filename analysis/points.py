@@ -12,6 +12,7 @@ import math
 import re
 from typing import Any, Iterable, Sequence
 
+from analysis.files import typed
 from profsweep import stats
 from profsweep import contract
 from profsweep.columns import SETTING_PREFIXES, flat_key
@@ -30,7 +31,6 @@ DEVICE_PER_STEP = {"device_us_per_step": "device_us", "step_device_us_median": "
 # paired step by step, it says the regime and the crossover with far less noise than two
 # separate medians whose steps all move together (a cold first step is slow in both).
 RATIO = "work_host_ratio"
-PHASE_KINDS = ("host_us", "compute_us", "device_us")
 ONE_PER_REPEAT = ("first_call_ms", "dead_window_us", "warmup_ms", "profiler_overhead_ratio")
 # Summed or worst over the repeats, not a median: how much was measured and how busy it was.
 SUMMED = ("timed_steps", "timed_slow_steps", "trace_bytes", "lock_wait_s")
@@ -89,6 +89,8 @@ def identity(row: dict[str, Any], columns: list[str]) -> tuple:
         v = row.get(c)
         if (isinstance(v, float) and math.isnan(v)) or v == "":  # an empty cell, read back or not
             v = None
+        if isinstance(v, str):  # a setting's "512" as read from a CSV cell or a record's 512: one value
+            v = typed(v)
         return PAIR_DEFAULTS.get(c) if v is None else v
 
     return tuple(norm(c) for c in columns)
@@ -198,8 +200,8 @@ def point_row(rows: list[dict[str, Any]], steps_of: dict[str, list[dict[str, Any
     for key in [k for k in first if k not in done]:
         values = [r.get(key) for r in ok]
         found = stats.clean(values)
-        if len(found) != len(values) or not found:
-            continue  # not a number in every repeat: the first repeat's (text, flags, settings)
+        if len(found) != len(values) or not found or any(isinstance(v, str) for v in values):
+            continue  # not a number in every repeat: the first repeat's (text, flags, settings, a job named 7)
         if key.startswith("step_") and key.endswith(("_min", "_max")):
             point[key] = min(found) if key.endswith("_min") else max(found)
         else:  # every other number of a repeat (totals, counts, the top kernel): over the repeats
@@ -334,7 +336,7 @@ def points(jobs: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[dict
     return [point_row(rows, steps_of, metrics) for rows in group(jobs)]
 
 
-def describe(point: dict[str, Any]) -> str:
+def label(point: dict[str, Any]) -> str:
     """`matmul_add size=64 bf16 cold eager`: a grid point in words (profsweep.contract.point_label),
     for the sweep's last lines and the report's rows; a job without a workload by its folder's name
     less its repeat."""
@@ -380,7 +382,7 @@ def noise_lines(rows: list[dict[str, Any]]) -> list[str]:
         said = []
         for kind, found in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
             reason, point = found[0]
-            said.append(f"{reason} at {describe(point)}" if len(found) == 1 else f"{kind} ({len(found)} points)")
+            said.append(f"{reason} at {label(point)}" if len(found) == 1 else f"{kind} ({len(found)} points)")
         lines.append(f"{len(noisy)} of {len(measured)} grid points noisy: {'; '.join(said)}; "
                      f"{remedy(noisy, measured)}")
     single = [r for r in measured if (stats.number(r.get("repeats")) or 0) < 2]
@@ -392,5 +394,5 @@ def noise_lines(rows: list[dict[str, Any]]) -> list[str]:
     if unmet:
         lines.append(f"{len(unmet)} of {len(auto)} grid points did not reach run.precision="
                      f"{stats.number(unmet[0].get('precision')):g} within run.max_repeats: "
-                     + ", ".join(describe(r) for r in unmet[:4]) + (", ..." if len(unmet) > 4 else ""))
+                     + ", ".join(label(r) for r in unmet[:4]) + (", ..." if len(unmet) > 4 else ""))
     return lines

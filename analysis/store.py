@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SUMMARY_FILE
+from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SUMMARY_FILE, usable_sql
 
 STORE_FILE = "history.duckdb"
 STORE_SCHEMA = 1
@@ -102,7 +102,7 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
     """The analysed sweeps named, or found in the folders named (up to DEPTH levels below, not
     inside a sweep), each once. A named sweep that is not analysed, or that a live sweep still
     writes, is refused; one found below a folder is skipped with a warning."""
-    from analysis.sweep import job_folders
+    from analysis.tables import job_folders
     from profsweep.contract import live_sweep
 
     def problem(folder: Path) -> str | None:
@@ -322,7 +322,7 @@ class Store:
             for table, name in TABLE_FILES.items():
                 self._load(table, [(ids[s], s.folder / name) for s in new if _has_rows(s.folder / name)])
             wanted = ", ".join(str(ids[s]) for s in new)
-            ok = "r.status = 'ok'" if "status" in self.columns("repeats") else "false"
+            ok = usable_sql(self.columns("repeats"), "r")  # a failed job: one whose figures cannot be used
             c.execute(f"""CREATE OR REPLACE TEMP TABLE _counts AS
                 SELECT s.sweep_id, coalesce(p.n, 0) AS points, coalesce(j.n, 0) AS jobs, coalesce(j.failed, 0) AS failed
                 FROM (SELECT sweep_id FROM sweeps WHERE sweep_id IN ({wanted})) s

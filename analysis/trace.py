@@ -383,13 +383,6 @@ class _EventBatches:
         yield batch
 
 
-def load_trace(path: Path) -> dict[str, Any]:
-    """The whole trace as a dict with `traceEvents` (a bare list of events is accepted too)."""
-    batches = _EventBatches(Path(path))
-    events = [e for batch in batches for e in batch]
-    return {**batches.meta, "traceEvents": events}
-
-
 def _paths(paths: Path | Sequence[Path]) -> list[Path]:
     return [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
 

@@ -59,7 +59,7 @@ def main() -> int:
                                         f"{str(folder)!r}, '--out', {str(scratch / 'then-out')!r}]; "
                                         "import runpy; runpy.run_module('analysis', run_name='__main__')"]
         if args.compare:
-            from analysis.compare.tables import load_side
+            from analysis.compare.side import load_side
 
             contenders["compare A A"] = [sys.executable, "-m", "analysis", "compare", str(folder), str(folder),
                                          "--out", str(scratch / "compare")]

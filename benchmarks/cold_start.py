@@ -79,7 +79,7 @@ def main() -> int:
     server = forkserver.shared()
     if server is None:
         return 1
-    print(f"template started in {time.perf_counter() - start:.2f} s (once per sweep): {forkserver.describe(server)}")
+    print(f"template started in {time.perf_counter() - start:.2f} s (once per sweep): {forkserver.how_jobs_start(server)}")
     sides = [(f"{side} {mode}", side, compile) for mode, compile in MODES.items() for side in ("fresh", "fork")]
     runs: dict[str, list[Run]] = {name: [] for name, _, _ in sides}
     seen: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in sides}

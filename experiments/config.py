@@ -243,7 +243,7 @@ class JobConfig:
     device: str = "auto"
     train: bool = False
     optimizer: str = "adamw"
-    # What the person expects the traces to show (analysis/expect.py); checked by the analysis,
+    # What the person expects the traces to show (analysis/report/expect.py); checked by the analysis,
     # not part of what a job measures (nor of its config_hash).
     expect: List[str] = field(default_factory=list)
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)

@@ -295,7 +295,7 @@ def shutdown() -> None:
         _SHARED.close()
 
 
-def describe(server: ForkServer | None) -> str:
+def how_jobs_start(server: ForkServer | None) -> str:
     """One line for the progress output: how the jobs' processes start."""
     if server is None:
         return FRESH

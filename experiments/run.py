@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from experiments import refusals
 from experiments.config import register_configs
-from experiments.sweep import task
+from experiments.task import task
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

@@ -32,7 +32,7 @@ sweep (else the claim is n/a, `needs` saying why); a `check if run` is checked w
 CPU run. The claim holds when every check holds on every job it applies to (claims.csv).
 
 The grammar lives here, in the package both sides import: the sweep process checks every
-expectation before any job runs (standard library only), and the analysis (analysis/expect.py)
+expectation before any job runs (standard library only), and the analysis (analysis/report/expect.py)
 judges them against the sweep's tables.
 """
 

@@ -2,7 +2,7 @@
 full disk: no job starts after that), its clock for the progress lines, and what is to be done
 once its last job has been launched.
 
-One object, `SWEEP`, per sweep process, reset when a sweep starts (experiments.sweep's
+One object, `SWEEP`, per sweep process, reset when a sweep starts (experiments.task's
 callback). The job side (experiments) and the grid sweeper (hydra_plugins) both use it and
 neither imports the other: the job side registers what the grid sweeper must call when it has
 launched the last job (`after_launching`: the fork server's shutdown) instead of the grid sweeper

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from analysis import analyse_folder
-from analysis.sweep import crossover
+from analysis.tables import crossover
 from tests.conftest import ROOT, job_dirs, run_cli, table_footer
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -48,7 +48,7 @@ def test_crossover_not_reached(host, work, status):
 
 
 def test_a_crossover_exactly_at_a_swept_size_is_found_and_placed():
-    from analysis.sweep import crossing, crossovers
+    from analysis.tables import crossing, crossovers
 
     # work / host is exactly 1 at 100, where exp(log(100)) is a hair above 100
     assert crossing([64, 100], [1.0, 1.0], [0.5, 1.0]) == 0
@@ -65,7 +65,7 @@ def test_one_size_has_no_crossover():
 
 
 def test_a_sweep_over_a_workload_setting_gives_one_series_per_value():
-    from analysis.sweep import SweepTables, crossovers, name_variants
+    from analysis.tables import SweepTables, crossovers, name_variants
 
     def row(job, workload, size, host, work, **settings):
         return {"job": job, "workload": workload, "size": size, "dtype": "bf16", "compile": False,
@@ -173,7 +173,7 @@ _DRAW_BOTH_WAYS = """
 import sys, threading
 from pathlib import Path
 from analysis.report import plots
-from analysis.sweep import analyse_sweep, frames
+from analysis.tables import analyse_sweep, frames
 
 folder, out = Path(sys.argv[1]), Path(sys.argv[2])
 data = frames(analyse_sweep(folder, lambda line: None))

@@ -16,7 +16,7 @@ import pytest
 
 from analysis.__main__ import main as analysis_main
 from analysis.peaks import DATASHEET, Ceilings
-from analysis.sweep import derive
+from analysis.tables import derive
 from profsweep import ceilings
 from profsweep.ceilings import Ceiling
 from tests.conftest import ROOT, run_cli

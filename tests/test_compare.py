@@ -423,13 +423,13 @@ def test_the_folder_a_sweep_wrote_to_is_not_a_change_of_how_it_ran():
 
 def write_analysis_tables(folder: Path) -> None:
     """What `python -m analysis FOLDER` writes for compare to read (its tables, not its plots)."""
-    from analysis.sweep import analyse_sweep, frames, write_tables
+    from analysis.tables import analyse_sweep, frames, write_tables
 
     write_tables(folder, frames(analyse_sweep(folder)))
 
 
 def test_compare_reads_the_written_tables_and_gives_what_the_traces_give(tmp_path, capsys):
-    from analysis.compare.tables import load_side
+    from analysis.compare.side import load_side
     from analysis.files import read_csv_rows
 
     def side(folder: Path, center: float, probe: float, timed: float) -> None:
@@ -463,7 +463,7 @@ def test_compare_reads_the_written_tables_and_gives_what_the_traces_give(tmp_pat
 
 
 def test_tables_older_than_a_job_are_not_read(tmp_path):
-    from analysis.compare.tables import load_side
+    from analysis.compare.side import load_side
 
     hand_made_point(tmp_path / "s", 0, processes(100))
     write_analysis_tables(tmp_path / "s")
@@ -479,3 +479,42 @@ def test_tables_older_than_a_job_are_not_read(tmp_path):
     write_analysis_tables(tmp_path / "s")
     (tmp_path / "s" / "timed_samples.csv").unlink()  # an analysis by a profsweep that wrote fewer tables
     assert load_side(tmp_path / "s").read_from == "traces"
+
+
+def test_job_folders_and_settings_that_read_as_numbers_give_the_same_verdicts_by_both_routes(tmp_path, capsys):
+    """A sweep whose job folders are numbers (hydra.sweep.subdir=${hydra.job.num}), and a text
+    setting "007": read back from the CSVs they stay what they were, and pair as before."""
+    from analysis.compare.side import load_side
+    from analysis.files import read_csv_rows
+
+    for side, center in (("base", 100), ("new", 200)):
+        ops = (("aten::mm", center / 50),)  # 2 µs, then 4 µs a step
+        for k, path in enumerate(hand_made_point(tmp_path / side, 0, processes(center), workload_ver="007", ops=ops)):
+            path.rename(path.parent / str(k))  # 0, 1, 2
+    assert sorted(p.name for p in (tmp_path / "base").iterdir()) == ["0", "1", "2"]
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--out", tmp_path / "out", capsys=capsys)
+    traced = read_csv_rows(tmp_path / "out" / "compare.csv")
+    write_analysis_tables(tmp_path / "base")
+    assert load_side(tmp_path / "base").read_from == "tables" and load_side(tmp_path / "new").read_from == "traces"
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--out", tmp_path / "out", capsys=capsys)
+    assert code == 0 and "slower       matmul_add size=8 bf16 cold eager: 2.0" in out, out
+    assert read_csv_rows(tmp_path / "out" / "compare.csv") == traced
+    assert str(traced[0]["base_job"]) in ("0", "1", "2") and traced[0]["op_most_changed"] == "aten::mm"  # found its jobs
+
+
+def test_an_analysis_cut_short_or_a_record_gone_is_not_read(tmp_path):
+    from analysis.compare.side import TABLES, load_side
+
+    hand_made_point(tmp_path / "s", 0, processes(100))
+    write_analysis_tables(tmp_path / "s")
+    record = next((tmp_path / "s").glob("*_r2")) / "metrics.json"
+    # a re-analysis that wrote summary.csv, then stopped: the other tables are older than the record
+    old = record.stat().st_mtime - 5
+    for name in TABLES:
+        if name != "summary":
+            os.utime(tmp_path / "s" / f"{name}.csv", (old, old))
+    assert load_side(tmp_path / "s").read_from == "traces"
+    write_analysis_tables(tmp_path / "s")
+    record.unlink()  # a resumed sweep removes a job's record before it runs the job again
+    side = load_side(tmp_path / "s")
+    assert side.read_from == "traces" and len(side.jobs) == 2

@@ -19,7 +19,7 @@ from experiments.config import (
 )
 from experiments import seam
 from experiments.records import settings_record
-from experiments.sweep import job_config
+from experiments.task import job_config
 from tests.conftest import ROOT
 
 CONF = ROOT / "conf"
@@ -246,7 +246,7 @@ def test_every_job_names_the_same_settings_whatever_their_values(hydra_conf):
 
 def test_a_running_job_names_its_variant_from_its_own_hydra_config(hydra_conf):
     # Hydra hands the task its config without the `hydra` node: the job's overrides then come from
-    # HydraConfig, as in experiments.sweep.task.
+    # HydraConfig, as in experiments.task.task.
     from hydra.core.hydra_config import HydraConfig
 
     overrides = ["workload=bmm", "workload.batch=8", "size=8"]
@@ -308,13 +308,13 @@ def test_variant_settings_are_not_part_of_the_config_hash():
 
 def test_a_grid_point_reads_the_same_in_the_progress_lines_and_in_the_analysis():
     from analysis.history.engine import point_labels
-    from analysis.points import describe
+    from analysis.points import label
     from profsweep.contract import point_label
 
     config = JobConfig(workload=WorkloadConfig.builtin("mlp"), size=64, dtype="bf16", warmup=True, train=True)
     row = {"variant": "mlp", "workload": "mlp", "size": 64.0, "dtype": "bf16", "warmup": "True", "compile": False,
            "train": True, "optimizer": "adamw", "device": "cpu", "job": "0_mlp_64_bf16_warm_eager_train"}
-    assert config.label == describe(row) == point_label(row) == "mlp size=64 bf16 warm eager train adamw"
+    assert config.label == label(row) == point_label(row) == "mlp size=64 bf16 warm eager train adamw"
     assert point_labels([row], ["workload", "size", "dtype", "warmup", "compile", "train", "optimizer"]) == [config.label]
     assert point_label({**row, "device": "cuda"}) == config.label + " on cuda"
     assert point_label(row, without=["compile", "warmup"]) == "mlp size=64 bf16 train adamw"

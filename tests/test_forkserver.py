@@ -316,7 +316,7 @@ def test_no_fork_server_off_linux_said_once(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err == ("fork server unavailable (fork server is for Linux, this is darwin): "
                    "every job starts a fresh interpreter\n")
-    assert forkserver.describe(None) == forkserver.FRESH
+    assert forkserver.how_jobs_start(None) == forkserver.FRESH
 
 
 def test_a_template_that_cannot_start_is_refused_once(tmp_path, monkeypatch, capsys):

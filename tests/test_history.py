@@ -459,7 +459,7 @@ def test_order_given_keeps_the_command_lines_order(tmp_path, capsys):
 def test_sweeps_analysed_from_job_folders_use_the_host_time_without_un_profiled_steps(tmp_path, capsys):
     """Job folders made by hand (traces, metrics.json without un-profiled timing), analysed by the
     real analysis: the last two of four sweeps run aten::mm four times as long."""
-    from analysis.sweep import analyse_sweep, frames, write_tables
+    from analysis.tables import analyse_sweep, frames, write_tables
 
     for i in range(4):
         folder = tmp_path / "n" / f"s{i}"

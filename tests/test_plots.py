@@ -16,7 +16,7 @@ from matplotlib.collections import LineCollection
 
 from analysis.text import bytes_label, duration_label, rate_label, size_label
 from analysis.report import plots
-from analysis.sweep import analyse_sweep, frames
+from analysis.tables import analyse_sweep, frames
 
 # --- hand-made sweeps ---------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 from analysis.diff import Use, calls_changed, environment_diff, per_step, same_probe, time_diff
 from analysis.points import identity, pair_key_of, pairing_columns
-from analysis.compare.tables import CompareError, Side, kernel_uses, op_uses
+from analysis.compare.side import CompareError, Side, kernel_uses, op_uses
 from analysis.text import us
 from profsweep import stats
 from profsweep.contract import flag, point_jobs, timed_samples

@@ -13,7 +13,7 @@ from typing import Any
 from analysis import perfetto
 from analysis.compare.engine import MARGIN, MORE_REPEATS, VERDICT_ORDER
 from analysis.diff import DIFF_COLUMNS, DIFF_DECIMALS
-from analysis.compare.tables import Side
+from analysis.compare.side import Side
 from analysis.files import atomic_write_bytes, atomic_write_text, csv_text
 from analysis.html import CSS, image, table
 from analysis.text import fmt, size_label, us
@@ -62,6 +62,9 @@ def write_ratio_plot(pairs: list[dict[str, Any]], folder: Path) -> list[Path]:
     return [path]
 
 
+SHOWN = (1e-12, 1e12)  # ratios (and interval ends) drawn on the log axis; beyond, a pair is not drawn
+
+
 def ratio_figure(pairs: list[dict[str, Any]]) -> Any:
     """Each pair's ratio NEW / BASE per step, the one its verdict rests on, with its 95% interval,
     against size, one line per series (named by what differs between them; the title says what
@@ -71,8 +74,9 @@ def ratio_figure(pairs: list[dict[str, Any]]) -> Any:
     lines: dict[str, list[tuple[float, float, float | None, float | None, bool]]] = {}
     for p in pairs:
         size, ratio = stats.number(p.get("size")), stats.number(p.get("step_ratio"))
-        if size and size > 0 and ratio and ratio > 0:
-            low, high = stats.number(p.get("interval_low")), stats.number(p.get("interval_high"))
+        if size and size > 0 and ratio and SHOWN[0] < ratio < SHOWN[1]:
+            low, high = (x if x is not None and SHOWN[0] < x < SHOWN[1] else None
+                         for x in (stats.number(p.get("interval_low")), stats.number(p.get("interval_high"))))
             lines.setdefault(point_label(p, without=("size",)), []).append(
                 (size, ratio, low, high, p.get("verdict") != "inconclusive"))
     if not lines:
@@ -93,7 +97,7 @@ def ratio_figure(pairs: list[dict[str, Any]]) -> Any:
     shown: list[float] = [1.0]
     for i, (name, points) in enumerate(lines.items()):
         color = colors[i % len(colors)]
-        points.sort()
+        points.sort(key=lambda x: x[0])
         label = " ".join(w for w in name.split(" ") if w not in shared) or name
         ax.plot([x[0] for x in points], [x[1] for x in points], "-", color=color, label=label, zorder=2)
         for size, ratio, low, high, decided in points:

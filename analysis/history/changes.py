@@ -97,7 +97,7 @@ def from_moments(moments: Sequence[tuple[int, float, float]]) -> Series:
 
 
 @dataclass(frozen=True)
-class Step:
+class Shift:
     """A change at sweep `at` (the first sweep of the new level), judged on the sweeps [start, end)."""
 
     at: int
@@ -352,7 +352,7 @@ def refit(s: Series, at: Sequence[int], n: int) -> float:
     return _p(d, judged, b - a - 1)
 
 
-def steps(s: Series, at: Sequence[int], p_values: Sequence[float | None]) -> list[Step]:
+def shifts(s: Series, at: Sequence[int], p_values: Sequence[float | None]) -> list[Shift]:
     """Each change with its levels between its neighbours, its ratio's interval and whether the
     sweeps after it confirm it."""
     out = []
@@ -369,6 +369,6 @@ def steps(s: Series, at: Sequence[int], p_values: Sequence[float | None]) -> lis
         # the two sweeps from the change on, whatever comes after them (a further change the next
         # night does not make a lasting one unconfirmed), against the level before it
         agree = [(s.y[x] - before > m) if up else (before - s.y[x] > m) for x in range(k, min(k + CONFIRM, s.n))]
-        out.append(Step(k, a, b, math.exp(before), math.exp(after), math.exp(after - before), low, high,
+        out.append(Shift(k, a, b, math.exp(before), math.exp(after), math.exp(after - before), low, high,
                         p_values[n], len(agree) == CONFIRM and all(agree)))
     return out

@@ -4,8 +4,8 @@
 
 The sweeps (folders, or folders of them) go into the store DIR/history.duckdb (analysis/store.py),
 the new ones only. They are ordered by start time (or as given), their grid points paired as
-compare pairs two sweeps' (the same keys, the same --ignore: analysis/compare.py), and each grid
-point's series of repeats is searched for changes (analysis/changes.py). Across the grid, false
+compare pairs two sweeps' (the same keys, the same --ignore: analysis/compare/engine.py), and each grid
+point's series of repeats is searched for changes (analysis/history/changes.py). Across the grid, false
 discoveries are controlled with Benjamini-Hochberg at 0.05 over every change's p-value (and the
 best split of every series where none was found). Each change found gets what changed at its
 step: the environment of the sweeps on either side (torch, driver, commit, machine ...), the
@@ -70,7 +70,7 @@ class Line:
     metric: str | None = None
     series: changes.Series | None = None
     found: list[int] = field(default_factory=list)
-    steps: list[changes.Step] = field(default_factory=list)
+    shifts: list[changes.Shift] = field(default_factory=list)  # its changes of level, judged
     smallest: float | None = None  # the smallest step its history could have found (changes.smallest)
 
     def values(self, point: Point) -> list[float]:
@@ -245,40 +245,40 @@ def analyse(history: History, fdr: float = FDR) -> None:
             judged.append(line)
     found, history.tested = judge([line.series for line in judged], fdr)
     pools = changes.pooled_scatter([line.series for line in judged])
-    for line, steps, pool in zip(judged, found, pools):
-        line.steps = [_checked(line, s, history.sweeps) for s in steps]
-        line.found = [s.at for s in steps]
+    for line, shifts, pool in zip(judged, found, pools):
+        line.shifts = [_checked(line, s, history.sweeps) for s in shifts]
+        line.found = [s.at for s in shifts]
         line.series = changes.with_pool(line.series, pool)
         line.smallest = changes.smallest(line.series)
 
 
-def _checked(line: Line, step: changes.Step, sweeps: Sequence[dict[str, Any]]) -> changes.Step:
+def _checked(line: Line, shift: changes.Shift, sweeps: Sequence[dict[str, Any]]) -> changes.Shift:
     """A change is confirmed only as compare would call it (one rule, profsweep.decide): its
     interval past the band, also relative to the machine's speed probe (compare.against_the_machine),
     and none of the sweeps it rests on (the last before it and the changes.CONFIRM from it on)
     measured on a loaded machine."""
-    rests_on = line.points[max(0, step.at - 1): step.at + changes.CONFIRM]
-    outcome = decide(step.ratio, step.low, step.high).outcome
-    shift = probe_shift(line, step, sweeps)
-    relative = outcome if shift is None or step.low is None or step.high is None else \
-        decide(step.ratio / shift, step.low / shift, step.high / shift).outcome
-    if step.confirmed and (outcome not in (ABOVE, BELOW) or relative != outcome or any(p.noise for p in rests_on)):
-        return replace(step, confirmed=False)
-    return step
+    rests_on = line.points[max(0, shift.at - 1): shift.at + changes.CONFIRM]
+    outcome = decide(shift.ratio, shift.low, shift.high).outcome
+    machine = probe_shift(line, shift, sweeps)
+    relative = outcome if machine is None or shift.low is None or shift.high is None else \
+        decide(shift.ratio / machine, shift.low / machine, shift.high / machine).outcome
+    if shift.confirmed and (outcome not in (ABOVE, BELOW) or relative != outcome or any(p.noise for p in rests_on)):
+        return replace(shift, confirmed=False)
+    return shift
 
 
-def probe_shift(line: Line, step: changes.Step, sweeps: Sequence[dict[str, Any]]) -> float | None:
+def probe_shift(line: Line, shift: changes.Shift, sweeps: Sequence[dict[str, Any]]) -> float | None:
     """How much longer the machine's speed probe took from the change on than before it, over the
     sweeps the change was judged on (each sweep's geometric mean of its repeats' probes, each sweep
     once), where it moved past the band; None where it did not, where a side's sweeps have no
-    probe, or where the probe itself changed with the step (another torch, CPU or host:
-    compare.PROBE_DEPENDS_ON), so that its change is part of the step's."""
+    probe, or where the probe itself changed with the shift (another torch, CPU or host:
+    analysis.diff.PROBE_DEPENDS_ON), so that its change is part of the shift's."""
     def level(points: Sequence[Point]) -> float | None:
         found = [p.moments[PROBE][1] for p in points if p.moments.get(PROBE, (0,))[0]]
         return sum(found) / len(found) if found else None
 
-    sides = (line.points[step.start: step.at], line.points[step.at: step.end])
-    first = sweeps[line.points[step.start].sweep]
+    sides = (line.points[shift.start: shift.at], line.points[shift.at: shift.end])
+    first = sweeps[line.points[shift.start].sweep]
     if not all(same_probe(first, sweeps[p.sweep]) for side in sides for p in side):
         return None
     before, after = level(sides[0]), level(sides[1])
@@ -287,7 +287,7 @@ def probe_shift(line: Line, step: changes.Step, sweeps: Sequence[dict[str, Any]]
     return math.exp(after - before)
 
 
-def judge(many: Sequence[changes.Series], fdr: float = FDR) -> tuple[list[list[changes.Step]], int]:
+def judge(many: Sequence[changes.Series], fdr: float = FDR) -> tuple[list[list[changes.Shift]], int]:
     """The changes of each series that are discoveries of Benjamini-Hochberg at `fdr` over every
     change's p-value and, for a series without one, its best split's; and how many were tested."""
     tests: list[tuple[int, int | None, float | None]] = []  # (series, change or None, p)
@@ -303,7 +303,7 @@ def judge(many: Sequence[changes.Series], fdr: float = FDR) -> tuple[list[list[c
     out = []
     for n, s in enumerate(many):
         at = sorted(kept.get(n, {}))
-        out.append(changes.steps(s, at, [kept[n][a] for a in at]))
+        out.append(changes.shifts(s, at, [kept[n][a] for a in at]))
     return out, sum(1 for _, _, p in tests if p is not None)
 
 
@@ -313,33 +313,33 @@ def judge(many: Sequence[changes.Series], fdr: float = FDR) -> tuple[list[list[c
 def describe_changes(store: Store, history: History) -> None:
     """regressions.csv's rows: each change with what changed at its step, in words."""
     rows = []
-    fill(store, history, [line for line in history.lines if line.steps])
+    fill(store, history, [line for line in history.lines if line.shifts])
     for line in history.lines:
-        for step in line.steps:
-            before, after = line.points[step.at - 1], line.points[step.at]
+        for shift in line.shifts:
+            before, after = line.points[shift.at - 1], line.points[shift.at]
             sweep_b, sweep_a = history.sweeps[before.sweep], history.sweeps[after.sweep]
             env = environment_diff(sweep_b, sweep_a)
             settings = [(c, _plain(before.settings.get(c)), _plain(after.settings.get(c))) for c in history.ignored
                         if repr(_plain(before.settings.get(c))) != repr(_plain(after.settings.get(c)))]
             ops = op_diff(store, sweep_b["sweep_id"], before, sweep_a["sweep_id"], after)
-            said = change_words(env, settings, ops, step.before)
+            said = change_words(env, settings, ops, shift.before)
             noise = [f"{side} ({history.sweeps[p.sweep]['name']}): {p.noise}" for side, p in
                      (("before", before), ("after", after)) if p.noise]
-            shift = probe_shift(line, step, history.sweeps)
-            machine = (f"the machine's speed probe took {shift:.2f}x as long from this sweep on (relative to it "
-                       f"the step is {step.ratio / shift:.3g}x)" if shift is not None else "")
+            probe = probe_shift(line, shift, history.sweeps)
+            machine = (f"the machine's speed probe took {probe:.2f}x as long from this sweep on (relative to it "
+                       f"the step is {shift.ratio / probe:.3g}x)" if probe is not None else "")
             rows.append({
                 **{k: _plain(line.row.get(k)) for k in history.columns}, "point": line.label,
                 "change_at": sweep_a["folder"], "change_at_time": sweep_a["started_at"],
-                "before_us": step.before, "after_us": step.after, "ratio": step.ratio,
-                "ratio_low": step.low, "ratio_high": step.high, "status": step.status, "p_value": step.p_value,
-                "before_sweep": sweep_b["folder"], "sweeps_before": step.at - step.start,
-                "sweeps_after": step.end - step.at, "measured_on": line.metric, "what_changed": said,
+                "before_us": shift.before, "after_us": shift.after, "ratio": shift.ratio,
+                "ratio_low": shift.low, "ratio_high": shift.high, "status": shift.status, "p_value": shift.p_value,
+                "before_sweep": sweep_b["folder"], "sweeps_before": shift.at - shift.start,
+                "sweeps_after": shift.end - shift.at, "measured_on": line.metric, "what_changed": said,
                 "environment_changed": "; ".join(f"{k}: {a} -> {b}" for k, a, b in env),
                 "noise": "; ".join([*noise, *(["measured on a loaded machine"] if noise else []),
                                     *([machine] if machine else [])]),
-                "speed_probe_ratio": shift,
-                "_line": line, "_step": step, "_ops": ops, "_environment": env, "_settings": settings,
+                "speed_probe_ratio": probe,
+                "_line": line, "_shift": shift, "_ops": ops, "_environment": env, "_settings": settings,
             })
     order = {"regression": 0, "improvement": 1, "unconfirmed": 2}
     rows.sort(key=lambda r: (order[r["status"]], -abs(math.log(r["ratio"])), r["point"]))
@@ -429,7 +429,7 @@ def trends(history: History) -> list[dict[str, Any]]:
         if line.series is None:
             continue
         fitted = _fitted(line)
-        starts = {s.at: s.status for s in line.steps}
+        starts = {s.at: s.status for s in line.shifts}
         segment = 0
         for i, p in enumerate(line.points):
             segment += i in starts
@@ -489,7 +489,7 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
         low = f"{r['ratio_low']:.2f}" if r["ratio_low"] is not None else "?"
         high = f"{r['ratio_high']:.2f}" if r["ratio_high"] is not None else "?"
         line = r["_line"]
-        where = f"sweep {line.points[r['_step'].at].sweep + 1} of {len(s)}"
+        where = f"sweep {line.points[r['_shift'].at].sweep + 1} of {len(s)}"
         out.append(f"  {r['status']:<12} {r['point']} at {r['change_at']} ({where}, {_when(r['change_at_time'])}): "
                    f"{r['ratio']:.2f}x [{low}, {high}], {us(r['before_us'])} -> {us(r['after_us'])}; "
                    f"{r['what_changed']}" + (" [measured on a loaded machine: see noise in regressions.csv]" if r["noise"] else ""))

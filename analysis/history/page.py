@@ -87,8 +87,8 @@ def _marks(history: Any) -> dict[str, list[dict[str, Any]]]:
     """Per grid point, where its trend plot marks a change: between the two sweeps of the step."""
     marks: dict[str, list[dict[str, Any]]] = {}
     for r in history.changes:
-        line, step = r["_line"], r["_step"]
-        x = (line.points[step.at - 1].sweep + line.points[step.at].sweep) / 2
+        line, shift = r["_line"], r["_shift"]
+        x = (line.points[shift.at - 1].sweep + line.points[shift.at].sweep) / 2
         head = r["what_changed"].split(": ", 1)[0]
         marks.setdefault(line.label, []).append({"x": x, "status": r["status"], "ratio": r["ratio"],
                                                  "words": "" if head == "the same environment" else head})
@@ -122,8 +122,8 @@ def _changes_table(history: Any, out: Path) -> list[str]:
         return parts + ["<p>No change found.</p>"]
     rows = []
     for n, r in enumerate(history.changes, 1):
-        line, step = r["_line"], r["_step"]
-        before, after = line.points[step.at - 1], line.points[step.at]
+        line, shift = r["_line"], r["_shift"]
+        before, after = line.points[shift.at - 1], line.points[shift.at]
         sb, sa = history.sweeps[before.sweep], history.sweeps[after.sweep]
         rows.append([
             f"<a href='#change-{n}'>{escape(r['point'])}</a>",
@@ -152,10 +152,10 @@ def _change_sections(history: Any, data: Any, out: Path, marks: dict[str, list[d
         line = r["_line"]
         repeats = pd.DataFrame([{"order": p.sweep, "value_us": v} for p in line.points for v in line.values(p)],
                                columns=["order", "value_us"])
-        at = history.sweeps[line.points[r["_step"].at].sweep]["name"]
+        at = history.sweeps[line.points[r["_shift"].at].sweep]["name"]
         what = "un-profiled step" if line.metric == "timed_us_per_step" else "host self time per profiled step"
         png = trend_plot(data[data["point"] == line.label], repeats,
-                         f"{line.label}: {r['_step'].status} {r['ratio']:.2f}× at {at} ({what})",
+                         f"{line.label}: {r['_shift'].status} {r['ratio']:.2f}× at {at} ({what})",
                          marks.get(line.label, []), names, out / PLOTS_DIR / f"change-{n}.png")
         parts.append(f"<h3 id='change-{n}'>{n}. {escape(r['point'])}: <span class='{STYLE[r['status']]}'>"
                      f"{escape(r['status'])}</span> {_interval(r)}</h3>")

@@ -6,7 +6,7 @@ the reason (a CUDA-only claim on a CPU run, a sweep that lacks the jobs to test 
 inconclusive where it compares numbers measured over repeats whose intervals overlap.
 
 The claims about single jobs and series are data: `claim ...` entries of the presets' `expect`
-(conf/experiment/part*.yaml; the form is analysis/expect.py's), judged by the expectation
+(conf/experiment/part*.yaml; the form is analysis/report/expect.py's), judged by the expectation
 machinery. They apply to every sweep that runs the preset's workloads, with or without the
 preset; a sweep's own expect.json (what it composed) replaces a preset's claims of that part.
 The comparisons across jobs (cold vs warm, eager vs compiled, one backend against another, the

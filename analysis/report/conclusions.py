@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from analysis import points as grid_points
-from analysis.sweep import FITTED
+from analysis.tables import FITTED
 from analysis.text import count, fmt, interval, nbytes, rate, short_name, times, too_wide, us
 from analysis.trace import is_op
 from profsweep import stats
@@ -452,7 +452,7 @@ def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[
             ranked = sorted(per.items(), key=lambda kv: -stats.median([x[0] for x in kv[1]]))
             for rank, (name, values) in enumerate(ranked[:TOP], 1):
                 rows.append({
-                    **{k: p.get(k) for k in (*SERIES_KEYS, "size")}, "point": grid_points.describe(p),
+                    **{k: p.get(k) for k in (*SERIES_KEYS, "size")}, "point": grid_points.label(p),
                     "job": p.get("job"),
                     "kind": kind, "rank": rank, "name": name,
                     "us_per_step": stats.median([x[0] for x in values]),

@@ -14,7 +14,7 @@ from profsweep.expectations import (  # noqa: F401  (the grammar, used through t
     ExpectationError, compare_values, number_of, series_of, show_value, is_claim, is_known, known_metrics, parse, parse_all,
     parse_claim, parse_claims, unknown_operators,
 )
-from analysis.sweep import SweepTables
+from analysis.tables import SweepTables
 from profsweep.columns import KERNEL_COLUMNS, OP_COLUMNS  # noqa: F401
 from profsweep.contract import flag, usable
 

@@ -61,14 +61,14 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-class Sweep(NamedTuple):
+class Grouping(NamedTuple):
     """What the plotted grid points share and what sets their series apart."""
 
     shared: list[str]  # words every point shares, for titles ("matmul_add", "bf16", "cpu")
     differs: str  # what the `series` column tells apart, for legends ("dtype", "variant device")
 
 
-def _setting_words(frame: pd.DataFrame) -> tuple[pd.Series, Sweep]:
+def _setting_words(frame: pd.DataFrame) -> tuple[pd.Series, Grouping]:
     """Per row, the words naming its series (the settings other than size, compile and warmup that
     differ between the rows: the workload's variant, dtype, train, device, the profiler and compiler
     settings, ...), and what the rows share and what differs."""
@@ -89,7 +89,7 @@ def _setting_words(frame: pd.DataFrame) -> tuple[pd.Series, Sweep]:
             shared.append(word)
     words = frame.apply(lambda row: " ".join(w for c in varying if (w := _word(c, _plain(row[c]))) is not None),
                         axis=1) if len(frame) else pd.Series([], dtype=object)
-    return words.astype(str), Sweep(shared, ", ".join(varying))
+    return words.astype(str), Grouping(shared, ", ".join(varying))
 
 
 def _word(column: str, value: Any, alone: bool = False) -> str | None:
@@ -103,7 +103,7 @@ def _word(column: str, value: Any, alone: bool = False) -> str | None:
     return f"{column}={value}"
 
 
-def _prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, Sweep]:
+def _prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, Grouping]:
     """The rows with `mode` (eager/compile), `phase` (cold/warm) and `series` (what else sets them
     apart, '' when nothing does), and the words every row shares. Two grid points that nothing of
     this tells apart (settings no table column names) get their config hash in `series`: they are
@@ -118,7 +118,7 @@ def _prepare(frame: pd.DataFrame) -> tuple[pd.DataFrame, Sweep]:
         if same.any():
             frame.loc[same, "series"] = (frame.loc[same, "series"] + " #" +
                                          frame.loc[same, "config_hash"].astype(str).str.slice(0, 6)).str.strip()
-            sweep = Sweep(sweep.shared, f"{sweep.differs} #config".strip())
+            sweep = Grouping(sweep.shared, f"{sweep.differs} #config".strip())
     return frame, sweep
 
 
@@ -138,7 +138,7 @@ def _order(data: pd.DataFrame, column: str) -> list[Any]:
     return sorted(present) if column == "size" else present
 
 
-def _line(data: pd.DataFrame, columns: list[str], sweep: Sweep) -> tuple[pd.Series, str]:
+def _line(data: pd.DataFrame, columns: list[str], sweep: Grouping) -> tuple[pd.Series, str]:
     """One label per row from those of `columns` that vary in `data` ("fp32 compile"), ordered as
     its parts are (series as they appear, then eager, compile, then cold, warm), and what it names,
     for the legend ("dtype, mode")."""
@@ -157,7 +157,7 @@ def _line(data: pd.DataFrame, columns: list[str], sweep: Sweep) -> tuple[pd.Seri
     return pd.Series(pd.Categorical(label(data[used]), categories=order), index=data.index), name
 
 
-def _shared(data: pd.DataFrame, sweep: Sweep, columns: list[str]) -> str:
+def _shared(data: pd.DataFrame, sweep: Grouping, columns: list[str]) -> str:
     """What every plotted point has in common, for the title: the sweep's shared settings and each
     of `columns` that has one value here."""
     words = list(sweep.shared)
@@ -463,7 +463,7 @@ def _gpu(rows: pd.DataFrame) -> pd.Series:
     return rows["device_us_per_step"].notna() if "device_us_per_step" in rows else pd.Series(False, index=rows.index)
 
 
-def _crossover(ok: pd.DataFrame, sweep: Sweep, crossovers: pd.DataFrame) -> Figure:
+def _crossover(ok: pd.DataFrame, sweep: Grouping, crossovers: pd.DataFrame) -> Figure:
     gpu = _gpu(ok)
 
     def quantity(rows: pd.DataFrame, name: str, key: str) -> pd.DataFrame:
@@ -579,7 +579,7 @@ def _panel_keys(grid: Any, row: str | None, col: str | None) -> Iterator[tuple[A
             yield (key, None, ax) if row else (None, key, ax)
 
 
-def _launches(ok: pd.DataFrame, sweep: Sweep) -> Figure:
+def _launches(ok: pd.DataFrame, sweep: Grouping) -> Figure:
     """Kernels and launch calls per step (CUDA jobs); aten ops per step (CPU jobs: no kernels)."""
     gpu = _gpu(ok)
     parts = [
@@ -645,7 +645,7 @@ def _repeats_note(data: pd.DataFrame) -> list[str]:
     return ["median over each grid point's repeats"] if many else []
 
 
-def _steps(steps: pd.DataFrame, sweep: Sweep) -> Figure:
+def _steps(steps: pd.DataFrame, sweep: Grouping) -> Figure:
     data = _few_sizes(steps).sort_values(["size", "step"], kind="stable")
     data["line"], line = _line(data, ["series", "mode"], sweep)
     col = "size" if _varies(data, "size") else None
@@ -664,7 +664,7 @@ def _steps(steps: pd.DataFrame, sweep: Sweep) -> Figure:
     return _finish(grid, _title(what, about, _repeats_note(data)), {"line": line})
 
 
-def _kernels(steps: pd.DataFrame, ok: pd.DataFrame, sweep: Sweep) -> Figure:
+def _kernels(steps: pd.DataFrame, ok: pd.DataFrame, sweep: Grouping) -> Figure:
     """Each job's top kernel (on the CPU: its top compute op) in each profiled step: a color per
     size, named after its kernel where the jobs' top kernels differ (else the title names it)."""
     data = _few_sizes(steps.dropna(subset=["top_kernel_us"])).sort_values(["size", "step"], kind="stable")
@@ -708,7 +708,7 @@ def _by_series(data: pd.DataFrame) -> tuple[str | None, str | None, str | None]:
     return col, hue, style
 
 
-def _throughput(ok: pd.DataFrame, sweep: Sweep) -> Figure:
+def _throughput(ok: pd.DataFrame, sweep: Grouping) -> Figure:
     data = ok.dropna(subset=["achieved_flops_per_s"]).copy()
     col, hue, style = _by_series(data)
     palette = _palette(data, hue)
@@ -753,7 +753,7 @@ def _ceilings_label(row: pd.Series) -> str:
     return ", ".join(words + ([str(source)] if isinstance(source, str) else []))
 
 
-def _roofline(ok: pd.DataFrame, sweep: Sweep) -> Figure:
+def _roofline(ok: pd.DataFrame, sweep: Grouping) -> Figure:
     """Achieved FLOP/s against arithmetic intensity (FLOPs per byte moved, counted by hand), log-log,
     under the ceilings it is held against: this machine's measured matmul peak and triad bandwidth
     (or a GPU's datasheet peaks where none was measured), meeting at the ridge. One marker and
@@ -833,7 +833,7 @@ def _timelines(ok: pd.DataFrame, memory: pd.DataFrame | None) -> pd.DataFrame:
     return data
 
 
-def _memory_timeline(data: pd.DataFrame, sweep: Sweep) -> Figure:
+def _memory_timeline(data: pd.DataFrame, sweep: Grouping) -> Figure:
     """Bytes allocated over one step (the last recorded one) of each grid point, a panel per size,
     a line per series; each panel's highest peak marked with the op that reached it."""
     data = data.copy()
@@ -875,7 +875,7 @@ def _nice_step(raw: float) -> float:
     return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
 
 
-def _memory(ok: pd.DataFrame, sweep: Sweep) -> Figure:
+def _memory(ok: pd.DataFrame, sweep: Grouping) -> Figure:
     data = ok.dropna(subset=["peak_memory_bytes"]).copy()
     col, hue, style = _by_series(data)
     grid = _grid(data, "size", "peak_memory_bytes", col=col, hue=hue, style=style, palette=_palette(data, hue),

@@ -2,7 +2,7 @@
 grid starts at once.
 
 The basic sweeper composes every job of a batch to check it before launching any (about 0.08 s a
-job: a minute for a grid of 1,000). Here the sweep's preflight (experiments.sweep.SweepCallback)
+job: a minute for a grid of 1,000). Here the sweep's preflight (experiments.task.SweepCallback)
 has checked every key's values before this runs, so with Hydra's basic launcher the jobs are
 launched one at a time, each composed just before it runs, and launching stops as soon as the
 sweep was interrupted or the disk filled. Launchers that send jobs elsewhere (joblib, submitit)

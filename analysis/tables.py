@@ -21,7 +21,7 @@ from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
 from profsweep.decide import SAME, Decision, decide
 from profsweep.columns import OP_COLUMNS, WORKLOAD_PREFIX
-from profsweep.contract import METRICS_FILE, SCHEMA_VERSION, table_files, trace_files
+from profsweep.contract import METRICS_FILE, SCHEMA_VERSION, table_files, timed_samples, trace_files
 
 SERIES_KEYS = list(contract.SERIES_KEYS)
 
@@ -153,6 +153,8 @@ def untrusted(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         if key in LIST_FIELDS:
             if not isinstance(value, list):
                 drop(key, "is not a list")
+            elif not stats.clean(value):  # no sample in it: as a record that kept only the median
+                row[key] = None
             continue
         if isinstance(value, (list, dict)):
             row[key] = json.dumps(value, sort_keys=True, default=str)[:1000]
@@ -508,26 +510,33 @@ def crossover(sizes: list[float], host: list[float], work: list[float]) -> tuple
 # --- writing ------------------------------------------------------------------------------------
 
 
+INTEGERS = "integer_columns"  # a frame's attrs: its columns of integers that pandas holds as floats (an empty cell)
+
+
 def frames(tables: SweepTables) -> dict[str, Any]:
     """The tables as DataFrames, keyed by their file stem (summary, repeats, steps, timed_samples,
-    kernels, ops, crossovers, memory_timeline)."""
+    kernels, ops, crossovers, memory_timeline). A column of integers stays one where a row has
+    none (a failed job's size is written `8`, not `8.0`)."""
     import pandas as pd
 
+    def frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> Any:
+        table = pd.DataFrame(rows, columns=columns)
+        table.attrs[INTEGERS] = [c for c in table.columns if table[c].isna().any() and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in (r.get(c) for r in rows) if v is not None)
+            and table[c].notna().any()]  # written as integers (write_tables); floats here, as pandas has them
+        return table
+
     return {
-        "summary": pd.DataFrame(tables.points),
-        "repeats": pd.DataFrame([{k: v for k, v in job.items() if k != grid_points.TIMED_SAMPLES}
-                                 for job in tables.jobs]),
-        "steps": pd.DataFrame(tables.steps),
-        "timed_samples": pd.DataFrame(samples_rows(tables.jobs), columns=["job", "sample", "us"]),
-        "kernels": pd.DataFrame(tables.kernels),
-        "ops": pd.DataFrame(
-            [{"job": job, **op} for job, ops in tables.ops.items() for op in ops],
-            columns=["job", "name", *OP_COLUMNS]),
-        "crossovers": pd.DataFrame(tables.crossovers, columns=[
+        "summary": frame(tables.points),
+        "repeats": frame([{k: v for k, v in job.items() if k != grid_points.TIMED_SAMPLES} for job in tables.jobs]),
+        "steps": frame(tables.steps),
+        "timed_samples": frame(samples_rows(tables.jobs), ["job", "sample", "us"]),
+        "kernels": frame(tables.kernels),
+        "ops": frame([{"job": job, **op} for job, ops in tables.ops.items() for op in ops], ["job", "name", *OP_COLUMNS]),
+        "crossovers": frame(tables.crossovers, [
             *SERIES_KEYS, "settings", "host_metric", "work_metric", "sizes", "crossover_size", "status", "uncertain",
             "crossover_size_unprofiled", "status_unprofiled", *FIT_COLUMNS]),
-        **({"memory_timeline": pd.DataFrame(tables.memory, columns=["job", "t_us", "allocated_bytes"])}
-           if tables.memory else {}),
+        **({"memory_timeline": frame(tables.memory, ["job", "t_us", "allocated_bytes"])} if tables.memory else {}),
     }
 
 
@@ -535,8 +544,7 @@ def samples_rows(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """timed_samples.csv: each job's un-profiled steps, one row per step in the order timed (the
     samples of compare's verdicts; repeats.csv holds only their median)."""
     return [{"job": job["job"], "sample": i, "us": us} for job in jobs
-            for i, us in enumerate(job.get(grid_points.TIMED_SAMPLES) or [])
-            if isinstance(us, (int, float)) and not isinstance(us, bool)]
+            for i, us in enumerate(timed_samples(job) if isinstance(job.get(grid_points.TIMED_SAMPLES), list) else [])]
 
 
 def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
@@ -547,7 +555,9 @@ def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
 
     written = []
     for name, frame in tables.items():
-        atomic_write_text(folder / f"{name}.csv", frame.to_csv(index=False))
+        integers = [c for c in frame.attrs.get(INTEGERS, []) if c in frame]
+        shown = frame.astype({c: "Int64" for c in integers}) if integers else frame
+        atomic_write_text(folder / f"{name}.csv", shown.to_csv(index=False))
         written.append(folder / f"{name}.csv")
     summary = tables["summary"]
     try:

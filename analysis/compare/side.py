@@ -16,11 +16,16 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from analysis.files import read_csv_rows
-from analysis.sweep import analyse_sweep, job_folders, samples_rows
+from analysis.tables import COUNT_FIELDS, TEXT_FIELDS, analyse_sweep, job_folders, samples_rows
 from analysis.trace import is_op
-from profsweep.contract import ENVIRONMENT_FILE, METRICS_FILE, SUMMARY_FILE, TIMED_SAMPLES, usable
+from profsweep.contract import ENVIRONMENT_FILE, METRICS_FILE, TIMED_SAMPLES, live_sweep, usable
 
 TABLES = ("summary", "repeats", "steps", "ops", "kernels", "timed_samples")  # what compare reads
+# Columns read as text whatever they look like: names (a job folder named 7, an op), and the
+# record's text fields; COUNT_FIELDS as integers.
+TEXT_COLUMNS = frozenset({*TEXT_FIELDS, "job", "jobs", "name", "variant", "point", "noise_reason", "error",
+                          "trace_error", "record_error", "step_name", "category", "git_commit", "python_version",
+                          "kernel", "top_kernel", "step_allocated_peak_op"})
 
 
 class CompareError(ValueError):
@@ -89,21 +94,25 @@ def load_side(folder: Path) -> Side:
 
 def written_tables(folder: Path) -> dict[str, list[dict[str, Any]]] | None:
     """The rows of the tables the analysis wrote, each cell typed (numbers, flags, text; an empty
-    cell None), or None where they are not all there or are older than a job
-    record: a job folder without its row in repeats.csv, or a metrics.json written after
-    summary.csv."""
-    summary = folder / SUMMARY_FILE
-    if not all((folder / f"{name}.csv").is_file() for name in TABLES):
+    cell None), or None where they cannot stand for the sweep as it is now: a table missing, a
+    sweep still being written, a job folder without its row in repeats.csv, a job record
+    written after the oldest table (a job rerun, or an analysis cut short after its first
+    table), or a job's record gone that repeats.csv says was there."""
+    paths = [folder / f"{name}.csv" for name in TABLES]
+    if not all(p.is_file() for p in paths) or live_sweep(folder) is not None:
         return None
-    written = summary.stat().st_mtime
     dirs = job_folders(folder)
     try:
-        if any((d / METRICS_FILE).stat().st_mtime > written for d in dirs if (d / METRICS_FILE).exists()):
+        written = min(p.stat().st_mtime_ns for p in paths)
+        if any((d / METRICS_FILE).stat().st_mtime_ns > written for d in dirs if (d / METRICS_FILE).exists()):
             return None
-        rows = {name: read_csv_rows(folder / f"{name}.csv") for name in TABLES}
+        rows = {name: read_csv_rows(path, TEXT_COLUMNS, COUNT_FIELDS) for name, path in zip(TABLES, paths)}
     except (OSError, ValueError, csv.Error):  # a table cut short or unreadable: analyse the sweep instead
         return None
-    if {str(r.get("job")) for r in rows["repeats"]} != {d.name for d in dirs}:
+    if {r.get("job") for r in rows["repeats"]} != {d.name for d in dirs}:
+        return None
+    if any(r.get("status") != "missing" and not (folder / str(r["job"]) / METRICS_FILE).exists()
+           and not (folder / METRICS_FILE).exists() for r in rows["repeats"]):
         return None
     return rows
 

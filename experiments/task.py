@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from experiments import forkserver, records, refusals
 from experiments.config import ConfigError
-from experiments.launch import warm_start
+from experiments.point import warm_start
 from experiments.preflight import (
     check_configs, check_expectations, job_config, preflight, refuse_swept_sweep_settings, skip_reason, sweep_grid,
 )
@@ -33,7 +33,7 @@ def task(cfg: DictConfig) -> dict[str, Any] | None:
     return its record (the sweeper reads it to decide on more repeats)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from experiments.launch import run_task
+    from experiments.point import run_task
 
     try:
         config = job_config(cfg)

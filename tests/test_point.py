@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from experiments.config import JobConfig
-from experiments.launch import run_task
+from experiments.point import run_task
 
 
 def test_a_killed_job_process_is_recorded_as_failed(tmp_path, monkeypatch, capsys):
