@@ -61,13 +61,15 @@ def csv_text(rows: Iterable[dict[str, Any]], columns: Sequence[str] | None = Non
     return buffer.getvalue()
 
 
-def read_csv_rows(path: Path, text: Collection[str] = (), counts: Collection[str] = ()) -> list[dict[str, Any]]:
+def read_csv_rows(path: Path, text: Collection[str] = (), counts: Collection[str] = (),
+                  text_prefixes: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """A CSV the analysis wrote, each cell typed as it was written: an int, a float, True or
-    False, None for an empty cell, else its text. The columns in `text` stay text (a job named
-    `7`, a setting "007"); those in `counts` are integers where pandas wrote them as floats (a
-    column with an empty cell: `8.0`)."""
+    False, None for an empty cell, else its text. The columns in `text`, or starting with one of
+    `text_prefixes`, stay text (a job named `7`, a setting "007"); those in `counts` are integers
+    where pandas wrote them as floats (a column with an empty cell: `8.0`)."""
     with open(path, newline="", encoding="utf-8") as f:
-        rows = [{k: (v or None) if k in text else typed(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        rows = [{k: (v or None) if k in text or k.startswith(text_prefixes) else typed(v) for k, v in row.items()}
+                for row in csv.DictReader(f)]
     for row in rows:
         for key in counts:
             value = row.get(key)
@@ -82,6 +84,8 @@ def typed(text: str | None) -> Any:
         return None
     if text in ("True", "False"):
         return text == "True"
+    if len(text) > 300:  # no number the analysis writes is this long (and int() refuses 4,300 digits)
+        return text
     if INTEGER.fullmatch(text):
         return int(text)
     if NUMBER.fullmatch(text):

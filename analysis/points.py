@@ -12,7 +12,6 @@ import math
 import re
 from typing import Any, Iterable, Sequence
 
-from analysis.files import typed
 from profsweep import stats
 from profsweep import contract
 from profsweep.columns import SETTING_PREFIXES, flat_key
@@ -83,15 +82,17 @@ def pair_key_of(column: str) -> str:
 
 
 def identity(row: dict[str, Any], columns: list[str]) -> tuple:
-    """What a grid point measured, by the pairing columns: equal identities pair (compare, history)."""
+    """What a grid point measured, by the pairing columns, each value as its text (None where it
+    has none): equal identities pair (compare, history)."""
 
     def norm(c: str) -> Any:
         v = row.get(c)
         if (isinstance(v, float) and math.isnan(v)) or v == "":  # an empty cell, read back or not
             v = None
-        if isinstance(v, str):  # a setting's "512" as read from a CSV cell or a record's 512: one value
-            v = typed(v)
-        return PAIR_DEFAULTS.get(c) if v is None else v
+        v = PAIR_DEFAULTS.get(c) if v is None else v
+        # as text, the way a CSV cell holds it: a record's 512 and a table's "512" are one value,
+        # "007" stays "007" and "2.10" is not "2.1"
+        return None if v is None else str(v)
 
     return tuple(norm(c) for c in columns)
 

@@ -521,9 +521,9 @@ def frames(tables: SweepTables) -> dict[str, Any]:
 
     def frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> Any:
         table = pd.DataFrame(rows, columns=columns)
-        table.attrs[INTEGERS] = [c for c in table.columns if table[c].isna().any() and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in (r.get(c) for r in rows) if v is not None)
-            and table[c].notna().any()]  # written as integers (write_tables); floats here, as pandas has them
+        table.attrs[INTEGERS] = [c for c in table.columns if table[c].isna().any() and table[c].notna().any() and all(
+            isinstance(v, int) and not isinstance(v, bool) and abs(v) <= 2 ** 53  # exact as a float on the way
+            for v in (r.get(c) for r in rows) if v is not None)]  # written as integers (write_tables)
         return table
 
     return {

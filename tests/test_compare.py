@@ -518,3 +518,32 @@ def test_an_analysis_cut_short_or_a_record_gone_is_not_read(tmp_path):
     record.unlink()  # a resumed sweep removes a job's record before it runs the job again
     side = load_side(tmp_path / "s")
     assert side.read_from == "traces" and len(side.jobs) == 2
+
+
+def test_pairing_values_are_compared_as_their_text():
+    from analysis.files import typed
+    from analysis.points import identity
+
+    columns = ["workload_ver", "size", "compile"]
+    point = {"workload_ver": "007", "size": 8, "compile": True}
+    assert identity(point, columns) == identity({"workload_ver": "007", "size": "8", "compile": "True"}, columns)
+    assert identity(point, columns) != identity({**point, "workload_ver": "7"}, columns)  # "007" is not 7
+    assert identity({**point, "workload_ver": "2.1"}, columns) != identity({**point, "workload_ver": "2.10"}, columns)
+    assert identity({"workload_ver": "9" * 5000}, ["workload_ver"]) == ("9" * 5000,)  # no int() of 5,000 digits
+    assert typed("9" * 5000) == "9" * 5000 and typed("512") == 512 and typed("1e-05") == 1e-05
+
+
+def test_a_record_that_came_back_with_an_old_time_is_not_hidden_by_the_tables(tmp_path):
+    from analysis.compare.side import load_side
+
+    jobs = hand_made_point(tmp_path / "s", 0, processes(100))
+    record = jobs[1] / "metrics.json"
+    kept = record.read_text()
+    stamp = record.stat().st_mtime
+    record.unlink()  # the job was not run when the sweep was analysed: "missing"
+    write_analysis_tables(tmp_path / "s")
+    assert load_side(tmp_path / "s").read_from == "tables" and len(load_side(tmp_path / "s").jobs) == 2
+    record.write_text(kept)  # then copied in from another node, with its old time (cp -p, rsync -a)
+    os.utime(record, (stamp, stamp))
+    side = load_side(tmp_path / "s")
+    assert side.read_from == "traces" and len(side.jobs) == 3

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-SOURCES = ("analysis", "profsweep", "experiments")
+SOURCES = ("analysis", "profsweep", "experiments", "hydra_plugins")
 IMPORTERS = ("importlib.import_module", "import_module", "__import__")
 
 
@@ -31,10 +31,15 @@ def _package(name: str, path: Path) -> str:
 def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, str]]:
     """(module, name) for every `import module` and `from module import name` in the file
     (relative ones resolved), the module resolved to one of ours where it is one (a `from package
-    import submodule` to the submodule); and every string that names one of our modules (an
-    importlib.import_module of a name, a tuple of our modules' names)."""
+    import submodule` to the submodule); every importlib.import_module of a constant name (its
+    package= too, under any alias); and every tuple of our modules' names (imported in a loop)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    importers = set(IMPORTERS)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "importlib":
+            importers |= {a.asname or a.name for a in node.names if a.name == "import_module"}
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out += [(a.name, "") for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -46,11 +51,18 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, st
             for a in node.names:
                 sub = f"{module}.{a.name}"
                 out.append((sub, "") if sub in known else (module, a.name))
-        elif isinstance(node, (ast.Tuple, ast.List, ast.Call)):
-            names = node.args[:1] if isinstance(node, ast.Call) and _dotted(node.func) in IMPORTERS else \
-                node.elts if not isinstance(node, ast.Call) else []
-            if names and all(isinstance(n, ast.Constant) and n.value in known for n in names):
-                out += [(n.value, "") for n in names]
+        elif isinstance(node, ast.Call) and _dotted(node.func) in importers:
+            given = {k.arg: k.value for k in node.keywords}
+            target, package = (node.args + [None, None])[:2]
+            target, package = target or given.get("name"), package or given.get("package")
+            if isinstance(target, ast.Constant) and isinstance(target.value, str):
+                module = target.value
+                if module.startswith(".") and isinstance(package, ast.Constant):
+                    module = str(package.value) + module
+                out.append((module, ""))
+        elif isinstance(node, (ast.Tuple, ast.List)) and node.elts and all(
+                isinstance(n, ast.Constant) and n.value in known for n in node.elts):
+            out += [(n.value, "") for n in node.elts]
     return [(m, n) for m, n in out if m.split(".")[0] in SOURCES]
 
 
@@ -119,11 +131,27 @@ def test_no_private_name_is_used_across_modules():
     assert not used, used
 
 
+def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in edges.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
 def test_the_job_side_and_the_analysis_meet_only_in_the_contract():
     edges = graph()
     crossing = [(a, b) for a, targets in edges.items() for b in targets
                 if {a.split(".")[0], b.split(".")[0]} == {"analysis", "experiments"}]
     assert not crossing, crossing
+    # nor through anything between them (profsweep's front door, the grid sweeper)
+    for side, other in (("experiments", "analysis"), ("analysis", "experiments"), ("hydra_plugins", "analysis"),
+                        ("hydra_plugins", "experiments")):
+        for module in (m for m in edges if m.split(".")[0] == side):
+            reached = sorted(m for m in reachable(edges, module) if m.split(".")[0] == other)
+            assert not reached, f"{module} reaches {reached}"
     front_doors = ("profsweep", "profsweep.cli")  # the Python API and the one command: they call both sides
     shared = [(a, b) for a, targets in edges.items() if a.startswith("profsweep") and a not in front_doors
               for b in targets if not b.startswith("profsweep")]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from analysis.files import read_csv_rows
+from analysis.points import PAIR_PREFIXES
 from analysis.tables import COUNT_FIELDS, TEXT_FIELDS, analyse_sweep, job_folders, samples_rows
 from analysis.trace import is_op
 from profsweep.contract import ENVIRONMENT_FILE, METRICS_FILE, TIMED_SAMPLES, live_sweep, usable
@@ -56,7 +57,7 @@ def load_side(folder: Path) -> Side:
     folder = Path(folder)
     if not folder.is_dir():
         raise CompareError(f"{folder}: no such folder")
-    rows = written_tables(folder)
+    rows = written_tables(folder.resolve())  # (`.` has no name to find in repeats.csv)
     read_from = "tables"
     if rows is None:
         rows, read_from = analysed_tables(folder), "traces"
@@ -101,19 +102,22 @@ def written_tables(folder: Path) -> dict[str, list[dict[str, Any]]] | None:
     paths = [folder / f"{name}.csv" for name in TABLES]
     if not all(p.is_file() for p in paths) or live_sweep(folder) is not None:
         return None
-    dirs = job_folders(folder)
+    dirs = {d.name: d for d in job_folders(folder)}
     try:
         written = min(p.stat().st_mtime_ns for p in paths)
-        if any((d / METRICS_FILE).stat().st_mtime_ns > written for d in dirs if (d / METRICS_FILE).exists()):
+        records = {name: d / METRICS_FILE for name, d in dirs.items()}
+        # a record written since (a link's change counts, and a tie on a coarse clock too)
+        if any(max(r.lstat().st_mtime_ns, r.stat().st_mtime_ns) >= written for r in records.values() if r.exists()):
             return None
-        rows = {name: read_csv_rows(path, TEXT_COLUMNS, COUNT_FIELDS) for name, path in zip(TABLES, paths)}
+        rows = {name: read_csv_rows(path, TEXT_COLUMNS, COUNT_FIELDS, PAIR_PREFIXES)
+                for name, path in zip(TABLES, paths)}
     except (OSError, ValueError, csv.Error):  # a table cut short or unreadable: analyse the sweep instead
         return None
-    if {r.get("job") for r in rows["repeats"]} != {d.name for d in dirs}:
+    said = {r.get("job"): r.get("status") for r in rows["repeats"]}
+    if set(said) != set(dirs):
         return None
-    if any(r.get("status") != "missing" and not (folder / str(r["job"]) / METRICS_FILE).exists()
-           and not (folder / METRICS_FILE).exists() for r in rows["repeats"]):
-        return None
+    if any((status == "missing") == records[str(job)].exists() for job, status in said.items()):
+        return None  # a record gone since, or one that came (copied with its old time)
     return rows
 
 
