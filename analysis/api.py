@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from profsweep.columns import TEXT_COLUMNS
 from profsweep.contract import CONCLUSIONS_FILE, REPORT_FILE, SUMMARY_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,11 +47,13 @@ class Sweep:
         """One of the analysis's tables as a DataFrame (empty where the sweep has none)."""
         import pandas as pd
 
+
         if name not in TABLES:
             raise ProfsweepError(f"table {name!r} is not one of the analysis's: choose one of {', '.join(TABLES)}")
         if name not in self._tables:
             path = self.folder / TABLES[name]
-            self._tables[name] = pd.read_csv(path) if path.is_file() and path.stat().st_size else pd.DataFrame()
+            self._tables[name] = (pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS})  # a job named 7 is "7"
+                                  if path.is_file() and path.stat().st_size else pd.DataFrame())
         return self._tables[name]
 
     @property

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from profsweep.columns import TEXT_COLUMNS
 from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SUMMARY_FILE, usable_sql
 
 STORE_FILE = "history.duckdb"
@@ -41,10 +42,6 @@ ENVIRONMENT_COLUMNS = ("torch_version", "cuda_build", "driver_version", "gpus", 
 CHUNK_BYTES = 64 << 20  # of the sweeps' files ingested in one transaction
 MEMORY_LIMIT = "256MB"  # of DuckDB's own while ingesting and analysing (1,000 sweeps: see benchmarks/history_scale.py)
 DEPTH = 3  # how far below a folder of sweeps they are looked for (outputs/multirun/<date>/<time>)
-# Columns that hold text whatever their values look like (a hash or a commit of digits and an `e`).
-TEXT_COLUMNS = {"job", "jobs", "name", "variant", "variant_settings", "config_hash", "git_commit", "hostname",
-                "trace_file", "table_file", "torch_version", "python_version", "cuda_version", "error", "trace_error",
-                "record_error", "noise_reason", "point", "category", "kind", "top_kernel", "device_name"}
 INTEGERS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "HUGEINT"}
 NUMBERS = INTEGERS | {"FLOAT", "DOUBLE", "REAL"}
 

@@ -20,7 +20,7 @@ from analysis.peaks import Ceilings
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
 from profsweep.decide import SAME, Decision, decide
-from profsweep.columns import OP_COLUMNS, WORKLOAD_PREFIX
+from profsweep.columns import OP_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX
 from profsweep.contract import METRICS_FILE, SCHEMA_VERSION, table_files, timed_samples, trace_files
 
 SERIES_KEYS = list(contract.SERIES_KEYS)
@@ -115,10 +115,6 @@ def name_variants(tables: SweepTables) -> None:
 
 
 # What a metrics.json's fields must be: the analysis reads every record as untrusted input.
-TEXT_FIELDS = ("workload", "dtype", "device", "device_requested", "status", "optimizer", "workload_target",
-               "device_name", "torch_version", "cuda_version", "hostname", "config_hash", "flops_source",
-               "trace_file", "table_file", "start", "isolation", "compile_cache", "unavailable", "ran_dtype",
-               "ran_device", "variant_settings", "timed_in", "timed_error")
 FLAG_FIELDS = ("compile", "warmup", "train", "failure_is_final")
 COUNT_FIELDS = ("size", "steps", "repeat", "schema_version", "timed_steps", "timed_slow_steps", "torch_threads",
                 "cpu_count", "warmup_iters")

@@ -14,6 +14,17 @@ from __future__ import annotations
 
 import re
 
+# The record's fields that must be text (analysis.tables.untrusted checks every record).
+TEXT_FIELDS = ("workload", "dtype", "device", "device_requested", "status", "optimizer", "workload_target",
+               "device_name", "torch_version", "cuda_version", "hostname", "config_hash", "flops_source",
+               "trace_file", "table_file", "start", "isolation", "compile_cache", "unavailable", "ran_dtype",
+               "ran_device", "variant_settings", "timed_in", "timed_error")
+# Columns of the written tables that hold text whatever their values look like: names (a job
+# folder named 7, an op), a hash or a commit of digits and an `e`, the record's text fields. Every
+# reader of the tables keeps them text: compare, profsweep.load, the history store.
+TEXT_COLUMNS = frozenset({*TEXT_FIELDS, "job", "jobs", "name", "variant", "point", "noise_reason", "error",
+                          "trace_error", "record_error", "step_name", "category", "kind", "git_commit",
+                          "python_version", "kernel", "top_kernel", "step_allocated_peak_op"})
 PHASES = ("forward", "backward", "optimizer")  # a training step's record_function phases
 # Totals over the profiled window (units in the names).
 FLAT_KEYS = (

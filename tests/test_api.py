@@ -77,3 +77,14 @@ def test_profsweep_run_runs_a_sweep_as_experiments_run_does(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "done: 2 jobs (2 ok, 0 failed)" in done.stdout and len(job_dirs(folder)) == 2
     assert (folder / "report.html").is_file()
+
+
+def test_names_stay_text_in_the_tables_a_notebook_reads(tmp_path):
+    """Job folders named 0, 1, 2 (hydra.sweep.subdir=${hydra.job.num}) are names, not numbers."""
+    from tests.conftest import hand_made_point, processes
+
+    for k, path in enumerate(hand_made_point(tmp_path / "s", 0, processes(100))):
+        path.rename(path.parent / str(k))
+    sweep = profsweep.load(tmp_path / "s")
+    assert sorted(sweep.repeats["job"]) == ["0", "1", "2"]
+    assert sweep.summary["job"].tolist() == ["0"] and sweep.summary["jobs"].tolist() == ["0;1;2"]

@@ -17,16 +17,12 @@ from typing import Any, Iterable
 
 from analysis.files import read_csv_rows
 from analysis.points import PAIR_PREFIXES
-from analysis.tables import COUNT_FIELDS, TEXT_FIELDS, analyse_sweep, job_folders, samples_rows
+from analysis.tables import COUNT_FIELDS, analyse_sweep, job_folders, samples_rows
 from analysis.trace import is_op
+from profsweep.columns import TEXT_COLUMNS
 from profsweep.contract import ENVIRONMENT_FILE, METRICS_FILE, TIMED_SAMPLES, live_sweep, usable
 
 TABLES = ("summary", "repeats", "steps", "ops", "kernels", "timed_samples")  # what compare reads
-# Columns read as text whatever they look like: names (a job folder named 7, an op), and the
-# record's text fields; COUNT_FIELDS as integers.
-TEXT_COLUMNS = frozenset({*TEXT_FIELDS, "job", "jobs", "name", "variant", "point", "noise_reason", "error",
-                          "trace_error", "record_error", "step_name", "category", "git_commit", "python_version",
-                          "kernel", "top_kernel", "step_allocated_peak_op"})
 
 
 class CompareError(ValueError):
