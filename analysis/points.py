@@ -116,9 +116,11 @@ def _setting(row: dict[str, Any], column: str) -> Any:
     return identity(row, [column])[0]
 
 
-def series_key(row: dict[str, Any], settings: Sequence[str] = ()) -> tuple:
-    """The series a grid point belongs to: its series keys and the varying `settings`."""
-    return tuple(str(row.get(k)) for k in SERIES_KEYS) + tuple(_setting(row, c) for c in settings)
+def series_key(row: dict[str, Any], settings: str, without: str | None = None) -> tuple:
+    """The series a grid point (or a crossovers.csv row) belongs to, the one key that the
+    crossovers, the conclusions and the plots group by: its series keys as text (less `without`)
+    and its varying settings in words (`settings_text`, or crossovers.csv's `settings`)."""
+    return (*(str(row.get(k)) for k in SERIES_KEYS if k != without), str(settings or ""))
 
 
 def settings_text(row: dict[str, Any], settings: Sequence[str]) -> str:

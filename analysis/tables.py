@@ -377,7 +377,7 @@ def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     series: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         if grid_points.usable(row) and row.get("host_us_per_step") is not None and row.get("size") is not None:
-            series.setdefault(grid_points.series_key(row, settings), []).append(row)
+            series.setdefault(grid_points.series_key(row, grid_points.settings_text(row, settings)), []).append(row)
     out = []
     for found in series.values():
         found.sort(key=lambda r: r["size"])

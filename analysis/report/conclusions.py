@@ -70,11 +70,10 @@ SETTINGS = "series_settings"  # a grid point's varying settings in words, set by
 
 def _series(points: list[dict[str, Any]], without: str | None = None) -> dict[tuple, list[dict[str, Any]]]:
     """Usable grid points with a size, by series (less the key `without`), each sorted by size."""
-    keys = [k for k in SERIES_KEYS if k != without]
     found: dict[tuple, list[dict[str, Any]]] = {}
     for p in points:
         if grid_points.usable(p) and stats.number(p.get("size")) is not None:
-            found.setdefault((*(str(p.get(k)) for k in keys), str(p.get(SETTINGS) or "")), []).append(p)
+            found.setdefault(grid_points.series_key(p, p.get(SETTINGS), without), []).append(p)
     for rows in found.values():
         rows.sort(key=lambda r: stats.number(r["size"]) or 0)
     return found
@@ -95,7 +94,7 @@ def conclude(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], job
     settings = grid_points.series_settings(points)
     points = [{**p, SETTINGS: grid_points.settings_text(p, settings)} for p in points]
     out: list[Conclusion] = _ran_otherwise(jobs)
-    crossing = {(*(str(c.get(k)) for k in SERIES_KEYS), str(c.get("settings") or "")): c for c in crossovers}
+    crossing = {grid_points.series_key(c, c.get("settings")): c for c in crossovers}
     for key, rows in _series(points).items():
         out += _regime(rows, crossing.get(key))
     out += _compile(points, jobs)
@@ -120,7 +119,7 @@ def in_short(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], job
     settings = grid_points.series_settings(points)
     points = [{**p, SETTINGS: grid_points.settings_text(p, settings)} for p in points]
     lines = []
-    by_key = {(*(str(c.get(k)) for k in SERIES_KEYS), str(c.get("settings") or "")): c for c in crossovers}
+    by_key = {grid_points.series_key(c, c.get("settings")): c for c in crossovers}
     for key, rows in _series(points).items():
         c = by_key.get(key)
         if c is None or len(rows) < 2 or str(c.get("fit_check") or "").startswith("does not fit"):
