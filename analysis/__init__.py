@@ -21,8 +21,6 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     (when it profiled memory), fusion.csv (when it compiled), plots/ and report.html into a sweep (or
     single-run) folder, or into `out`; return the problems found (job, what). An output that
     cannot be written raises analysis.files.WriteError naming it."""
-    import pandas as pd
-
     from analysis.report.claims import evaluate
     from analysis.report.conclusions import TOP_OPS_COLUMNS, conclude, in_short, top_ops
     from analysis.report.expect import EXPECTATIONS_FILE, check_expectations
@@ -30,7 +28,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     from analysis.points import noise_lines
     from analysis.report.plots import PLOT_NAMES, write_plots
     from analysis.report.page import write_report
-    from analysis.tables import analyse_sweep, frames, write_tables
+    from analysis.tables import analyse_sweep, frame, frames, write_tables
 
     folder = Path(folder)
     target = Path(out) if out is not None else folder
@@ -39,12 +37,12 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     claims = evaluate(data["summary"], data["ops"], data["steps"], data["kernels"], data["crossovers"], folder=folder,
                       jobs=tables.jobs)
     checked = check_expectations(tables)
-    expectations = pd.DataFrame(checked, columns=["expectation", "job", "measured", "expected", "holds"])
+    expectations = frame(checked or [], ["expectation", "job", "measured", "expected", "holds"])
     top = top_ops(tables.points, tables.jobs, tables.ops, tables.kernels)
-    data["top_ops"] = pd.DataFrame(top, columns=TOP_OPS_COLUMNS)
+    data["top_ops"] = frame(top, TOP_OPS_COLUMNS)
     fused = fusion_rows(tables.points, tables.ops, tables.kernels)
     if fused:
-        data["fusion"] = pd.DataFrame(fused, columns=FUSION_COLUMNS)
+        data["fusion"] = frame(fused, FUSION_COLUMNS)
     extra = {"claims": claims} if len(claims) else {}
     if checked is not None:
         extra[EXPECTATIONS_FILE.removesuffix(".csv")] = expectations

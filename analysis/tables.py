@@ -509,19 +509,22 @@ def crossover(sizes: list[float], host: list[float], work: list[float]) -> tuple
 INTEGERS = "integer_columns"  # a frame's attrs: its columns of integers that pandas holds as floats (an empty cell)
 
 
+def frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> Any:
+    """A table's rows as a DataFrame that remembers its columns of integers (attrs[INTEGERS]):
+    pandas holds one with an empty cell as floats, write_tables writes it as integers."""
+    import pandas as pd
+
+    table = pd.DataFrame(rows, columns=columns)
+    table.attrs[INTEGERS] = [c for c in table.columns if table[c].isna().any() and table[c].notna().any() and all(
+        isinstance(v, int) and not isinstance(v, bool) and abs(v) <= 2 ** 53  # exact as a float on the way
+        for v in (r.get(c) for r in rows) if v is not None)]
+    return table
+
+
 def frames(tables: SweepTables) -> dict[str, Any]:
     """The tables as DataFrames, keyed by their file stem (summary, repeats, steps, timed_samples,
     kernels, ops, crossovers, memory_timeline). A column of integers stays one where a row has
     none (a failed job's size is written `8`, not `8.0`)."""
-    import pandas as pd
-
-    def frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> Any:
-        table = pd.DataFrame(rows, columns=columns)
-        table.attrs[INTEGERS] = [c for c in table.columns if table[c].isna().any() and table[c].notna().any() and all(
-            isinstance(v, int) and not isinstance(v, bool) and abs(v) <= 2 ** 53  # exact as a float on the way
-            for v in (r.get(c) for r in rows) if v is not None)]  # written as integers (write_tables)
-        return table
-
     return {
         "summary": frame(tables.points),
         "repeats": frame([{k: v for k, v in job.items() if k != grid_points.TIMED_SAMPLES} for job in tables.jobs]),
@@ -543,6 +546,12 @@ def samples_rows(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for i, us in enumerate(timed_samples(job) if isinstance(job.get(grid_points.TIMED_SAMPLES), list) else [])]
 
 
+def _as_written(table: Any) -> Any:
+    """The frame with its columns of integers as integers (pandas' Int64: an empty cell stays one)."""
+    integers = [c for c in table.attrs.get(INTEGERS, []) if c in table]
+    return table.astype({c: "Int64" for c in integers}) if integers else table
+
+
 def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
     """<stem>.csv for every table, and summary.parquet; atomically."""
     import io
@@ -550,10 +559,8 @@ def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
     from analysis.files import atomic_write_bytes, atomic_write_text
 
     written = []
-    for name, frame in tables.items():
-        integers = [c for c in frame.attrs.get(INTEGERS, []) if c in frame]
-        shown = frame.astype({c: "Int64" for c in integers}) if integers else frame
-        atomic_write_text(folder / f"{name}.csv", shown.to_csv(index=False))
+    for name, table in tables.items():
+        atomic_write_text(folder / f"{name}.csv", _as_written(table).to_csv(index=False))
         written.append(folder / f"{name}.csv")
     summary = tables["summary"]
     try:
