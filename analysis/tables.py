@@ -73,7 +73,7 @@ def job_folders(folder: Path) -> list[Path]:
 
 def analyse_sweep(folder: Path, progress: Callable[[str], None] | None = None) -> SweepTables:
     folder = Path(folder)
-    tables = SweepTables(folder, ceilings=Ceilings.of(_environment(folder)))
+    tables = SweepTables(folder, ceilings=Ceilings.of(environment_of(folder)))
     dirs = job_folders(folder)
     report = progress or (lambda line: None)
     last = time.perf_counter()
@@ -232,7 +232,7 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
     tables.jobs.append(row)
 
 
-def _environment(folder: Path) -> Any:
+def environment_of(folder: Path) -> Any:
     """The sweep's environment.json (a single run's is in its own folder), or None."""
     try:
         return json.loads((folder / contract.ENVIRONMENT_FILE).read_text(encoding="utf-8"))

@@ -10,17 +10,16 @@ folder is never written to, and both routes give the same verdicts (tests/test_c
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from analysis.files import read_csv_rows
 from analysis.points import PAIR_PREFIXES
-from analysis.tables import COUNT_FIELDS, analyse_sweep, job_folders, samples_rows
+from analysis.tables import COUNT_FIELDS, analyse_sweep, environment_of, job_folders, samples_rows
 from analysis.trace import is_op
 from profsweep.columns import TEXT_COLUMNS
-from profsweep.contract import ENVIRONMENT_FILE, METRICS_FILE, TIMED_SAMPLES, live_sweep, usable
+from profsweep.contract import METRICS_FILE, TIMED_SAMPLES, live_sweep, usable
 
 TABLES = ("summary", "repeats", "steps", "ops", "kernels", "timed_samples")  # what compare reads
 
@@ -63,30 +62,24 @@ def load_side(folder: Path) -> Side:
     points = [p for p in rows["summary"] if usable(p)]
     if not points:
         raise CompareError(f"{folder}: no job finished with a readable trace ({len(jobs)} jobs)")
-    samples: dict[str, list[float]] = {}
-    for s in rows["timed_samples"]:
-        samples.setdefault(str(s["job"]), []).append(s["us"])
+    samples = _by_job(rows["timed_samples"])
     for job in jobs:
         if str(job["job"]) in samples:
-            job[TIMED_SAMPLES] = samples[str(job["job"])]
-    steps: dict[str, list[dict[str, Any]]] = {}
-    for s in rows["steps"]:
-        steps.setdefault(str(s["job"]), []).append(s)
-    ops: dict[str, list[dict[str, Any]]] = {}
-    for o in rows["ops"]:
-        ops.setdefault(str(o["job"]), []).append(o)
+            job[TIMED_SAMPLES] = [s["us"] for s in samples[str(job["job"])]]
     on_cpu = {str(j["job"]) for j in jobs if j.get("platform") == "cpu"}
-    kernels: dict[str, list[dict[str, Any]]] = {}
-    for k in rows["kernels"]:
-        if str(k["job"]) not in on_cpu:  # the CPU's "kernels" are its compute ops, already among the ops
-            kernels.setdefault(str(k["job"]), []).append(k)
-    try:
-        environment = json.loads((folder / ENVIRONMENT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        environment = {}
-    return Side(folder, points, steps, {j: op_uses(o) for j, o in ops.items()},
+    # the CPU's "kernels" are its compute ops, already among the ops
+    kernels = _by_job(k for k in rows["kernels"] if str(k["job"]) not in on_cpu)
+    environment = environment_of(folder)
+    return Side(folder, points, _by_job(rows["steps"]), {j: op_uses(o) for j, o in _by_job(rows["ops"]).items()},
                 {j: kernel_uses(k) for j, k in kernels.items()}, environment if isinstance(environment, dict) else {},
                 {str(j["job"]): j for j in jobs if usable(j)}, read_from)
+
+
+def _by_job(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        found.setdefault(str(row["job"]), []).append(row)
+    return found
 
 
 def written_tables(folder: Path) -> dict[str, list[dict[str, Any]]] | None:
