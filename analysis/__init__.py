@@ -103,16 +103,26 @@ def write_conclusions(folder: Path, found: list) -> Path:
 
 
 def point_latest(folder: Path) -> None:
-    """Make `<outputs>/latest` a relative link to `folder` when it lies under an outputs/ folder."""
+    """Make `<outputs>/latest` a relative link to `folder` when it lies under an outputs/ folder,
+    and `<outputs>/previous` a link to the sweep `latest` named before (when that was another one):
+    `compare outputs/previous outputs/latest` compares the last two sweeps."""
     folder = folder.resolve()
     outputs = next((p for p in folder.parents if p.name == "outputs"), None)
     if outputs is None:
         return
     link = outputs / "latest"
-    tmp = outputs / f".latest.{os.getpid()}"
     try:
-        tmp.unlink(missing_ok=True)
-        os.symlink(os.path.relpath(folder, outputs), tmp)
-        os.replace(tmp, link)
-    except OSError:  # a convenience link: a read-only outputs/ does not fail the analysis
+        before = link.resolve() if link.is_symlink() else None
+        if before is not None and before != folder and before.is_dir():
+            _link(outputs, "previous", before)
+        _link(outputs, "latest", folder)
+    except (OSError, RuntimeError):  # convenience links: a read-only outputs/ does not fail the analysis
         pass
+
+
+def _link(outputs: Path, name: str, folder: Path) -> None:
+    """`<outputs>/<name>` -> folder (relative), replaced in one step."""
+    tmp = outputs / f".{name}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(os.path.relpath(folder, outputs), tmp)
+    os.replace(tmp, outputs / name)

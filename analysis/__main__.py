@@ -84,6 +84,24 @@ def trace_summary(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def job_traces(folder: Path) -> list[Path]:
+    """The traces a job's folder holds, by its metrics.json (one per profiler cycle)."""
+    from analysis.trace import TraceError
+    from profsweep.contract import METRICS_FILE, leads_out, trace_files
+
+    try:
+        record = json.loads((folder / METRICS_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        raise TraceError(f"{folder} is not a job's folder (no readable {METRICS_FILE}: {exc}); "
+                         "give a trace file, or a job's folder of a sweep") from None
+    found = [folder / name for name in trace_files(record if isinstance(record, dict) else {})]
+    found = [p for p in found if p.is_file() and not leads_out(p, folder)]
+    if not found:
+        raise TraceError(f"{folder}: its {METRICS_FILE} names no trace that is there "
+                         f"(status {record.get('status') if isinstance(record, dict) else None!r})")
+    return found
+
+
 def _point(pair: dict[str, Any], columns: list[str]) -> str:
     """`matmul_add size=64 bf16 cold eager`: a pair's grid point in words (profsweep.contract.point_label),
     without the keys it was not paired by (--ignore)."""
@@ -331,14 +349,15 @@ def main(argv: list[str] | None = None) -> int:
         return sql_main(argv[1:])
     if argv and argv[0] == "trace":
         parser = argparse.ArgumentParser(prog=f"{PROG} trace", description="Metrics of one Chrome trace.",
-                                         epilog="example: %(prog)s outputs/latest/0_matmul_add_64_bf16_cold_eager/64_bf16_cold_eager.json")
-        parser.add_argument("file", type=Path, help="a torch.profiler Chrome trace, .json or .json.gz")
+                                         epilog="example: %(prog)s outputs/latest/0_*   (a sweep's first job)")
+        parser.add_argument("file", type=Path, help="a torch.profiler Chrome trace, .json or .json.gz, or a job's "
+                            "folder (the traces its metrics.json names)")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         args = parser.parse_args(argv[1:])
         from analysis.trace import TraceError, analyse_trace
 
         try:
-            m = analyse_trace(args.file)
+            m = analyse_trace(job_traces(args.file) if args.file.is_dir() else args.file)
         except TraceError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

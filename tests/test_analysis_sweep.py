@@ -370,3 +370,28 @@ def test_a_job_file_that_links_out_of_the_sweep_folder_is_not_read(tmp_path, lin
     written = "".join(p.read_text(errors="replace") for p in folder.glob("*.csv")) + (folder / "report.html").read_text()
     assert "secret-word" not in written
     assert "is a link out of the sweep folder: not read" in written
+
+
+def test_latest_names_the_newest_sweep_and_previous_the_one_before(tmp_path):
+    """outputs/latest -> the newest analysed sweep, outputs/previous -> the one latest named before;
+    analysing the newest again changes neither, and a folder outside any outputs/ touches none."""
+    from analysis import point_latest
+
+    outputs = tmp_path / "outputs"
+    a, b, c = (outputs / "multirun" / "d" / name for name in ("a", "b", "c"))
+    for folder in (a, b, c):
+        folder.mkdir(parents=True)
+
+    def links() -> tuple:
+        return tuple(os.readlink(outputs / n) if (outputs / n).is_symlink() else None for n in ("previous", "latest"))
+
+    point_latest(a)
+    assert links() == (None, "multirun/d/a")
+    point_latest(b)
+    assert links() == ("multirun/d/a", "multirun/d/b")
+    point_latest(b)  # a re-analysis of the newest
+    assert links() == ("multirun/d/a", "multirun/d/b")
+    point_latest(c)
+    assert links() == ("multirun/d/b", "multirun/d/c")
+    point_latest(tmp_path / "elsewhere")
+    assert links() == ("multirun/d/b", "multirun/d/c") and not list(outputs.glob(".*"))

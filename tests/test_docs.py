@@ -48,7 +48,9 @@ def test_the_readme_has_the_commands_it_should():
 @pytest.mark.parametrize("command", RUN_COMMANDS)
 def test_each_run_command_of_the_readme_composes(command):
     """Its first grid point, composed by Hydra and printed (--cfg job goes without -m)."""
-    args = [a for a in shlex.split(command)[1:] if a != "-m"]  # after .venv/bin/python
+    words = subprocess.run(["bash", "-c", f"printf '%s\\0' {command}"], capture_output=True, text=True,
+                           check=True).stdout.split("\0")[:-1]  # as the shell splits it, $(date ...) expanded
+    args = [a for a in words[1:] if a != "-m"]  # after .venv/bin/python
     first = [a.split("=", 1)[0] + "=" + a.split("=", 1)[1].split(",")[0] if "=" in a else a for a in args]
     done = subprocess.run([sys.executable, *first, "--cfg", "job"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
@@ -73,3 +75,9 @@ def test_every_docs_page_is_in_the_site_and_every_readme_link_resolves():
     for target in re.findall(r"\]\(([^)#]+)\)", README.read_text()):
         if not target.startswith("http"):
             assert (ROOT / target).exists(), target
+
+
+def test_the_docs_home_page_is_the_readme():
+    """The site's quick start (docs/index.md) is the README, its links made relative to docs/: the
+    commands test_readme_runs runs are the docs' too."""
+    assert (ROOT / "docs" / "index.md").read_text() == README.read_text().replace("](docs/", "](")

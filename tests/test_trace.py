@@ -197,6 +197,29 @@ def test_cli_json_prints_one_object(tmp_path):
     assert "Self CPU total" in readable and "per step" in readable
 
 
+def test_a_jobs_folder_gives_the_traces_its_record_names(tmp_path):
+    """`analysis trace JOB_FOLDER` reads what the folder's metrics.json names; a folder that is no
+    job's, or whose record names no trace that is there, is refused by name, exit 1."""
+    trace, table = _profile_to_files(tmp_path, lambda: _cnn(torch.randn(1, 3, 8, 8)), steps=True)
+    job = tmp_path / "0_job"
+    job.mkdir()
+    trace.rename(job / "t.json")
+    (job / "metrics.json").write_text(json.dumps({"status": "ok", "trace_file": "t.json"}))
+
+    def trace_of(folder: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "analysis", "trace", str(folder), "--json"],
+                              cwd=ROOT, capture_output=True, text=True)
+
+    m = json.loads(trace_of(job).stdout)
+    assert m["self_cpu_total_us"] == pytest.approx(table_footer(table)["CPU"], rel=0.01)
+    assert m["files"] == [str(job / "t.json")]
+    (job / "metrics.json").write_text(json.dumps({"status": "failed", "trace_file": "../elsewhere.json"}))
+    refused = trace_of(job)
+    assert refused.returncode == 1 and "names no trace that is there" in refused.stderr and "'failed'" in refused.stderr
+    refused = trace_of(tmp_path)
+    assert refused.returncode == 1 and "is not a job's folder" in refused.stderr and "Traceback" not in refused.stderr
+
+
 def test_single_trace_path_stays_light(tmp_path):
     trace, _ = _profile_to_files(tmp_path, lambda: torch.randn(4, 4) + 1, steps=True)
     code = (
