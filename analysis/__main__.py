@@ -1,5 +1,5 @@
 """python -m analysis SWEEP_DIR          (re)write a sweep's tables, plots and report
-python -m analysis trace FILE [--json]  the metrics of one Chrome trace (.json or .json.gz)
+python -m analysis trace FILE [--json]  the metrics of one Chrome trace (.json or .json.gz), or a job folder's
 python -m analysis compare BASE NEW [--out DIR] [--ignore KEY ...] [--fail-if-slower R]
                                         two sweeps grid point by grid point (or two traces op by op)
 python -m analysis serve FOLDER [--port N] [--no-browser]
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profsweep.contract import point_label
+from profsweep.contract import amount, point_label
 from profsweep.decide import BAND
 
 PROG = "python -m analysis"  # how the commands name themselves (the `profsweep` command sets its own)
@@ -127,8 +127,7 @@ def live(folder: Path, strict: bool) -> bool:
 def compare_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog=f"{PROG} compare",
-        epilog="example: %(prog)s outputs/multirun/2026-12-03/10-00-00 outputs/multirun/2026-12-04/10-00-00 "
-               "--fail-if-slower 1.10",
+        epilog="example: %(prog)s outputs/previous outputs/latest --fail-if-slower 1.10 (the last two sweeps)",
         description="Compare two sweeps (or runs) grid point by grid point, or two traces op by op.")
     parser.add_argument("base", type=Path, help="the sweep (or run) folder, or trace, to compare against")
     parser.add_argument("new", type=Path, help="the sweep (or run) folder, or trace, that changed")
@@ -173,7 +172,7 @@ def compare_main(argv: list[str]) -> int:
     pairs = result["pairs"]
     counts = ", ".join(f"{sum(1 for p in pairs if p['verdict'] == v)} {v}"
                        for v in ("slower", "faster", "same", "inconclusive"))
-    print(f"compare: {len(pairs)} pairs ({counts}) -> {written[-1]}")
+    print(f"compare: {amount(len(pairs), 'pair')} ({counts}) -> {written[-1]}")
     print(f"  false discoveries controlled: Benjamini-Hochberg at {result['fdr']:g} over {result['tested']} "
           "pairs with an interval")
     for p in pairs:

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 from profsweep import stats
 from profsweep import contract
 from profsweep.columns import SETTING_PREFIXES, flat_key
-from profsweep.contract import SERIES_KEYS, TIMED, TIMED_SAMPLES, flag, point_label, timed_samples
+from profsweep.contract import SERIES_KEYS, TIMED, TIMED_SAMPLES, amount, flag, point_label, timed_samples
 
 # summary column -> (where each repeat's samples are, the key there): "steps" = the job's
 # per-step rows (steps.csv), "record" = a list in its metrics.json, "value" = one value a repeat.
@@ -386,7 +386,7 @@ def noise_lines(rows: list[dict[str, Any]]) -> list[str]:
         for kind, found in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
             reason, point = found[0]
             said.append(f"{reason} at {label(point)}" if len(found) == 1 else f"{kind} ({len(found)} points)")
-        lines.append(f"{len(noisy)} of {len(measured)} grid points noisy: {'; '.join(said)}; "
+        lines.append(f"{len(noisy)} of {amount(len(measured), 'grid point')} noisy: {'; '.join(said)}; "
                      f"{remedy(noisy, measured)}")
     single = [r for r in measured if (stats.number(r.get("repeats")) or 0) < 2]
     if single and len(single) == len(measured):
@@ -395,7 +395,7 @@ def noise_lines(rows: list[dict[str, Any]]) -> list[str]:
     auto = [r for r in measured if r.get("repeats_planned") == "auto"]
     unmet = [r for r in auto if (stats.number(r.get("interval_width")) or 0) > (stats.number(r.get("precision")) or 1)]
     if unmet:
-        lines.append(f"{len(unmet)} of {len(auto)} grid points did not reach run.precision="
+        lines.append(f"{len(unmet)} of {amount(len(auto), 'grid point')} did not reach run.precision="
                      f"{stats.number(unmet[0].get('precision')):g} within run.max_repeats: "
                      + ", ".join(label(r) for r in unmet[:4]) + (", ..." if len(unmet) > 4 else ""))
     return lines

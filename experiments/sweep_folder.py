@@ -26,7 +26,7 @@ from experiments.preflight import Planned, cuda_visible
 from experiments.refusals import refuse
 from hydra_plugins.profsweep_grid import grid
 from hydra_plugins.profsweep_grid.grid import Axis
-from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SWEEP_LOCK_FILE
+from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SWEEP_LOCK_FILE, amount
 from profsweep.sweep_state import SWEEP
 
 EXIT_FAILED_JOBS = 1
@@ -173,9 +173,10 @@ def _claim(folder: Path, key: str) -> None:
     _claimed.append(handle)
 
 
-def write_plan(sweep_dir: Path, axes: list[Axis], run: Any) -> None:
+def write_plan(sweep_dir: Path, axes: list[Axis], run: Any, compiles: bool = False) -> None:
     """sweep.json, the grid as its axes (job i is the i-th of their product, the last axis fastest),
-    and the sweep's first progress line: how many jobs, into which folder."""
+    and the sweep's first progress line: how many jobs, into which folder; where jobs compile, each
+    in a cache of its own, what that costs and the setting that shares one."""
     points = grid.size(axes)
     repeats = run.repeats
     total = points * grid.first_rounds(repeats)
@@ -185,10 +186,14 @@ def write_plan(sweep_dir: Path, axes: list[Axis], run: Any) -> None:
          "axes": [{"key": axis.key, "overrides": list(axis.strings)} for axis in axes],
          "command": sys.argv, "created_at": records.now_iso()},
     )
-    each = ("" if repeats == 1 else f" ({points} grid points × {repeats} repeats)" if repeats != "auto"
-            else f" ({points} grid points × {grid.AUTO_ROUNDS} rounds, then more where the interval "
+    each = ("" if repeats == 1 else f" ({amount(points, 'grid point')} × {repeats} repeats)" if repeats != "auto"
+            else f" ({amount(points, 'grid point')} × {grid.AUTO_ROUNDS} rounds, then more where the interval "
                  f"is wider than ±{run.precision * 100:g}%, up to {run.max_repeats})")
-    print(f"sweep of {total} jobs{each} -> {sweep_dir}", flush=True)
+    print(f"sweep of {amount(total, 'job')}{each} -> {sweep_dir}", flush=True)
+    if compiles and run.compile_cache == "fresh" and run.isolation == "process":
+        print("compiled jobs compile cold, each in a fresh Inductor cache as a new process would: their first "
+              "call takes a second (one matmul) to tens of seconds (a model); run.compile_cache=shared reuses "
+              "one cache when only the steady state matters", flush=True)
 
 
 # What a job writes, measured with du -sk on job folders of size=64 jobs on the CPU (torch 2.x):
@@ -277,7 +282,7 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     counts = (f"{ok} ok, {len(failed)} failed" + (f", {skipped} skipped" if skipped else "")
               + (f", {missing} missing" if missing else "")
               + (f"; {SWEEP.resumed} of them already ok, not run again (resume)" if SWEEP.resumed else ""))
-    print(f"done: {len(job_dirs)} job{'s' if len(job_dirs) != 1 else ''} ({counts}) in {folder}", flush=True)
+    print(f"done: {amount(len(job_dirs), 'job')} ({counts}) in {folder}", flush=True)
     for name, error in failed:
         print(f"  failed: {name}: {error}", flush=True)
     settled = _not_run(folder)

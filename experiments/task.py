@@ -96,7 +96,9 @@ class SweepCallback(Callback):
             warn_if_short_of_space(sweep_dir, "hydra.sweep.dir", planned)
         start_in(sweep_dir, "hydra.sweep.dir", expect)
         if axes is not None:
-            write_plan(sweep_dir, axes, config.run)
+            compiles = any(p.config.compile for p in planned) or any(
+                axis.key == "compile" and any(str(v).lower() == "true" for v in axis.values) for axis in axes)
+            write_plan(sweep_dir, axes, config.run, compiles)
         refusals.release()  # the input is accepted: stderr passes from now on
         SWEEP.reset()
         # Once the grid sweeper has launched the last job: no template, and no thread watching

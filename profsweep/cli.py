@@ -6,7 +6,7 @@
     profsweep history SWEEP...                         many sweeps over time, and the nightly gate
     profsweep serve FOLDER                             a report on localhost, with Perfetto buttons
     profsweep sql DB "QUERY"                           ask the history store
-    profsweep trace FILE                               the metrics of one Chrome trace
+    profsweep trace FILE|JOB                           the metrics of one Chrome trace, or a job's
     profsweep calibrate --device cpu --dtype bf16      this machine's measured ceilings
 
 `run` hands its arguments to Hydra unchanged (overrides, -m, --cfg job, --help); the others are
@@ -26,13 +26,13 @@ COMMANDS = {
     "history": "many sweeps over time: the store, the changes found, the nightly gate",
     "serve": "serve a report or comparison on 127.0.0.1, with Perfetto buttons",
     "sql": "ask the history store anything (DuckDB's SQL, read-only)",
-    "trace": "the metrics of one Chrome trace (.json or .json.gz)",
+    "trace": "the metrics of one Chrome trace (.json or .json.gz), or of a job's traces (its folder)",
     "calibrate": "measure this machine's matmul FLOP/s and memory bandwidth (the roofline's ceilings)",
 }
 EXAMPLES = """examples:
   profsweep run -m size=64,1024,4096 compile=true,false
   profsweep analyse outputs/latest
-  profsweep compare outputs/multirun/2026-12-03/10-00-00 outputs/latest --fail-if-slower 1.10
+  profsweep compare outputs/previous outputs/latest --fail-if-slower 1.10
   profsweep <command> --help      (profsweep run --help: Hydra's; profsweep run --cfg job: every key)"""
 
 

@@ -45,6 +45,13 @@ def _given(value: Any) -> bool:
     return value is not None and value == value and value != ""  # NaN is not equal to itself
 
 
+def amount(n: Any, noun: str) -> str:
+    """`1 job`, `18 jobs`, `1 process`, `2 grid points`: a count and its noun, singular for one
+    (both sides' lines and pages say counts this way)."""
+    plural = noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
+    return f"{n:,}" + f" {noun if n == 1 else plural}" if isinstance(n, int) else f"{n} {plural}"
+
+
 def point_label(row: Any, without: Any = ()) -> str:
     """`matmul_add size=64 bf16 cold eager`: a grid point in words, the one format of the progress
     lines, the sweep's last lines, the report, compare and history. Its variant (the workload and

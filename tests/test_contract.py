@@ -104,3 +104,11 @@ def test_a_flag_reads_alike_as_written_to_json_and_read_back_from_csv(tmp_path):
     assert [contract.flag(v) for v in read] == [contract.flag(v) for v in as_text] == [True, False, False]
     assert all(contract.flag(v) for v in (True, "True", "true", " TRUE ", 1, "1", 1.0, np.True_))
     assert not any(contract.flag(v) for v in (False, "False", "false", 0, "0", None, float("nan"), "", "yes", 2))
+
+
+def test_a_count_takes_its_noun_singular_for_one():
+    from profsweep.contract import amount
+
+    assert [amount(n, noun) for n, noun in ((1, "job"), (0, "job"), (2, "job"), (1, "process"), (3, "process"),
+                                            (1, "grid point"), (1000, "sweep"), (1, "pair"))] == [
+        "1 job", "0 jobs", "2 jobs", "1 process", "3 processes", "1 grid point", "1,000 sweeps", "1 pair"]

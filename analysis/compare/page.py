@@ -19,7 +19,7 @@ from analysis.html import CSS, image, table
 from analysis.text import fmt, size_label, us
 from profsweep import stats
 from profsweep.decide import FDR
-from profsweep.contract import COMPARE_FILE, COMPARE_PAGE, SERVED_BASE, SERVED_NEW, point_label, trace_files
+from profsweep.contract import COMPARE_FILE, COMPARE_PAGE, SERVED_BASE, SERVED_NEW, amount, point_label, trace_files
 
 GRID_WORDS = ("workload", "size", "dtype", "compile", "warmup", "train", "device")  # a pair's grid point, in short
 CSV_COLUMNS_FIRST = ("verdict", "step_ratio", "interval_low", "interval_high", "p_value", "verdict_why",
@@ -138,7 +138,7 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
         "<!doctype html><html><head><meta charset='utf-8'><title>compare · profiling sweeps</title>",
         f"<style>{CSS}</style></head><body>",
         f"<h1>Comparison</h1><p>BASE <code>{escape(str(base.folder))}</code><br>NEW <code>{escape(str(new.folder))}</code></p>",
-        f"<p>{len(pairs)} pairs: " + ", ".join(f"<span class='{style.get(v, '')}'>{n} {escape(v)}</span>"
+        f"<p>{amount(len(pairs), 'pair')}: " + ", ".join(f"<span class='{style.get(v, '')}'>{n} {escape(v)}</span>"
                                                for v, n in counts.items()) + ". Paired by "
         + escape(", ".join(result["columns"])) + ". Verdicts: the ratio NEW/BASE of the medians over repeats "
         "(one process each) of each repeat's median step, with a 95% interval from a hierarchical bootstrap over "

@@ -27,7 +27,7 @@ from analysis.text import us
 from analysis.history.page import write_page
 from analysis.store import Store, StoreError, SweepFolder
 from profsweep import stats
-from profsweep.contract import point_label, usable_sql
+from profsweep.contract import amount, point_label, usable_sql
 from profsweep.decide import ABOVE, BAND, BELOW, FDR, decide
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
@@ -476,8 +476,8 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
     measured = [ln for ln in history.lines if ln.series is not None]
     once = sum(1 for ln in history.lines if len(ln.points) < 2)
     s = history.sweeps
-    out = [f"history: {len(s)} sweeps from {_when(s[0]['started_at'])} to {_when(s[-1]['started_at'])}, "
-           f"{len(history.lines)} grid points paired by {', '.join(history.columns)}"
+    out = [f"history: {amount(len(s), 'sweep')} from {_when(s[0]['started_at'])} to {_when(s[-1]['started_at'])}, "
+           f"{amount(len(history.lines), 'grid point')} paired by {', '.join(history.columns)}"
            + (f" (ignoring {', '.join(history.ignored)})" if history.ignored else "")
            + (f"; {once} measured in one sweep only" if once else "")]
     if not measured:

@@ -16,7 +16,7 @@ from analysis.history import changes
 from analysis.text import us
 from analysis.files import atomic_write_text
 from analysis.html import CSS, table as _table
-from profsweep.contract import REPORT_FILE, trace_files
+from profsweep.contract import REPORT_FILE, amount, trace_files
 
 DIFF_ROWS_SHOWN = 12  # per change and kind; the op diff of a step in full: compare the two sweeps
 PLOTS_DIR = "plots"
@@ -99,9 +99,9 @@ def _intro(history: Any, out: Path) -> list[str]:
     counts = {s: sum(1 for r in history.changes if r["status"] == s) for s in STYLE}
     s0, s1 = history.sweeps[0], history.sweeps[-1]
     return [
-        f"<h1>History of {len(history.sweeps)} sweep{'s' if len(history.sweeps) != 1 else ''}</h1>",
+        f"<h1>History of {amount(len(history.sweeps), 'sweep')}</h1>",
         f"<p>From {escape(str(s0['started_at']))[:19]} to {escape(str(s1['started_at']))[:19]} (UTC, by start time), "
-        f"{len(history.lines)} grid points paired by {escape(', '.join(history.columns))}"
+        f"{amount(len(history.lines), 'grid point')} paired by {escape(', '.join(history.columns))}"
         + (f", ignoring {escape(', '.join(history.ignored))}" if history.ignored else "")
         + f". Store: <code>{escape(str(out / 'history.duckdb'))}</code> "
         "(<code>python -m analysis sql</code> asks it anything).</p>",
@@ -175,7 +175,7 @@ def _overview(history: Any, data: Any, out: Path, marks: dict[str, list[dict[str
         shown = data["point"].nunique()
         png = overview_plot(data, marks, names, out / PLOTS_DIR / "overview.png")
         parts += ["<h2 id='overview'>Every grid point</h2>",
-                  f"<p>{shown} grid points measured in two sweeps or more, changed ones first (their titles in "
+                  f"<p>{amount(shown, 'grid point')} measured in two sweeps or more, changed ones first (their titles in "
                   "colour, the change marked)"
                   + (f"; the first {min(shown, 120)} shown, all in trends.csv" if shown > 120 else "") + ".</p>",
                   _img(png, "every grid point over the sweeps")]

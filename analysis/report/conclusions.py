@@ -18,7 +18,7 @@ from analysis.tables import FITTED
 from analysis.text import count, fmt, interval, nbytes, rate, short_name, times, too_wide, us
 from analysis.trace import is_op
 from profsweep import stats
-from profsweep.contract import SERIES_KEYS, TIMED, flag, point_jobs, timed_samples
+from profsweep.contract import SERIES_KEYS, TIMED, amount, flag, point_jobs, timed_samples
 from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
 
 TOP = 10  # ops and kernels per grid point in top_ops.csv
@@ -175,7 +175,7 @@ def _ran_otherwise(jobs: list[dict[str, Any]]) -> list[Conclusion]:
     if not warned:
         return []
     kinds = sorted({w for _, found in warned for w in found})
-    return [Conclusion("warnings", f"{len(warned)} of {len(jobs)} jobs did not run what the grid asked: "
+    return [Conclusion("warnings", f"{len(warned)} of {amount(len(jobs), 'job')} did not run what the grid asked: "
                        + "; ".join(kinds[:3]) + (f"; and {len(kinds) - 3} more" if len(kinds) > 3 else "")
                        + f" (first: {warned[0][0]}).", "warnings")]
 

@@ -17,7 +17,7 @@ from analysis.report.conclusions import Conclusion, job_warnings
 from analysis.text import count, fmt, nbytes, too_wide, us
 from analysis.points import label
 from profsweep import stats
-from profsweep.contract import METRICS_FILE, PLAN_FILE, REPORT_FILE, flag, table_files, trace_files, usable
+from profsweep.contract import METRICS_FILE, PLAN_FILE, REPORT_FILE, amount, flag, table_files, trace_files, usable
 from analysis.files import atomic_write_text
 from analysis.tables import SweepTables
 
@@ -82,7 +82,7 @@ def _noise(points: list[dict[str, Any]]) -> list[str]:
     if not lines:
         return []
     out = [f"<h2 id='noise' class='bad'>Noise: {len(noisy)} of "
-           f"{len([p for p in points if p.get('noisy') is not None])} grid points</h2>" if noisy
+           f"{amount(len([p for p in points if p.get('noisy') is not None]), 'grid point')}</h2>" if noisy
            else "<h2 id='noise'>Noise</h2>"]
     out += [f"<p>{escape(line)}</p>" for line in lines]
     if noisy:
@@ -259,10 +259,10 @@ def _header(page: Page) -> list[str]:
     jobs, points = page.tables.jobs, page.tables.points
     ok = sum(1 for j in jobs if usable(j))  # finished, and its trace read
     skipped = sum(1 for j in jobs if j.get("status") == "skipped")
-    text = f"{len(jobs)} jobs: {ok} ok, {len(jobs) - ok - skipped} failed" + (f", {skipped} skipped" if skipped else "")
+    text = f"{amount(len(jobs), 'job')}: {ok} ok, {len(jobs) - ok - skipped} failed" + (f", {skipped} skipped" if skipped else "")
     if len(points) != len(jobs):
         most = max(int(p.get('repeats') or 0) for p in points)
-        text += (f", measuring {len(points)} grid point{'s' if len(points) != 1 else ''}"
+        text += (f", measuring {amount(len(points), 'grid point')}"
                  + (f" (each in up to {most} processes: repeats)" if most else " (none measured)"))
     command = page.plan.get("command")
     said = f" Command: <code>python {escape(' '.join(map(str, command)))}</code>" if isinstance(command, list) else ""
