@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from profsweep.columns import TEXT_COLUMNS
-from profsweep.contract import CONCLUSIONS_FILE, REPORT_FILE, SUMMARY_FILE
+from profsweep.contract import CONCLUSIONS_FILE, REPEATS_FILE, REPORT_FILE, SUMMARY_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLES = {"summary": SUMMARY_FILE, "repeats": "repeats.csv", "steps": "steps.csv", "ops": "ops.csv",
+TABLES = {"summary": SUMMARY_FILE, "repeats": REPEATS_FILE, "steps": "steps.csv", "ops": "ops.csv",
           "top_ops": "top_ops.csv", "kernels": "kernels.csv", "crossovers": "crossovers.csv", "claims": "claims.csv",
           "memory_timeline": "memory_timeline.csv", "fusion": "fusion.csv"}
 
@@ -59,6 +59,21 @@ class Sweep:
     @property
     def summary(self) -> Any:
         return self.table("summary")
+
+    @property
+    def points(self) -> list[Any]:
+        """The grid points (summary.csv's rows) as profsweep.contract.GridPoint: typed, read-only,
+        each with its `usable`, `label()`, `identity(columns)` and `series_key(settings)`."""
+        from analysis.tables import read_points
+
+        return read_points(self.folder) if (self.folder / SUMMARY_FILE).is_file() else []
+
+    @property
+    def jobs(self) -> list[Any]:
+        """The jobs (repeats.csv's rows) as profsweep.contract.Job, typed and read-only."""
+        from analysis.tables import read_jobs
+
+        return read_jobs(self.folder) if (self.folder / TABLES["repeats"]).is_file() else []
 
     @property
     def repeats(self) -> Any:

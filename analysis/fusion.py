@@ -23,9 +23,9 @@ import re
 import statistics
 from typing import Any, Iterable
 
-from analysis.points import identity, label, pairing_columns, usable
+from analysis.points import pairing_columns
 from profsweep import stats
-from profsweep.contract import flag, point_jobs
+from profsweep.contract import GridPoint, flag
 
 FUSION_COLUMNS = ["point", "size", "compiled_job", "eager_job", "kernel", "eager_ops", "eager_us_per_step",
                   "compiled_us_per_step", "unmatched", "matched_by"]
@@ -72,19 +72,19 @@ def cover(words: list[str], eager: Iterable[str]) -> tuple[list[str], list[str]]
     return covered, unmatched
 
 
-def fusion_rows(points: list[dict[str, Any]], ops: dict[str, list[dict[str, Any]]],
+def fusion_rows(points: list[GridPoint], ops: dict[str, list[dict[str, Any]]],
                 kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """fusion.csv's rows: per compiled grid point, each generated kernel it ran (costliest first)."""
     eager_of = _eager_partners(points)
     rows = []
     for point in points:
-        if not usable(point) or not flag(point.get("compile")):
+        if not point.usable or not flag(point.get("compile")):
             continue
-        jobs = point_jobs(point)
+        jobs = point.jobs
         gpu = point.get("platform") not in (None, "cpu")
         times = _kernel_times(jobs, ops, kernels, gpu)
         eager = eager_of.get(id(point))
-        eager_jobs = point_jobs(eager) if eager is not None else []
+        eager_jobs = eager.jobs if eager is not None else []
         eager_times = _op_times(eager_jobs, ops, gpu, eager) if eager is not None else {}
         called = _op_times(jobs, ops, gpu, point) if eager is not None else {}
         found = [(kernel, us, BY_NAME) for kernel, us in times.items()]
@@ -101,7 +101,7 @@ def fusion_rows(points: list[dict[str, Any]], ops: dict[str, list[dict[str, Any]
                 continue  # it replaced no more than one eager op: nothing was fused
             spent = [eager_times[name] for name in covered if name in eager_times]
             rows.append({
-                "point": label(point), "size": point.get("size"), "compiled_job": jobs[0] if jobs else None,
+                "point": point.label(), "size": point.get("size"), "compiled_job": jobs[0] if jobs else None,
                 "eager_job": eager_jobs[0] if eager_jobs else None, "kernel": kernel,
                 "eager_ops": "; ".join(covered), "eager_us_per_step": sum(spent) if eager is not None else None,
                 "compiled_us_per_step": compiled_us, "unmatched": " ".join(unmatched) or None, "matched_by": how,
@@ -121,12 +121,12 @@ def _joined(words: list[str]) -> list[str]:
     return out
 
 
-def _eager_partners(points: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def _eager_partners(points: list[GridPoint]) -> dict[int, GridPoint]:
     """id(compiled point) -> the usable eager point that differs from it only in `compile` (by the
     pairing columns that compare and history use)."""
-    columns = pairing_columns([p for p in points if usable(p)], ["compile"])
-    eager = {repr(identity(p, columns)): p for p in points if usable(p) and not flag(p.get("compile"))}
-    return {id(p): eager[key] for p in points if flag(p.get("compile")) and (key := repr(identity(p, columns))) in eager}
+    columns = pairing_columns([p for p in points if p.usable], ["compile"])
+    eager = {repr(p.identity(columns)): p for p in points if p.usable and not flag(p.get("compile"))}
+    return {id(p): eager[key] for p in points if flag(p.get("compile")) and (key := repr(p.identity(columns))) in eager}
 
 
 def _median(values: list[float]) -> float:

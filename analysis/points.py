@@ -8,14 +8,13 @@ repeat a job is and how many the sweep made); a job without one is a point of it
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, Iterable, Sequence
 
 from profsweep import stats
 from profsweep import contract
 from profsweep.columns import SETTING_PREFIXES, flat_key
-from profsweep.contract import SERIES_KEYS, TIMED, TIMED_SAMPLES, amount, flag, point_label, timed_samples
+from profsweep.contract import SERIES_KEYS, TIMED, TIMED_SAMPLES, GridPoint, Job, amount, flag, timed_samples
 
 # summary column -> (where each repeat's samples are, the key there): "steps" = the job's
 # per-step rows (steps.csv), "record" = a list in its metrics.json, "value" = one value a repeat.
@@ -46,10 +45,7 @@ PRESSURE = 0.2
 # the sweep's) wakes up (matmul_add 512, 2 threads on 2 CPUs, nothing else running: 0.2-23% of a
 # 0.22 s window, other_cpus 0.00-0.06; 2 sweeps in 5 flagged as loaded, a real 6.3x then inconclusive).
 PRESSURE_OTHERS = 0.1
-_REPEAT_SUFFIX = re.compile(r"_r\d+$")
 
-
-usable = contract.usable
 
 
 # --- what a grid point is: the settings that pair it across sweeps and make its series ----------
@@ -72,36 +68,16 @@ def pairing_columns(rows: Iterable[dict[str, Any]], ignore: Sequence[str]) -> li
     return [c for c in columns if c not in set(ignore)]
 
 
-# A pairing key a sweep from before it existed does not record, and the value that sweep had.
-PAIR_DEFAULTS = {"threads": "auto"}
-
-
 def pair_key_of(column: str) -> str:
     """The summary column a user's `--ignore` names: workload.hidden -> workload_hidden."""
     return flat_key(column)
-
-
-def identity(row: dict[str, Any], columns: list[str]) -> tuple:
-    """What a grid point measured, by the pairing columns, each value as its text (None where it
-    has none): equal identities pair (compare, history)."""
-
-    def norm(c: str) -> Any:
-        v = row.get(c)
-        if (isinstance(v, float) and math.isnan(v)) or v == "":  # an empty cell, read back or not
-            v = None
-        v = PAIR_DEFAULTS.get(c) if v is None else v
-        # as text, the way a CSV cell holds it: a record's 512 and a table's "512" are one value,
-        # "007" stays "007" and "2.10" is not "2.1"
-        return None if v is None else str(v)
-
-    return tuple(norm(c) for c in columns)
 
 
 def series_settings(rows: Iterable[dict[str, Any]]) -> list[str]:
     """The settings beyond the series keys (and size, and the workload's own, which `variant`
     names) whose values differ between these grid points: compile_mode, threads, a profiler
     setting... Each of their values makes a series of its own, never merged with another."""
-    rows = [r for r in rows if usable(r)]
+    rows = [r for r in rows if contract.usable(r)]
     columns = [c for c in pairing_columns(rows, ()) if c not in SERIES_KEYS and c != "size"
                and not c.startswith("workload_")]
     return [c for c in columns
@@ -113,14 +89,7 @@ def _setting(row: dict[str, Any], column: str) -> Any:
     inference step)."""
     if column == "optimizer" and not flag(row.get("train")):
         return None
-    return identity(row, [column])[0]
-
-
-def series_key(row: dict[str, Any], settings: str, without: str | None = None) -> tuple:
-    """The series a grid point (or a crossovers.csv row) belongs to, the one key that the
-    crossovers, the conclusions and the plots group by: its series keys as text (less `without`)
-    and its varying settings in words (`settings_text`, or crossovers.csv's `settings`)."""
-    return (*(str(row.get(k)) for k in SERIES_KEYS if k != without), str(settings or ""))
+    return contract.identity(row, [column])[0]
 
 
 def settings_text(row: dict[str, Any], settings: Sequence[str]) -> str:
@@ -135,9 +104,9 @@ def timing_metrics(rows: Iterable[dict[str, Any]]) -> list[str]:
     return [*PER_STEP, *DEVICE_PER_STEP, TIMED, RATIO, *phases, *ONE_PER_REPEAT]
 
 
-def group(jobs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def group(jobs: list[Job]) -> list[list[Job]]:
     """The jobs of each grid point, in the order of each point's first job."""
-    points: dict[str, list[dict[str, Any]]] = {}
+    points: dict[str, list[Job]] = {}
     for row in jobs:
         key = row.get("config_hash")
         points.setdefault(str(key) if isinstance(key, str) and key else f"job:{row['job']}", []).append(row)
@@ -168,17 +137,17 @@ def samples(row: dict[str, Any], metric: str, steps: list[dict[str, Any]]) -> li
     return stats.clean([row.get(metric)])
 
 
-def point_row(rows: list[dict[str, Any]], steps_of: dict[str, list[dict[str, Any]]],
+def point_row(rows: list[Job], steps_of: dict[str, list[dict[str, Any]]],
               metrics: list[str]) -> dict[str, Any]:
     """The summary row of one grid point."""
-    ok = [r for r in rows if usable(r)]
+    ok = [r for r in rows if r.usable]
     first = dict(ok[0] if ok else rows[0])
     first.pop(TIMED_SAMPLES, None)
     first.pop("repeat", None)
     point = first
     point["jobs"] = ";".join(str(r["job"]) for r in rows)
     point["repeats"] = len(ok)
-    point["repeats_failed"] = sum(1 for r in rows if not usable(r) and r.get("status") != "skipped")
+    point["repeats_failed"] = sum(1 for r in rows if not r.usable and r.get("status") != "skipped")
     if not ok:
         point["noisy"] = point["noise_reason"] = point["noise_load"] = None
         return point
@@ -330,8 +299,9 @@ def _us(value: float | None) -> str:
     return f"{value / 1e3:.3g} ms" if value >= 1e3 else f"{value:.3g} µs"
 
 
-def points(jobs: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The summary's rows (SUMMARY_FILE): one per grid point."""
+def points(jobs: list[Job], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The summary's rows (SUMMARY_FILE): one per grid point, still open to the derived columns
+    (analysis.tables makes each a GridPoint once they are all there)."""
     steps_of: dict[str, list[dict[str, Any]]] = {}
     for s in steps:
         steps_of.setdefault(str(s["job"]), []).append(s)
@@ -339,14 +309,7 @@ def points(jobs: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[dict
     return [point_row(rows, steps_of, metrics) for rows in group(jobs)]
 
 
-def label(point: dict[str, Any]) -> str:
-    """`matmul_add size=64 bf16 cold eager`: a grid point in words (profsweep.contract.point_label),
-    for the sweep's last lines and the report's rows; a job without a workload by its folder's name
-    less its repeat."""
-    return point_label({**point, "job": _REPEAT_SUFFIX.sub("", str(point.get("job")))})
-
-
-def remedy(noisy: list[dict[str, Any]], measured: list[dict[str, Any]]) -> str:
+def remedy(noisy: list[GridPoint], measured: list[GridPoint]) -> str:
     """What to do about the noisy points, by their causes: a quiet machine for load (another
     tenant's too), one thread for two modes that only threads explain, else more processes (as
     many as their verdicts need)."""
@@ -370,7 +333,7 @@ KIND_WORDS = (  # how the sweep's last line names each kind of noise, by the sta
 )
 
 
-def noise_lines(rows: list[dict[str, Any]]) -> list[str]:
+def noise_lines(rows: list[GridPoint]) -> list[str]:
     """The sweep's last word on noise: how many points are noisy, for what reasons (each with how
     many points and the worst or only one), what to do."""
     noisy = [r for r in rows if r.get("noisy") is True]
@@ -385,7 +348,7 @@ def noise_lines(rows: list[dict[str, Any]]) -> list[str]:
         said = []
         for kind, found in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
             reason, point = found[0]
-            said.append(f"{reason} at {label(point)}" if len(found) == 1 else f"{kind} ({len(found)} points)")
+            said.append(f"{reason} at {point.label()}" if len(found) == 1 else f"{kind} ({len(found)} points)")
         lines.append(f"{len(noisy)} of {amount(len(measured), 'grid point')} noisy: {'; '.join(said)}; "
                      f"{remedy(noisy, measured)}")
     single = [r for r in measured if (stats.number(r.get("repeats")) or 0) < 2]
@@ -397,5 +360,5 @@ def noise_lines(rows: list[dict[str, Any]]) -> list[str]:
     if unmet:
         lines.append(f"{len(unmet)} of {amount(len(auto), 'grid point')} did not reach run.precision="
                      f"{stats.number(unmet[0].get('precision')):g} within run.max_repeats: "
-                     + ", ".join(label(r) for r in unmet[:4]) + (", ..." if len(unmet) > 4 else ""))
+                     + ", ".join(r.label() for r in unmet[:4]) + (", ..." if len(unmet) > 4 else ""))
     return lines

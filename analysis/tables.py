@@ -20,8 +20,8 @@ from analysis.peaks import Ceilings
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
 from profsweep.decide import SAME, Decision, decide
-from profsweep.columns import OP_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX
-from profsweep.contract import METRICS_FILE, SCHEMA_VERSION, table_files, timed_samples, trace_files
+from profsweep.columns import OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX
+from profsweep.contract import METRICS_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, GridPoint, Job, table_files, timed_samples, trace_files
 
 SERIES_KEYS = list(contract.SERIES_KEYS)
 
@@ -31,8 +31,8 @@ class SweepTables:
     """What the sweep's analysis found; plain lists of rows, turned into tables by `write`."""
 
     folder: Path
-    jobs: list[dict[str, Any]] = field(default_factory=list)  # one per job (repeats.csv)
-    points: list[dict[str, Any]] = field(default_factory=list)  # one per grid point (summary.csv)
+    jobs: list[Job] = field(default_factory=list)  # one per job (repeats.csv)
+    points: list[GridPoint] = field(default_factory=list)  # one per grid point (summary.csv)
     steps: list[dict[str, Any]] = field(default_factory=list)
     kernels: list[dict[str, Any]] = field(default_factory=list)
     ops: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # job -> its ops, costliest first
@@ -84,11 +84,13 @@ def analyse_sweep(folder: Path, progress: Callable[[str], None] | None = None) -
             report(f"analysed {i}/{len(dirs)} jobs")
             last = now
     name_variants(tables)
-    tables.points = grid_points.points(tables.jobs, tables.steps)
-    for point in tables.points:
-        if grid_points.usable(point):
+    tables.jobs = [Job(row) for row in tables.jobs]  # complete: from here on read-only
+    points = grid_points.points(tables.jobs, tables.steps)
+    for point in points:
+        if contract.usable(point):
             derive(point, tables.ceilings)
-    tables.crossovers = crossovers(tables.points)
+    tables.crossovers = crossovers(points)  # (its model sets each point's regime where it fits)
+    tables.points = [GridPoint(point) for point in points]  # complete: from here on read-only
     return tables
 
 
@@ -376,8 +378,8 @@ def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     settings = grid_points.series_settings(rows)
     series: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        if grid_points.usable(row) and row.get("host_us_per_step") is not None and row.get("size") is not None:
-            series.setdefault(grid_points.series_key(row, grid_points.settings_text(row, settings)), []).append(row)
+        if contract.usable(row) and row.get("host_us_per_step") is not None and row.get("size") is not None:
+            series.setdefault(contract.series_key(row, grid_points.settings_text(row, settings)), []).append(row)
     out = []
     for found in series.values():
         found.sort(key=lambda r: r["size"])
@@ -544,6 +546,24 @@ def samples_rows(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     samples of compare's verdicts; repeats.csv holds only their median)."""
     return [{"job": job["job"], "sample": i, "us": us} for job in jobs
             for i, us in enumerate(timed_samples(job) if isinstance(job.get(grid_points.TIMED_SAMPLES), list) else [])]
+
+
+def read_table(path: Path) -> list[dict[str, Any]]:
+    """The rows of a table the analysis wrote, each cell typed as it was written (numbers, flags,
+    an empty cell None; the text columns and the settings stay text: a job named 7, a setting "007")."""
+    from analysis.files import read_csv_rows
+
+    return read_csv_rows(path, TEXT_COLUMNS, COUNT_FIELDS, grid_points.PAIR_PREFIXES)
+
+
+def read_points(folder: Path) -> list[GridPoint]:
+    """The grid points of an analysed sweep (summary.csv), typed."""
+    return [GridPoint(row) for row in read_table(Path(folder) / SUMMARY_FILE)]
+
+
+def read_jobs(folder: Path) -> list[Job]:
+    """The jobs of an analysed sweep (repeats.csv), typed."""
+    return [Job(row) for row in read_table(Path(folder) / REPEATS_FILE)]
 
 
 def _as_written(table: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any, List, Mapping, NamedTuple
 
 from experiments.seam import short_name
 from profsweep.ceilings import MODES
-from profsweep.contract import point_label
+from profsweep.contract import Job
 
 
 class ConfigError(ValueError):
@@ -279,7 +279,7 @@ class JobConfig:
         repeat = [f"repeat {self.run.repeat}"] if self.run.repeat > 1 else []
         point = {"variant": " ".join([self.workload.name, *named]), "size": self.size, "dtype": self.dtype,
                  "warmup": self.warmup, "compile": self.compile, "train": self.train, "optimizer": self.optimizer}
-        return " ".join([point_label(point), *repeat])
+        return " ".join([Job(point).label(), *repeat])
 
 
 # --- plain-data round trip (the child process reads this, not Hydra) --------------------------

@@ -11,6 +11,8 @@ import errno
 import fcntl
 import json
 import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ METRICS_FILE = "metrics.json"  # a job's record (one per job folder)
 PLAN_FILE = "sweep.json"  # a sweep's plan: jobs, grid points, repeats, axes, rounds, command
 ENVIRONMENT_FILE = "environment.json"  # a sweep's machine and software
 SUMMARY_FILE = "summary.csv"  # the analysis: one row per grid point
+REPEATS_FILE = "repeats.csv"  # the analysis: one row per job
 CONCLUSIONS_FILE = "conclusions.json"  # the analysis: its conclusions in words (what the report opens with)
 REPORT_FILE = "report.html"  # the analysis: the report
 COMPARE_FILE = "compare.json"  # compare's: where the two sides' traces are (what `serve` maps)
@@ -76,25 +79,130 @@ def point_label(row: Any, without: Any = ()) -> str:
     return " ".join(words)
 
 
-def usable(row: dict[str, Any]) -> bool:
+# A usable job (or grid point), as data: each column and the value it must hold (EMPTY: no value:
+# None, NaN or ""), so that a row, a pandas table and the store's SQL say it from one definition.
+EMPTY = None
+USABLE = (("status", "ok"), ("trace_error", EMPTY))
+
+
+def usable(row: Any) -> bool:
     """A job (or grid point) whose figures can be used: it finished ok and its trace was read."""
-    return row.get("status") == "ok" and not row.get("trace_error")
+    return all((not _given(row.get(column))) if value is EMPTY else row.get(column) == value
+               for column, value in USABLE)
 
 
 def usable_rows(frame: Any) -> Any:
     """The rows of a table (a pandas DataFrame of jobs or grid points) that `usable` keeps."""
-    if "status" not in frame:
-        return frame.iloc[0:0]
-    ok = frame["status"] == "ok"
-    return frame[ok & frame["trace_error"].isna()] if "trace_error" in frame else frame[ok]
+    keep = None
+    for column, value in USABLE:
+        if column not in frame:
+            if value is EMPTY:
+                continue
+            return frame.iloc[0:0]
+        this = (frame[column].isna() | (frame[column].astype(str) == "")) if value is EMPTY else frame[column] == value
+        keep = this if keep is None else keep & this
+    return frame if keep is None else frame[keep]
 
 
 def usable_sql(columns: Any, alias: str = "") -> str:
     """`usable` as a SQL predicate over a table with these `columns` (`alias.` before each)."""
-    if "status" not in columns:
-        return "false"
-    said = f"{alias}.status = 'ok'" if alias else "status = 'ok'"
-    return said + (f" AND {alias + '.' if alias else ''}trace_error IS NULL" if "trace_error" in columns else "")
+    said = []
+    for column, value in USABLE:
+        name = f"{alias}.{column}" if alias else column
+        if column not in columns:
+            if value is EMPTY:
+                continue
+            return "false"
+        said.append(f"({name} IS NULL OR CAST({name} AS VARCHAR) = '')" if value is EMPTY else f"{name} = '{value}'")
+    return " AND ".join(said) or "true"
+
+
+# A pairing key a sweep from before it existed does not record, and the value that sweep had.
+PAIR_DEFAULTS = {"threads": "auto"}
+
+
+def identity(row: Any, columns: Any) -> tuple:
+    """What a grid point measured, by the pairing columns, each value as its text (None where it
+    has none): equal identities pair (compare, history)."""
+
+    def norm(c: str) -> Any:
+        v = row.get(c)
+        v = PAIR_DEFAULTS.get(c) if not _given(v) else v  # an empty cell, read back or not
+        # as text, the way a CSV cell holds it: a record's 512 and a table's "512" are one value,
+        # "007" stays "007" and "2.10" is not "2.1"
+        return None if v is None else str(v)
+
+    return tuple(norm(c) for c in columns)
+
+
+def series_key(row: Any, settings: Any, without: str | None = None) -> tuple:
+    """The series a grid point (or a crossovers.csv row) belongs to, the one key that the
+    crossovers, the conclusions and the plots group by: its series keys as text (less `without`)
+    and its varying settings in words (the analysis's settings text, or crossovers.csv's
+    `settings`)."""
+    return (*(str(row.get(k)) for k in SERIES_KEYS if k != without), str(settings or ""))
+
+
+_REPEAT = re.compile(r"_r\d+$")
+
+
+class Row(Mapping):
+    """A read-only row of the artifacts, keyed by column, each value typed (a flag True or False,
+    a number a number, an empty cell None), and what every module asks of one: whether it is
+    usable, its label, its pairing identity and its series. Change it with `replace`."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Any = (), /, **more: Any) -> None:
+        self._values = dict(values, **more)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Any:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._values!r})"
+
+    def replace(self, **changes: Any) -> "Row":
+        return type(self)(self._values, **changes)
+
+    @property
+    def usable(self) -> bool:
+        return usable(self)
+
+    def label(self, without: Any = ()) -> str:
+        return point_label(self, without)
+
+    def identity(self, columns: Any) -> tuple:
+        return identity(self, columns)
+
+    def series_key(self, settings: Any, without: str | None = None) -> tuple:
+        return series_key(self, settings, without)
+
+
+class Job(Row):
+    """One job, one process: its record (metrics.json, made safe to read) or its row of repeats.csv."""
+
+    __slots__ = ()
+
+
+class GridPoint(Row):
+    """One grid point: its row of summary.csv, over the jobs (repeats) that measured it."""
+
+    __slots__ = ()
+
+    @property
+    def jobs(self) -> list[str]:
+        return point_jobs(self)
+
+    def label(self, without: Any = ()) -> str:
+        """Named by its first job's folder less the repeat where it has no workload."""
+        return point_label({**self, "job": _REPEAT.sub("", str(self.get("job")))}, without)
 
 
 def _names(found: Any) -> list[str]:

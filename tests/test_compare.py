@@ -522,7 +522,7 @@ def test_an_analysis_cut_short_or_a_record_gone_is_not_read(tmp_path):
 
 def test_pairing_values_are_compared_as_their_text():
     from analysis.files import typed
-    from analysis.points import identity
+    from profsweep.contract import GridPoint, identity
 
     columns = ["workload_ver", "size", "compile"]
     point = {"workload_ver": "007", "size": 8, "compile": True}
@@ -531,6 +531,8 @@ def test_pairing_values_are_compared_as_their_text():
     assert identity({**point, "workload_ver": "2.1"}, columns) != identity({**point, "workload_ver": "2.10"}, columns)
     assert identity({"workload_ver": "9" * 5000}, ["workload_ver"]) == ("9" * 5000,)  # no int() of 5,000 digits
     assert typed("9" * 5000) == "9" * 5000 and typed("512") == 512 and typed("1e-05") == 1e-05
+    assert GridPoint(point).identity(columns) == identity(point, columns)
+    assert GridPoint(point, threads=None).identity(["threads"]) == ("auto",)  # a sweep from before threads
 
 
 def test_a_record_that_came_back_with_an_old_time_is_not_hidden_by_the_tables(tmp_path):

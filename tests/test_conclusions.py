@@ -14,6 +14,7 @@ import pytest
 from analysis import analyse_folder
 from analysis.report.conclusions import change, conclude, top_ops
 from tests.conftest import CUDA_TRACES, jitter, job
+from profsweep.contract import GridPoint, Job
 
 
 def known_sweep(folder: Path) -> Path:
@@ -111,9 +112,10 @@ def test_a_change_whose_interval_holds_one_has_no_direction():
 
 def test_no_conclusion_from_failed_points_and_none_for_an_empty_sweep():
     assert conclude([], [], [], []) == []
-    failed = [{"job": "0_x", "status": "failed", "size": 64, "workload": "matmul_add", "regime": "compute-bound",
-               "work_host_ratio": 3.0}]
-    assert conclude(failed, [], failed, top_ops(failed, failed, {}, [])) == []
+    failed = {"job": "0_x", "status": "failed", "size": 64, "workload": "matmul_add", "regime": "compute-bound",
+              "work_host_ratio": 3.0}
+    points, jobs = [GridPoint(failed)], [Job(failed)]
+    assert conclude(points, [], jobs, top_ops(points, jobs, {}, [])) == []
 
 
 @pytest.mark.skipif(not (CUDA_TRACES / "a100_alexnet.json.gz").exists(), reason="../shared/fixtures not present")

@@ -308,13 +308,14 @@ def test_variant_settings_are_not_part_of_the_config_hash():
 
 def test_a_grid_point_reads_the_same_in_the_progress_lines_and_in_the_analysis():
     from analysis.history.engine import point_labels
-    from analysis.points import label
-    from profsweep.contract import point_label
+    from profsweep.contract import GridPoint, Job, point_label
 
     config = JobConfig(workload=WorkloadConfig.builtin("mlp"), size=64, dtype="bf16", warmup=True, train=True)
     row = {"variant": "mlp", "workload": "mlp", "size": 64.0, "dtype": "bf16", "warmup": "True", "compile": False,
            "train": True, "optimizer": "adamw", "device": "cpu", "job": "0_mlp_64_bf16_warm_eager_train"}
-    assert config.label == label(row) == point_label(row) == "mlp size=64 bf16 warm eager train adamw"
+    assert config.label == GridPoint(row).label() == Job(row).label() == point_label(row) \
+        == "mlp size=64 bf16 warm eager train adamw"
+    assert GridPoint({"job": "4_x_r3"}).label() == "4_x" and Job({"job": "4_x_r3"}).label() == "4_x_r3"
     assert point_labels([row], ["workload", "size", "dtype", "warmup", "compile", "train", "optimizer"]) == [config.label]
     assert point_label({**row, "device": "cuda"}) == config.label + " on cuda"
     assert point_label(row, without=["compile", "warmup"]) == "mlp size=64 bf16 train adamw"

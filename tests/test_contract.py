@@ -112,3 +112,48 @@ def test_a_count_takes_its_noun_singular_for_one():
     assert [amount(n, noun) for n, noun in ((1, "job"), (0, "job"), (2, "job"), (1, "process"), (3, "process"),
                                             (1, "grid point"), (1000, "sweep"), (1, "pair"))] == [
         "1 job", "0 jobs", "2 jobs", "1 process", "3 processes", "1 grid point", "1,000 sweeps", "1 pair"]
+
+
+def test_usable_says_the_same_on_a_row_a_table_and_in_sql():
+    """One definition (contract.USABLE) read three ways: a row, a pandas table, the store's SQL."""
+    import duckdb
+    import pandas as pd
+
+    from profsweep.contract import GridPoint, usable, usable_rows, usable_sql
+
+    cases = [("ok", None), ("ok", ""), ("ok", float("nan")), ("ok", "truncated"), ("failed", None),
+             ("missing", None), ("skipped", None), (None, None)]
+    rows = [{"job": str(i), "status": s, "trace_error": e} for i, (s, e) in enumerate(cases)]
+    expected = ["0", "1", "2"]
+    assert [r["job"] for r in rows if usable(r)] == expected
+    assert [r["job"] for r in rows if GridPoint(r).usable] == expected
+    frame = pd.DataFrame(rows)
+    assert list(usable_rows(frame)["job"]) == expected
+    con = duckdb.connect()
+    con.register("t", frame)
+    assert [j for (j,) in con.execute(f"SELECT job FROM t WHERE {usable_sql(frame.columns)} ORDER BY job").fetchall()] \
+        == expected
+    # without a trace_error column every ok job is usable; without a status column none is
+    bare = frame.drop(columns="trace_error")
+    assert list(usable_rows(bare)["job"]) == ["0", "1", "2", "3"] == [r["job"] for r in rows if usable(
+        {k: v for k, v in r.items() if k != "trace_error"})]
+    assert usable_rows(frame.drop(columns="status")).empty and usable_sql(["trace_error"]) == "false"
+
+
+def test_a_grid_point_is_read_only_and_owns_its_label_identity_and_series():
+    from profsweep.contract import SERIES_KEYS, GridPoint, Job
+
+    point = GridPoint({"job": "3_matmul_add_64_bf16_cold_eager_r2", "workload": "matmul_add", "variant": "matmul_add",
+                       "size": 64, "dtype": "bf16", "compile": False, "warmup": False, "train": False, "device": "cpu",
+                       "status": "ok", "trace_error": None, "jobs": "0_a;3_matmul_add_64_bf16_cold_eager_r2"})
+    with pytest.raises(TypeError):
+        point["size"] = 128
+    bigger = point.replace(size=128)
+    assert type(bigger) is GridPoint and bigger["size"] == 128 and point["size"] == 64
+    assert point.label() == "matmul_add size=64 bf16 cold eager" == Job(point).label()
+    assert point.label(without=("size",)) == "matmul_add bf16 cold eager"
+    assert point.jobs == ["0_a", "3_matmul_add_64_bf16_cold_eager_r2"]
+    assert point.identity(["size", "compile", "threads"]) == ("64", "False", "auto")
+    assert point.series_key("threads=1") == (*(str(point[k]) for k in SERIES_KEYS), "threads=1")
+    assert point.series_key("", without="compile") == ("matmul_add", "matmul_add", "bf16", "False", "False", "cpu", "")
+    assert point == dict(point) and dict(**point)["dtype"] == "bf16"

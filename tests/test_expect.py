@@ -8,6 +8,7 @@ import pytest
 
 from analysis.report.expect import ExpectationError, check, is_known, known_metrics, parse
 from tests.conftest import run_cli
+from profsweep.contract import GridPoint
 
 
 def test_the_forms_of_the_issue_parse():
@@ -40,7 +41,7 @@ def _rows():
     ]
     ops = {"a": {"aten::mm": 3, "aten::add": 3}, "b": {"aten::addmm": 3}}
     kernels = {"a": {"ampere_sgemm_32x32": 3}, "b": {"triton_poi_fused_add": 3}}
-    return jobs, ops, kernels
+    return [GridPoint(j) for j in jobs], ops, kernels
 
 
 def test_checks_are_per_job_true_false_or_without_a_value():
@@ -115,7 +116,7 @@ def test_counts_per_step_columns_of_ops_and_kernels_sums_and_series_extremes():
              "kernel * after_occupancy_query == calls",
              "op aten::transpose self_device_us == 0",
              "step_kernels_median + step_memcpys_median == 2 where size == smallest"]
-    got = {(r["expectation"], r["job"]): (r["measured"], r["holds"]) for r in check([parse(t) for t in texts], jobs, ops, kernels)}
+    got = {(r["expectation"], r["job"]): (r["measured"], r["holds"]) for r in check([parse(t) for t in texts], [GridPoint(j) for j in jobs], ops, kernels)}
     assert got == {
         (texts[0], "a"): ("4 per step", "true"),
         (texts[1], "b"): ("1 per step", "true"),

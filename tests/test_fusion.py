@@ -10,6 +10,7 @@ import pytest
 from analysis.fusion import cover, fused_words, fusion_rows
 from analysis.trace import analyse_trace
 from tests.conftest import CUDA_TRACES, run_cli
+from profsweep.contract import GridPoint
 
 
 @pytest.mark.parametrize("kernel, words", [
@@ -38,8 +39,8 @@ def test_a_library_call_that_stands_for_a_matmul_and_its_add():
 
     common = {"status": "ok", "trace_error": None, "platform": "cpu", "size": 64, "workload": "matmul_add",
               "dtype": "bf16", "warmup": False, "train": False, "device": "cpu"}
-    eager = {**common, "compile": False, "jobs": "e1;e2"}
-    compiled = {**common, "compile": True, "jobs": "c1;c2"}
+    eager = GridPoint(common, compile=False, jobs="e1;e2")
+    compiled = GridPoint(common, compile=True, jobs="c1;c2")
     table = {"e1": ops(80.0, 20.0, None), "e2": ops(90.0, 22.0, None), "c1": ops(None, None, 50.0),
              "c2": ops(None, None, 54.0)}
     [row] = fusion_rows([eager, compiled], table, [])
@@ -55,8 +56,7 @@ def test_a_library_call_that_stands_for_a_matmul_and_its_add():
 def test_the_triton_kernel_of_a_recorded_cuda_trace():
     m = analyse_trace(CUDA_TRACES / "a100_triton_compiled.json.gz")
     kernels = [{"job": "j", **k} for k in m["kernels"]]
-    point = {"status": "ok", "trace_error": None, "compile": True, "platform": "cuda", "jobs": "j", "size": 8,
-             "workload": "custom"}
+    point = GridPoint(status="ok", trace_error=None, compile=True, platform="cuda", jobs="j", size=8, workload="custom")
     [row] = fusion_rows([point], {"j": m["top_ops"]}, kernels)
     assert row["kernel"] == "triton_poi_fused_add_cos_sin_0"
     assert row["eager_ops"] == "aten::add; aten::cos; aten::sin"  # no eager point: the ops its name spells

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis import points as grid_points
+from profsweep.contract import GridPoint, Job
 from analysis.report.claims import _Data, _more
 from analysis.report.expect import check, parse
 from experiments import records
@@ -120,11 +121,16 @@ def _job(job, hash_, repeat, timed, **extra):
             "timed_steps": len(timed), "timed_slow_steps": 0, "first_call_ms": 3.0 * repeat, **extra}
 
 
+def points_of(jobs: list[dict]) -> list[GridPoint]:
+    """The grid points of these jobs' records, as the analysis makes them."""
+    return [GridPoint(p) for p in grid_points.points([Job(j) for j in jobs], [])]
+
+
 def test_one_row_per_grid_point_with_the_median_of_repeat_medians_and_an_interval():
     jobs = [_job("0_a", "h1", 1, [10.0, 11.0, 12.0]), _job("1_b", "h2", 1, [50.0] * 3),
             _job("2_b_r2", "h2", 2, [52.0] * 3), _job("3_a_r2", "h1", 2, [20.0, 21.0, 22.0]),
             _job("4_a_r3", "h1", 3, [30.0, 31.0, 32.0])]
-    rows = grid_points.points(jobs, [])
+    rows = points_of(jobs)
     assert [r["jobs"] for r in rows] == ["0_a;3_a_r2;4_a_r3", "1_b;2_b_r2"]
     a, b = rows
     assert a["repeats"] == 3 and a["timed_us_per_step"] == 21.0  # medians 11, 21, 31
@@ -140,40 +146,40 @@ def test_processes_slowed_with_the_machines_speed_probe_are_said_to_be_the_machi
     # two modes, 20 and 26.5 µs; the slow processes' probe took 9.4 µs, the fast ones' 6.9
     jobs = [_job("0", "h", 1, [20.0] * 20, speed_probe_us=6.9), _job("1", "h", 2, [26.5] * 20, speed_probe_us=9.4),
             _job("2", "h", 3, [19.8] * 20, speed_probe_us=6.95)]
-    row = grid_points.points(jobs, [])[0]
+    row = points_of(jobs)[0]
     assert row["noisy"] and "two modes, 19.9 µs (2 processes) and 26.5 µs (1 process)" in row["noise_reason"]
     assert "speed probe (a 64x64 matmul timed beside the steps) took 1.36x as long" in row["noise_reason"]
     assert "another tenant" in row["noise_reason"] and "run.threads=1" not in row["noise_reason"]
     assert grid_points.remedy([row], jobs) == "rerun on a quiet machine"  # more processes would not help
     # the probe alike: nothing recorded differs, and with 2 threads their placement is named
     alike = [dict(j, speed_probe_us=6.9) for j in jobs]
-    assert "run.threads=1" in grid_points.points(alike, [])[0]["noise_reason"]
+    assert "run.threads=1" in points_of(alike)[0]["noise_reason"]
 
 
 def test_noise_from_other_processes_and_time_slices():
     loaded = [_job("0", "h", 1, [100.0] * 20, other_cpus=1.3), _job("1", "h", 2, [100.0] * 20)]
-    row = loaded_row = grid_points.points(loaded, [])[0]
+    row = loaded_row = points_of(loaded)[0]
     assert row["noisy"] and row["noise_load"] and "other processes used 1.3 CPUs" in row["noise_reason"]
     # one thread on two CPUs leaves one free: 1.3 other CPUs is not contention yet
     spare = [_job("0", "h", 1, [100.0] * 20, other_cpus=1.3, torch_threads=1)]
-    assert grid_points.points(spare, [])[0]["noisy"] is False
+    assert points_of(spare)[0]["noisy"] is False
     sliced = [_job("0", "h", 1, [100.0] * 20, timed_slow_steps=5)]
-    row = grid_points.points(sliced, [])[0]
+    row = points_of(sliced)[0]
     assert "whole OS time slices (5 of 20 timed steps)" in row["noise_reason"] and row["noise_load"]
     # runnable tasks waiting while others used CPUs is load; with nobody else on the CPUs it is the
     # job's own threads filling them (two threads on two CPUs, one more waking up)
     waited = [_job("0", "h", 1, [100.0] * 20, cpu_pressure=0.23, other_cpus=0.4)]
-    assert "runnable tasks waited for a CPU 23% of the time" in grid_points.points(waited, [])[0]["noise_reason"]
+    assert "runnable tasks waited for a CPU 23% of the time" in points_of(waited)[0]["noise_reason"]
     alone = [_job("0", "h", 1, [100.0] * 20, cpu_pressure=0.23, other_cpus=0.03)]
-    assert grid_points.points(alone, [])[0]["noisy"] is False
+    assert points_of(alone)[0]["noisy"] is False
     unknown = [_job("0", "h", 1, [100.0] * 20, cpu_pressure=0.23)]  # a window too short to say who used the CPUs
-    assert grid_points.points(unknown, [])[0]["noise_load"] is True
+    assert points_of(unknown)[0]["noise_load"] is True
     few = [_job("0", "h", 1, [100.0] * 100, timed_slow_steps=2)]  # 2 of 100: a page fault, a GC pause
-    assert grid_points.points(few, [])[0]["noisy"] is False
-    lines = grid_points.noise_lines([row, grid_points.points([_job("9", "g", 1, [5.0] * 3)], [])[0]])
+    assert points_of(few)[0]["noisy"] is False
+    lines = grid_points.noise_lines([row, points_of([_job("9", "g", 1, [5.0] * 3)])[0]])
     assert lines[0] == ("1 of 2 grid points noisy: steps waited for a busy core in whole OS time slices (5 of 20 "
                         "timed steps) at matmul_add size=64 cold eager; rerun on a quiet machine")
-    many = [dict(row, job=str(i)) for i in range(3)] + [loaded_row]
+    many = [row.replace(job=str(i)) for i in range(3)] + [loaded_row]
     assert grid_points.noise_lines(many)[0].startswith(
         "4 of 4 grid points noisy: steps waited for a busy core in whole OS time slices (3 points); other processes")
 
@@ -212,7 +218,7 @@ def test_an_expectation_on_a_measured_interval_can_be_inconclusive():
     texts = {"host_us_per_step < 200": "inconclusive", "host_us_per_step < 300": "true",
              "host_us_per_step > 100": "true", "host_us_per_step > 270": "false",
              "regime == overhead-bound": "inconclusive", "step_kernels_median == 5": "true"}
-    rows = check([parse(t) for t in texts], [job], {}, {})
+    rows = check([parse(t) for t in texts], [GridPoint(job)], {}, {})
     assert {r["expectation"]: r["holds"] for r in rows} == texts
     assert next(r for r in rows if r["expectation"] == "host_us_per_step < 200")["measured"] == "150.0 [120, 260]"
 

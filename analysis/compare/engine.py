@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from analysis.diff import Use, calls_changed, environment_diff, per_step, same_probe, time_diff
-from analysis.points import identity, pair_key_of, pairing_columns
+from analysis.points import pair_key_of, pairing_columns
 from analysis.compare.side import CompareError, Side, kernel_uses, op_uses
 from analysis.text import us
 from profsweep import stats
-from profsweep.contract import flag, point_jobs, timed_samples
+from profsweep.contract import GridPoint, flag, point_jobs, timed_samples
 from profsweep.decide import ABOVE, BAND, BELOW, FDR, SAME, decide
 
 MARGIN = BAND  # what counts as the same: within 5% (profsweep.decide, the one rule)
@@ -212,13 +212,13 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
         raise CompareError(f"--ignore {unknown[0]!r} is not a key that pairs jobs: choose from "
                            f"{', '.join(sorted(known))}")
     columns = pairing_columns(base.points + new.points, wanted)
-    by_key: dict[tuple, list[dict[str, Any]]] = {}
-    for job in base.points:
-        by_key.setdefault(identity(job, columns), []).append(job)
+    by_key: dict[tuple, list[GridPoint]] = {}
+    for point in base.points:
+        by_key.setdefault(point.identity(columns), []).append(point)
     pairs, unmatched_new = [], []
     used: set[str] = set()
     for job in new.points:
-        candidates = [b for b in by_key.get(identity(job, columns), []) if b["job"] not in used]
+        candidates = [b for b in by_key.get(job.identity(columns), []) if b["job"] not in used]
         if not candidates:
             unmatched_new.append(job["job"])
             continue

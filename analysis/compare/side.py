@@ -14,12 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from analysis.files import read_csv_rows
-from analysis.points import PAIR_PREFIXES
-from analysis.tables import COUNT_FIELDS, analyse_sweep, environment_of, job_folders, samples_rows
+from analysis.tables import analyse_sweep, environment_of, job_folders, read_table, samples_rows
 from analysis.trace import is_op
-from profsweep.columns import TEXT_COLUMNS
-from profsweep.contract import METRICS_FILE, TIMED_SAMPLES, live_sweep, usable
+from profsweep.contract import METRICS_FILE, TIMED_SAMPLES, GridPoint, Job, amount, live_sweep
 
 TABLES = ("summary", "repeats", "steps", "ops", "kernels", "timed_samples")  # what compare reads
 
@@ -31,12 +28,12 @@ class CompareError(ValueError):
 @dataclass
 class Side:
     folder: Path
-    points: list[dict[str, Any]]  # one per grid point (summary.csv's rows) with a usable repeat
+    points: list[GridPoint]  # one per grid point (summary.csv's rows) with a usable repeat
     steps: dict[str, list[dict[str, Any]]]  # job -> its step rows
     ops: dict[str, list[tuple[str, float, float]]]  # job -> (op, calls, self host µs) over its trace
     kernels: dict[str, list[tuple[str, float, float]]]  # job -> (kernel, calls, device µs); none on the CPU
     environment: dict[str, Any]
-    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> its row (repeats.csv), usable ones
+    jobs: dict[str, Job] = field(default_factory=dict)  # job -> its row (repeats.csv), usable ones
     read_from: str = "tables"  # "tables": the written analysis; "traces": analysed here, in memory
 
 
@@ -56,23 +53,21 @@ def load_side(folder: Path) -> Side:
     read_from = "tables"
     if rows is None:
         rows, read_from = analysed_tables(folder), "traces"
-    jobs = rows["repeats"]
+    samples = _by_job(rows["timed_samples"])
+    jobs = [Job(j, **({TIMED_SAMPLES: [s["us"] for s in samples[str(j["job"])]]} if str(j["job"]) in samples else {}))
+            for j in rows["repeats"]]
     if not jobs:
         raise CompareError(f"{folder}: not a sweep or a run: no job folder with a metrics.json in it")
-    points = [p for p in rows["summary"] if usable(p)]
+    points = [p for p in map(GridPoint, rows["summary"]) if p.usable]
     if not points:
-        raise CompareError(f"{folder}: no job finished with a readable trace ({len(jobs)} jobs)")
-    samples = _by_job(rows["timed_samples"])
-    for job in jobs:
-        if str(job["job"]) in samples:
-            job[TIMED_SAMPLES] = [s["us"] for s in samples[str(job["job"])]]
+        raise CompareError(f"{folder}: no job finished with a readable trace ({amount(len(jobs), 'job')})")
     on_cpu = {str(j["job"]) for j in jobs if j.get("platform") == "cpu"}
     # the CPU's "kernels" are its compute ops, already among the ops
     kernels = _by_job(k for k in rows["kernels"] if str(k["job"]) not in on_cpu)
     environment = environment_of(folder)
     return Side(folder, points, _by_job(rows["steps"]), {j: op_uses(o) for j, o in _by_job(rows["ops"]).items()},
                 {j: kernel_uses(k) for j, k in kernels.items()}, environment if isinstance(environment, dict) else {},
-                {str(j["job"]): j for j in jobs if usable(j)}, read_from)
+                {str(j["job"]): j for j in jobs if j.usable}, read_from)
 
 
 def _by_job(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -98,8 +93,7 @@ def written_tables(folder: Path) -> dict[str, list[dict[str, Any]]] | None:
         # a record written since (a link's change counts, and a tie on a coarse clock too)
         if any(max(r.lstat().st_mtime_ns, r.stat().st_mtime_ns) >= written for r in records.values() if r.exists()):
             return None
-        rows = {name: read_csv_rows(path, TEXT_COLUMNS, COUNT_FIELDS, PAIR_PREFIXES)
-                for name, path in zip(TABLES, paths)}
+        rows = {name: read_table(path) for name, path in zip(TABLES, paths)}
     except (OSError, ValueError, csv.Error):  # a table cut short or unreadable: analyse the sweep instead
         return None
     said = {r.get("job"): r.get("status") for r in rows["repeats"]}

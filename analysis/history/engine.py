@@ -22,12 +22,12 @@ from typing import Any, Sequence
 
 from analysis.history import changes
 from analysis.diff import Use, environment_diff, per_step, same_probe, time_diff
-from analysis.points import PAIR_DEFAULTS, PAIR_KEYS, PAIR_PREFIXES, pair_key_of, pairing_columns
+from analysis.points import PAIR_KEYS, PAIR_PREFIXES, pair_key_of, pairing_columns
 from analysis.text import us
 from analysis.history.page import write_page
 from analysis.store import Store, StoreError, SweepFolder
 from profsweep import stats
-from profsweep.contract import amount, point_label, usable_sql
+from profsweep.contract import PAIR_DEFAULTS, GridPoint, amount, usable_sql
 from profsweep.decide import ABOVE, BAND, BELOW, FDR, decide
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
@@ -208,13 +208,13 @@ def _text(value: Any) -> str:
 
 
 def point_labels(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
-    """`matmul_add size=64 bf16 cold eager` (profsweep.contract.point_label), plus key=value for
+    """`matmul_add size=64 bf16 cold eager` (a GridPoint's label), plus key=value for
     every other pairing key whose values differ between the lines."""
     shown = {"workload", "size", "dtype", "warmup", "compile", "train", "optimizer", "device"}
     varying = [c for c in columns if c not in shown and not c.startswith("workload_")
                and len({repr(_plain(r.get(c))) for r in rows}) > 1]
     without = [k for k in ("warmup", "compile") if k not in columns]
-    return [" ".join([point_label({k: _plain(v) for k, v in r.items()}, without),
+    return [" ".join([GridPoint({k: _plain(v) for k, v in r.items()}).label(without),
                       *(f"{c}={_plain(r.get(c))}" for c in varying)]) for r in rows]
 
 

@@ -27,7 +27,7 @@ import pandas as pd
 from analysis.text import fmt
 from analysis.report.expect import CUDA_ONLY, EXPECT_FILE, INCONCLUSIVE, ClaimSpec, ExpectationError, judge, parse_claims
 from analysis.html import pre_pair, read_text, table
-from profsweep.contract import TIMED, flag, point_jobs, table_files, timed_samples, trace_files, usable_rows
+from profsweep.contract import TIMED, GridPoint, flag, point_jobs, table_files, timed_samples, trace_files, usable_rows
 from profsweep import stats
 from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
 
@@ -446,7 +446,7 @@ def _judged(claims: list[ClaimSpec], d: _Data) -> dict[str, list[Claim]]:
     ok = d.ok
     if "train" in ok:  # the article profiles inference
         ok = ok[ok["train"].fillna(False).astype(bool) == False]  # noqa: E712
-    jobs = ok.astype(object).where(ok.notna(), None).to_dict("records")
+    jobs = [GridPoint(r) for r in ok.astype(object).where(ok.notna(), None).to_dict("records")]
 
     def by_job(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}

@@ -18,7 +18,7 @@ from analysis.tables import FITTED
 from analysis.text import count, fmt, interval, nbytes, rate, short_name, times, too_wide, us
 from analysis.trace import is_op
 from profsweep import stats
-from profsweep.contract import SERIES_KEYS, TIMED, amount, flag, point_jobs, timed_samples
+from profsweep.contract import SERIES_KEYS, TIMED, GridPoint, Job, amount, flag, point_jobs, series_key, timed_samples
 from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
 
 TOP = 10  # ops and kernels per grid point in top_ops.csv
@@ -72,8 +72,8 @@ def _series(points: list[dict[str, Any]], without: str | None = None) -> dict[tu
     """Usable grid points with a size, by series (less the key `without`), each sorted by size."""
     found: dict[tuple, list[dict[str, Any]]] = {}
     for p in points:
-        if grid_points.usable(p) and stats.number(p.get("size")) is not None:
-            found.setdefault(grid_points.series_key(p, p.get(SETTINGS), without), []).append(p)
+        if p.usable and stats.number(p.get("size")) is not None:
+            found.setdefault(p.series_key(p.get(SETTINGS), without), []).append(p)
     for rows in found.values():
         rows.sort(key=lambda r: stats.number(r["size"]) or 0)
     return found
@@ -86,15 +86,15 @@ def _on_gpu(row: dict[str, Any]) -> bool:
 # --- the conclusions ----------------------------------------------------------------------------
 
 
-def conclude(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], jobs: list[dict[str, Any]],
+def conclude(points: list[GridPoint], crossovers: list[dict[str, Any]], jobs: list[Job],
              top: list[dict[str, Any]], claims: Any = None, expectations: Any = None,
              fusion: list[dict[str, Any]] | None = None) -> list[Conclusion]:
     """Every conclusion of a sweep, most telling first: per series the regime and the crossover,
     then compile, cold vs warm, where the time goes, training phases, memory, and noise."""
     settings = grid_points.series_settings(points)
-    points = [{**p, SETTINGS: grid_points.settings_text(p, settings)} for p in points]
+    points = [p.replace(**{SETTINGS: grid_points.settings_text(p, settings)}) for p in points]
     out: list[Conclusion] = _ran_otherwise(jobs)
-    crossing = {grid_points.series_key(c, c.get("settings")): c for c in crossovers}
+    crossing = {series_key(c, c.get("settings")): c for c in crossovers}
     for key, rows in _series(points).items():
         out += _regime(rows, crossing.get(key))
     out += _compile(points, jobs)
@@ -112,14 +112,14 @@ def conclude(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], job
 SHORT = 3  # lines of the short answer that opens the report and the terminal's conclusions
 
 
-def in_short(points: list[dict[str, Any]], crossovers: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[str]:
+def in_short(points: list[GridPoint], crossovers: list[dict[str, Any]], jobs: list[Job]) -> list[str]:
     """The short answer, at most SHORT lines, each a headline verdict with its interval: where
     each series' work starts to cost more than its overhead (the model's crossover), then what
     compile did at each size (the one rule's word, short)."""
     settings = grid_points.series_settings(points)
-    points = [{**p, SETTINGS: grid_points.settings_text(p, settings)} for p in points]
+    points = [p.replace(**{SETTINGS: grid_points.settings_text(p, settings)}) for p in points]
     lines = []
-    by_key = {grid_points.series_key(c, c.get("settings")): c for c in crossovers}
+    by_key = {series_key(c, c.get("settings")): c for c in crossovers}
     for key, rows in _series(points).items():
         c = by_key.get(key)
         if c is None or len(rows) < 2 or str(c.get("fit_check") or "").startswith("does not fit"):
@@ -264,7 +264,7 @@ def _samples(point: dict[str, Any], by_job: dict[str, dict[str, Any]]) -> list[l
     found = []
     for name in point_jobs(point):
         job = by_job.get(name)
-        if job is not None and grid_points.usable(job):
+        if job is not None and job.usable:
             samples = timed_samples(job)
             if samples:
                 found.append(samples)
@@ -406,7 +406,7 @@ def _cold_warm(points: list[dict[str, Any]]) -> list[Conclusion]:
     return out
 
 
-def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[str, list[dict[str, Any]]],
+def top_ops(points: list[GridPoint], jobs: list[Job], ops: dict[str, list[dict[str, Any]]],
             kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """top_ops.csv: per grid point the top ops by host self time and the top kernels by device time
     (on the CPU: compute ops by their time), each per step (in each repeat the median over its
@@ -419,7 +419,7 @@ def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[
         kernels_of.setdefault(str(k.get("job")), []).append(k)
     rows = []
     for p in points:
-        if not grid_points.usable(p):
+        if not p.usable:
             continue
         names = [n for n in point_jobs(p) if n in by_job]
         kernel_kind = "kernel" if _on_gpu(p) else "compute op"
@@ -451,7 +451,7 @@ def top_ops(points: list[dict[str, Any]], jobs: list[dict[str, Any]], ops: dict[
             ranked = sorted(per.items(), key=lambda kv: -stats.median([x[0] for x in kv[1]]))
             for rank, (name, values) in enumerate(ranked[:TOP], 1):
                 rows.append({
-                    **{k: p.get(k) for k in (*SERIES_KEYS, "size")}, "point": grid_points.label(p),
+                    **{k: p.get(k) for k in (*SERIES_KEYS, "size")}, "point": p.label(),
                     "job": p.get("job"),
                     "kind": kind, "rank": rank, "name": name,
                     "us_per_step": stats.median([x[0] for x in values]),

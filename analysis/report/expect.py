@@ -16,7 +16,7 @@ from profsweep.expectations import (  # noqa: F401  (the grammar, used through t
 )
 from analysis.tables import SweepTables
 from profsweep.columns import KERNEL_COLUMNS, OP_COLUMNS  # noqa: F401
-from profsweep.contract import flag, usable
+from profsweep.contract import GridPoint, flag
 
 
 INCONCLUSIVE = "inconclusive"
@@ -52,12 +52,12 @@ def separated(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[1] < b[0] or b[1] < a[0]
 
 
-def _extremes(expectations: Sequence[Expectation], jobs: Sequence[Mapping[str, Any]]) -> dict[tuple, Any]:
+def _extremes(expectations: Sequence[Expectation], jobs: Sequence[GridPoint]) -> dict[tuple, Any]:
     """(key, smallest|largest, series) -> the value, for the conditions that name one."""
     keys = {c.key for e in expectations for c in e.where if c.value in RELATIVE}
     found: dict[tuple, list[float]] = {}
     for job in jobs:
-        if not usable(job):
+        if not job.usable:
             continue
         for key in keys:
             number = number_of(job.get(key))
@@ -95,7 +95,7 @@ def _attribute(e: Expectation, matched: Mapping[str, Any]) -> tuple[bool | None,
     return verdict, f"{', '.join(seen)} in {len(matched)} {e.kind}{'s' if len(matched) > 1 else ''}"
 
 
-def check(expectations: Sequence[Expectation], jobs: Sequence[Mapping[str, Any]],
+def check(expectations: Sequence[Expectation], jobs: Sequence[GridPoint],
           op_calls: Mapping[str, Mapping[str, Any]], kernel_calls: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per (expectation, job it applies to): what was measured and whether it holds.
     op_calls / kernel_calls: job -> name -> its calls, or its row of ops.csv / kernels.csv (which
@@ -104,7 +104,7 @@ def check(expectations: Sequence[Expectation], jobs: Sequence[Mapping[str, Any]]
     extremes = _extremes(expectations, jobs)
     for e in expectations:
         for job in jobs:
-            if not usable(job) or not e.applies(job, extremes):
+            if not job.usable or not e.applies(job, extremes):
                 continue
             name = str(job["job"])
             if e.kind == "metric":
@@ -160,10 +160,10 @@ def _summary(label: str, rows: Sequence[Mapping[str, Any]]) -> str:
     return f"{label}: {'; '.join(said)}"
 
 
-def judge(claim: ClaimSpec, jobs: Sequence[Mapping[str, Any]], op_calls: Mapping[str, Mapping[str, Any]],
+def judge(claim: ClaimSpec, jobs: Sequence[GridPoint], op_calls: Mapping[str, Mapping[str, Any]],
           kernel_calls: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """A claim against the sweep's jobs: {measured, holds (true|false|n/a), jobs}."""
-    ok = [j for j in jobs if usable(j)]
+    ok = [j for j in jobs if j.usable]
     extremes = _extremes(claim.checks, ok)
     on_device = [j for j in ok if _on_device(j)]
     pool = on_device if claim.cuda_only else ok

@@ -15,9 +15,8 @@ from analysis import perfetto
 from analysis.html import CSS, image, table
 from analysis.report.conclusions import Conclusion, job_warnings
 from analysis.text import count, fmt, nbytes, too_wide, us
-from analysis.points import label
 from profsweep import stats
-from profsweep.contract import METRICS_FILE, PLAN_FILE, REPORT_FILE, amount, flag, table_files, trace_files, usable
+from profsweep.contract import METRICS_FILE, PLAN_FILE, REPORT_FILE, amount, flag, table_files, trace_files
 from analysis.files import atomic_write_text
 from analysis.tables import SweepTables
 
@@ -86,7 +85,7 @@ def _noise(points: list[dict[str, Any]]) -> list[str]:
            else "<h2 id='noise'>Noise</h2>"]
     out += [f"<p>{escape(line)}</p>" for line in lines]
     if noisy:
-        out.append("<ul>" + "".join(f"<li><b>{escape(label(p))}</b>: {escape(str(p.get('noise_reason')))}</li>"
+        out.append("<ul>" + "".join(f"<li><b>{escape(p.label())}</b>: {escape(str(p.get('noise_reason')))}</li>"
                                     for p in noisy) + "</ul>")
         out.append("<p>Their figures are marked <span class='bad'>noisy</span> below and drawn hollow in the "
                    "plots: do not read a conclusion from them.</p>")
@@ -197,7 +196,7 @@ def _columns(points: list[dict[str, Any]], columns: list[tuple[str, str]]) -> li
 
 def _cell(point: dict[str, Any], key: str) -> str:
     if key == "point":
-        return escape(label(point))
+        return escape(point.label())
     if key == "status":
         return f"<span class='{'ok' if point.get('status') == 'ok' else 'bad'}'>{escape(fmt(point.get(key)))}</span>"
     if key == "peak_memory_bytes":
@@ -257,7 +256,7 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
 
 def _header(page: Page) -> list[str]:
     jobs, points = page.tables.jobs, page.tables.points
-    ok = sum(1 for j in jobs if usable(j))  # finished, and its trace read
+    ok = sum(1 for j in jobs if j.usable)  # finished, and its trace read
     skipped = sum(1 for j in jobs if j.get("status") == "skipped")
     text = f"{amount(len(jobs), 'job')}: {ok} ok, {len(jobs) - ok - skipped} failed" + (f", {skipped} skipped" if skipped else "")
     if len(points) != len(jobs):
@@ -388,7 +387,7 @@ def _summary(page: Page) -> list[str]:
             table([label for _, label in shown], ([_cell(p, k) for k, _ in shown] for p in points)),
             "<details><summary>More columns</summary>" + table(
                 ["grid point"] + [label for _, label in detail],
-                ([escape(label(p))] + [_cell(p, k) for k, _ in detail] for p in points)) + "</details>"]
+                ([escape(p.label())] + [_cell(p, k) for k, _ in detail] for p in points)) + "</details>"]
 
 
 def _jobs(page: Page) -> list[str]:
