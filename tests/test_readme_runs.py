@@ -118,7 +118,9 @@ def test_every_readme_command_runs_as_written_in_a_fresh_copy(tmp_path):
 def serve(command: str, home: Path) -> str:
     """Start the server as written, fetch the page it names, stop it with Ctrl-C (SIGINT)."""
     server = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=home, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env={**os.environ, "BROWSER": "true"})
+                              stderr=subprocess.STDOUT, text=True, env={**os.environ, "BROWSER": "true"},
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal has it
+    # (a test run in the background, `make test &`, starts with Ctrl-C ignored, and its children inherit that)
     try:
         line = server.stdout.readline()
         url = re.search(r"http://127\.0\.0\.1:\d+/\S+", line)
