@@ -582,7 +582,7 @@ def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
     for name, table in tables.items():
         atomic_write_text(folder / f"{name}.csv", _as_written(table).to_csv(index=False))
         written.append(folder / f"{name}.csv")
-    summary = tables["summary"]
+    summary = _as_written(tables["summary"])  # integers as integers there too (an empty cell stays one)
     try:
         buffer = io.BytesIO()
         summary.astype({c: "string" for c in summary.columns if summary[c].dtype == object}).to_parquet(buffer, index=False)

@@ -395,3 +395,17 @@ def test_latest_names_the_newest_sweep_and_previous_the_one_before(tmp_path):
     assert links() == ("multirun/d/b", "multirun/d/c")
     point_latest(tmp_path / "elsewhere")
     assert links() == ("multirun/d/b", "multirun/d/c") and not list(outputs.glob(".*"))
+
+
+def test_a_column_of_integers_with_an_empty_cell_is_written_as_integers(tmp_path):
+    """size 8, not 8.0, where another row has no size: in the CSV and in summary.parquet alike."""
+    from analysis.tables import frame, read_table, write_tables
+
+    rows = [{"job": "0_a", "size": 8, "host_us_per_step": 1.5}, {"job": "1_b", "size": None, "host_us_per_step": 2.0},
+            {"job": "2_c", "size": 2 ** 40, "host_us_per_step": None}]
+    write_tables(tmp_path, {"summary": frame(rows)})
+    text = (tmp_path / "summary.csv").read_text().splitlines()
+    assert text == ["job,size,host_us_per_step", "0_a,8,1.5", "1_b,,2.0", f"2_c,{2 ** 40},"]
+    assert [r["size"] for r in read_table(tmp_path / "summary.csv")] == [8, None, 2 ** 40]
+    parquet = pd.read_parquet(tmp_path / "summary.parquet")
+    assert str(parquet["size"].dtype) == "Int64" and parquet["size"].tolist()[0] == 8 and parquet["size"].isna()[1]
