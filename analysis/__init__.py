@@ -105,20 +105,43 @@ def write_conclusions(folder: Path, found: list) -> Path:
 
 def point_latest(folder: Path) -> None:
     """Make `<outputs>/latest` a relative link to `folder` when it lies under an outputs/ folder,
-    and `<outputs>/previous` a link to the sweep `latest` named before (when that was another one):
-    `compare outputs/previous outputs/latest` compares the last two sweeps."""
+    and `<outputs>/previous` a link to the sweep `latest` named before: `compare outputs/previous
+    outputs/latest` compares the last two sweeps. Only a sweep that started no earlier than the one
+    `latest` names moves them (re-analysing an older sweep must not turn the pair around), one
+    analysis at a time."""
+    import fcntl
+
     folder = folder.resolve()
     outputs = next((p for p in folder.parents if p.name == "outputs"), None)
     if outputs is None:
         return
     link = outputs / "latest"
     try:
-        before = link.resolve() if link.is_symlink() else None
-        if before is not None and before != folder and before.is_dir():
-            _link(outputs, "previous", before)
-        _link(outputs, "latest", folder)
+        with open(outputs / ".links.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            before = link.resolve() if link.is_symlink() else None
+            if before is not None and before != folder and before.is_dir():
+                if _started(folder) < _started(before):
+                    return
+                _link(outputs, "previous", before)
+            _link(outputs, "latest", folder)
     except (OSError, RuntimeError):  # convenience links: a read-only outputs/ does not fail the analysis
         pass
+
+
+def _started(folder: Path) -> float:
+    """When a sweep (or run) started: its plan's or environment's file time, else the folder's."""
+    from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE
+
+    for name in (PLAN_FILE, ENVIRONMENT_FILE):
+        try:
+            return (folder / name).stat().st_mtime
+        except OSError:
+            continue
+    try:
+        return folder.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _link(outputs: Path, name: str, folder: Path) -> None:

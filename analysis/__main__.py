@@ -239,7 +239,7 @@ def history_main(argv: list[str]) -> int:
         out = args.out or default_out(args.sweeps, sweeps)
         with Store(out / STORE_FILE) as store:
             ids, new = store.ingest(sweeps, progress=_every(5.0))
-            print(f"history: ingested {new} new sweep{'s' if new != 1 else ''}, {len(sweeps) - new} already in "
+            print(f"history: ingested {amount(new, 'new sweep')}, {len(sweeps) - new} already in "
                   f"the store -> {store.path}")
             found = history.load(store, [ids[s] for s in history.order(sweeps, args.order == "given")], args.ignore)
             if len(sweeps) > 1 and not any(len(line.points) > 1 for line in found.lines):

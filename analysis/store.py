@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from profsweep.columns import TEXT_COLUMNS
-from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SUMMARY_FILE, usable_sql
+from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SUMMARY_FILE, amount, usable_sql
 
 STORE_FILE = "history.duckdb"
 STORE_SCHEMA = 1
@@ -474,4 +474,4 @@ def print_result(cursor: Any, stream: Any, as_csv: bool = False, widest: int = 6
     stream.write("  ".join("-" * w for w in widths) + "\n")
     for r in rows:
         stream.write(line(r))
-    stream.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
+    stream.write(f"({amount(len(rows), 'row')})\n")

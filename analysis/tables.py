@@ -516,6 +516,7 @@ def frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> Any:
     pandas holds one with an empty cell as floats, write_tables writes it as integers."""
     import pandas as pd
 
+    rows = [r if type(r) is dict else dict(r) for r in rows]  # (pandas 2 sorts the columns of other mappings)
     table = pd.DataFrame(rows, columns=columns)
     table.attrs[INTEGERS] = [c for c in table.columns if table[c].isna().any() and table[c].notna().any() and all(
         isinstance(v, int) and not isinstance(v, bool) and abs(v) <= 2 ** 53  # exact as a float on the way

@@ -27,6 +27,7 @@ from experiments.config import SWEEP_ONLY, ConfigError, JobConfig, config_from_d
 from experiments.refusals import refuse
 from hydra_plugins.profsweep_grid import grid
 from hydra_plugins.profsweep_grid.grid import Axis
+from profsweep.contract import amount
 
 
 def job_config(cfg: DictConfig) -> JobConfig:
@@ -102,7 +103,7 @@ def check_configs(configs: list[JobConfig], jobs: list[int] | None = None) -> No
     if skipped:
         left = sum(counts[id(c)] for c in skipped)
         values = sorted({seam.needs_cuda(c.workload.target, c.workload.settings).setting for c in skipped})
-        print(f"left out on this machine: {left} job{'s' if left != 1 else ''} with "
+        print(f"left out on this machine: {amount(left, 'job')} with "
               f"{', '.join(values)} (CUDA only; "
               f"{'device=cpu' if all(c.device == 'cpu' for c in skipped) else 'torch sees no CUDA device'}); "
               "they are recorded as skipped", flush=True)

@@ -240,8 +240,8 @@ def warn_if_short_of_space(folder: Path, key: str, planned: list[Planned]) -> No
         return
     gzip = "" if all(p.config.profiler.gzip for p in planned) else (
         "; profiler.gzip=true writes traces several times smaller")
-    print(f"warning: {key}={folder} has {_bytes(free)} free; this sweep of {jobs:,} "
-          f"job{'s' if jobs != 1 else ''} may write about {_bytes(total)} "
+    print(f"warning: {key}={folder} has {_bytes(free)} free; this sweep of {amount(jobs, 'job')} "
+          f"may write about {_bytes(total)} "
           f"(about {_bytes(total // jobs)} a job{gzip})", file=sys.stderr, flush=True)
 
 
@@ -287,7 +287,7 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
         print(f"  failed: {name}: {error}", flush=True)
     settled = _not_run(folder)
     if settled:
-        print(f"  not run: the later repeats of {len(settled)} grid point{'s' if len(settled) != 1 else ''} whose "
+        print(f"  not run: the later repeats of {amount(len(settled), 'grid point')} whose "
               "first process failed for a reason no other process can change (the factory's return value, a "
               f"refused setting): {settled[0]}" + (f"; and {len(settled) - 1} more" if len(settled) > 1 else ""),
               flush=True)

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
+from profsweep.contract import amount
+
 MODES = ("measure", "table", "off")  # run.ceilings: measured (cached) | datasheet peaks only | none
 DTYPES = ("bf16", "fp16", "fp32")
 DEVICES = ("cpu", "cuda")
@@ -91,7 +93,7 @@ class Ceiling:
         return self.flops_per_s / self.bytes_per_s
 
     def line(self) -> str:
-        threads = f", {self.threads} thread{'s' if self.threads != 1 else ''}" if self.threads else ""
+        threads = f", {amount(self.threads, 'thread')}" if self.threads else ""
         return (f"{self.device} {self.dtype}{threads}: matmul {flops(self.flops_per_s)} at {self.matmul_size} "
                 f"(processes {flops(self.matmul_low)}–{flops(self.flops_per_s)}); triad {rate(self.bytes_per_s)}, "
                 f"copy {rate(self.copy_bytes_per_s)} over {self.array_bytes >> 20} MiB arrays; ridge "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import operator
 import os
 import re
 from collections.abc import Mapping
@@ -52,7 +53,14 @@ def amount(n: Any, noun: str) -> str:
     """`1 job`, `18 jobs`, `1 process`, `2 grid points`: a count and its noun, singular for one
     (both sides' lines and pages say counts this way)."""
     plural = noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
-    return f"{n:,}" + f" {noun if n == 1 else plural}" if isinstance(n, int) else f"{n} {plural}"
+    try:
+        n = operator.index(n)  # numpy's integers too
+    except TypeError:
+        if isinstance(n, float) and n.is_integer():
+            n = int(n)
+        else:
+            return f"{n} {plural}"
+    return f"{n:,} {noun if n == 1 else plural}"
 
 
 def point_label(row: Any, without: Any = ()) -> str:

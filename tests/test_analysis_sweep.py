@@ -374,13 +374,16 @@ def test_a_job_file_that_links_out_of_the_sweep_folder_is_not_read(tmp_path, lin
 
 def test_latest_names_the_newest_sweep_and_previous_the_one_before(tmp_path):
     """outputs/latest -> the newest analysed sweep, outputs/previous -> the one latest named before;
-    analysing the newest again changes neither, and a folder outside any outputs/ touches none."""
+    analysing the newest again, or an older sweep (by when each started: sweep.json), changes neither;
+    a folder outside any outputs/ touches none."""
     from analysis import point_latest
 
     outputs = tmp_path / "outputs"
     a, b, c = (outputs / "multirun" / "d" / name for name in ("a", "b", "c"))
-    for folder in (a, b, c):
+    for i, folder in enumerate((a, b, c)):
         folder.mkdir(parents=True)
+        (folder / "sweep.json").write_text("{}")
+        os.utime(folder / "sweep.json", (1_000_000 + i, 1_000_000 + i))
 
     def links() -> tuple:
         return tuple(os.readlink(outputs / n) if (outputs / n).is_symlink() else None for n in ("previous", "latest"))
@@ -391,10 +394,13 @@ def test_latest_names_the_newest_sweep_and_previous_the_one_before(tmp_path):
     assert links() == ("multirun/d/a", "multirun/d/b")
     point_latest(b)  # a re-analysis of the newest
     assert links() == ("multirun/d/a", "multirun/d/b")
+    point_latest(a)  # a re-analysis of an older one: compare previous latest must not turn around
+    assert links() == ("multirun/d/a", "multirun/d/b")
     point_latest(c)
     assert links() == ("multirun/d/b", "multirun/d/c")
     point_latest(tmp_path / "elsewhere")
-    assert links() == ("multirun/d/b", "multirun/d/c") and not list(outputs.glob(".*"))
+    assert links() == ("multirun/d/b", "multirun/d/c")
+    assert sorted(p.name for p in outputs.glob(".*")) == [".links.lock"]  # no link left half-made
 
 
 def test_a_column_of_integers_with_an_empty_cell_is_written_as_integers(tmp_path):

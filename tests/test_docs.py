@@ -29,7 +29,7 @@ def commands(text: str) -> list[str]:
         if not part.endswith("\\"):
             found.append(current)
             current = ""
-    return [c for c in found if c.startswith((".venv/bin/python", "make ", "profsweep "))]
+    return [c for c in found if c.startswith((".venv/bin/python", ".venv/bin/profsweep", "make ", "profsweep "))]
 
 
 def test_the_readme_fits_on_a_page():

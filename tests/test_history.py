@@ -526,9 +526,13 @@ def test_four_real_sweeps_where_the_last_two_do_4x_the_work_at_one_grid_point(re
     step = confirmed[confirmed["change_at"] == str((real_sweeps / "changed" / "a3").resolve())]
     seen = pd.read_csv(real_sweeps / "changed" / "history" / "trends.csv")
     seen = seen[seen["point"].str.contains("size=128 ")]["smallest_change"].dropna()
-    if step.empty and len(seen) and seen.min() > 4:  # the history says a 4x step was beyond what it could see
+    # Skipped only where the history says a 4x step was beyond what it could see and the sweeps' own
+    # records say why (a point measured noisy: processes apart, load, the machine's speed probe).
+    noisy = [n for a in sorted((real_sweeps / "changed").glob("a*"))
+             for n in pd.read_csv(a / "summary.csv")["noise_reason"].dropna() if n]
+    if step.empty and len(seen) and seen.min() > 4 and noisy:
         pytest.skip(f"this machine was too noisy while the sweeps ran: the smallest step the history could "
-                    f"have found at size 128 is {seen.min():.1f}x (the test needs under 4x)")
+                    f"have found at size 128 is {seen.min():.1f}x (the test needs under 4x); {noisy[0][:200]}")
     assert step[["size", "status"]].values.tolist() == [[128, "regression"]], out
     assert code == 1 and "workload_times 1 → 4" in step.iloc[0]["what_changed"]
     assert "aten::mm +" in step.iloc[0]["what_changed"]

@@ -72,7 +72,7 @@ def serving(folder: Path):
 
 def get(url: str) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=10) as response:  # no proxy
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, b""

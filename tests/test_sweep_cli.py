@@ -272,7 +272,7 @@ def test_a_1000_job_grid_starts_its_first_job_at_once(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert f"sweep of 1000 jobs -> {out}" in lines, lines
+    assert f"sweep of 1,000 jobs -> {out}" in lines, lines
     assert lines[-1] == "[1/1000] matmul_add size=1 bf16 cold eager ...", lines
     axes = json.loads((out / "sweep.json").read_text())["axes"]  # the grid as its axes, not 1000 lists
     assert [(a["key"], len(a["overrides"]), a["overrides"][-1]) for a in axes] == [

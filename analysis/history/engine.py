@@ -497,7 +497,7 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
     quiet = len(measured) - len({id(r["_line"]) for r in history.changes})
     if quiet:
         out.append("  no change at the other grid point" if quiet == 1 and history.changes else
-                   f"  no change at {'the other ' if history.changes else ''}{quiet} grid point{'s' if quiet != 1 else ''}")
+                   f"  no change at {'the other ' if history.changes else ''}{amount(quiet, 'grid point')}")
     else:
         out.append("  a change at every grid point")
     smallest = sorted(ln.smallest for ln in measured if ln.smallest is not None)

@@ -16,7 +16,7 @@ from profsweep.expectations import (  # noqa: F401  (the grammar, used through t
 )
 from analysis.tables import SweepTables
 from profsweep.columns import KERNEL_COLUMNS, OP_COLUMNS  # noqa: F401
-from profsweep.contract import GridPoint, flag
+from profsweep.contract import GridPoint, amount, flag
 
 
 INCONCLUSIVE = "inconclusive"
@@ -92,7 +92,7 @@ def _attribute(e: Expectation, matched: Mapping[str, Any]) -> tuple[bool | None,
         shown = show_value(measured) if measured is not None else "no value"
         seen.append(shown if expected is e.value else f"{shown}/{show_value(expected)}")
     verdict = False if False in verdicts else None if None in verdicts else True
-    return verdict, f"{', '.join(seen)} in {len(matched)} {e.kind}{'s' if len(matched) > 1 else ''}"
+    return verdict, f"{', '.join(seen)} in {amount(len(matched), e.kind)}"
 
 
 def check(expectations: Sequence[Expectation], jobs: Sequence[GridPoint],
@@ -153,7 +153,7 @@ def _summary(label: str, rows: Sequence[Mapping[str, Any]]) -> str:
     order = sorted(groups.items(), key=lambda kv: (kv[0][1] != "false", -len(kv[1])))
     said = []
     for (measured, holds), names in order:
-        count = f"{len(names)} job{'s' if len(names) > 1 else ''}"
+        count = amount(len(names), "job")
         named = holds != "true" or len(names) == 1  # the jobs named where it does not hold
         said.append(f"{measured} ({count}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
                     if named else f"{measured} ({count})")

@@ -51,7 +51,7 @@ def _trace_sizes(jobs: list[dict[str, Any]]) -> str:
     largest, name = max(sized)
     gzipped = all(str(j.get("trace_file") or "").endswith(".gz") for j in jobs if j.get("trace_file"))
     hint = "" if gzipped else " <code>profiler.gzip=true</code> writes them as <code>.json.gz</code>, several times smaller."
-    return (f"Traces: {files} file{'s' if files != 1 else ''}, {nbytes(total)} in all "
+    return (f"Traces: {amount(files, 'file')}, {nbytes(total)} in all "
             f"(largest {nbytes(largest)}, {escape(name)}).{hint}")
 
 
@@ -127,7 +127,7 @@ def _expectations(expectations: Any) -> list[str]:
     rest = expectations[~expectations["holds"].isin(["true", "false"])]
     unjudged = len(rest) - len(unsure)
     if len(wrong):
-        title = f"<h2 id='expectations' class='bad'>Expectations: {len(wrong)} mismatch{'es' if len(wrong) != 1 else ''}</h2>"
+        title = f"<h2 id='expectations' class='bad'>Expectations: {amount(len(wrong), 'mismatch')}</h2>"
     elif len(unsure):
         title = f"<h2 id='expectations'>Expectations: {len(unsure)} inconclusive</h2>"
     elif len(held) and not unjudged:
@@ -298,7 +298,7 @@ def _left_out(page: Page) -> list[str]:
     left_out = [j for j in page.tables.jobs if j.get("status") == "skipped"]
     if not left_out:
         return []
-    return ([f"<h2>Left out on this machine</h2><p>{len(left_out)} job{'s' if len(left_out) != 1 else ''} "
+    return ([f"<h2>Left out on this machine</h2><p>{amount(len(left_out), 'job')} "
              "not run (<code>run.unavailable=skip</code>):</p><ul>"]
             + [f"<li><b>{escape(str(j['job']))}</b>: {escape(str(j.get('error')))}</li>" for j in left_out]
             + ["</ul>"])

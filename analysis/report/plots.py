@@ -40,7 +40,7 @@ from matplotlib.text import Text  # noqa: E402
 
 from analysis.text import TOO_WIDE, bytes_label, duration_label, rate, rate_label, short_name, size_label, too_wide  # noqa: E402
 from analysis.points import pairing_columns  # noqa: E402
-from profsweep.contract import flag, point_jobs, usable_rows  # noqa: E402
+from profsweep.contract import amount, flag, point_jobs, usable_rows  # noqa: E402
 from analysis.files import atomic_write_bytes  # noqa: E402
 
 PLOT_NAMES = ("crossover", "launches", "steps", "kernels", "throughput", "memory", "roofline", "memory_timeline")
@@ -746,7 +746,7 @@ def _ceilings_label(row: pd.Series) -> str:
     words = [str(row.get("dtype"))]
     threads = row.get("torch_threads")
     if str(row.get("platform")) == "cpu" and pd.notna(threads):
-        words.append(f"{int(threads)} thread{'s' if int(threads) != 1 else ''}")
+        words.append(amount(int(threads), 'thread'))
     elif isinstance(row.get("device_name"), str):
         words.append(str(row["device_name"]))
     source = row.get("peak_source")
