@@ -227,6 +227,11 @@ MODES_GAP = 1.3  # sorted repeat medians this far apart (x) split into two modes
 FAULTS_APART = 2.0  # the slow processes faulted this many times as many pages a step (and 50 more)
 LOAD_APART = 0.3  # other processes used this many more CPUs during the slow processes
 PROBE_APART = 1.15  # the machine's speed probe took this many times as long during the slow processes
+# The measured remedy for steps that fault their buffers in again (glibc hands them back, or not,
+# by the heap's layout): fixed thresholds keep them. attention 256 (math), bf16, 1 thread, fresh
+# processes: 18-23 ms and 2,761-6,624 faults a step in 6 of 6 plain ones, 11.9-12.3 ms and 0-137
+# faults in 4 of 4 with these set (2026-12-05); set on the sweep's command, they reach every job.
+ALLOCATOR_REMEDY = "MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=536870912 before the command"
 
 
 def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
@@ -260,7 +265,8 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
     if f_fast is not None and f_slow is not None and f_slow >= FAULTS_APART * f_fast + 50:
         causes.append(f"the slow processes faulted {f_slow:,.0f} pages a step, the fast ones {f_fast:,.0f}: "
                       "glibc's allocator handed their buffers back to the system and got them again every step "
-                      "(timed_minor_faults_per_step)")
+                      "(timed_minor_faults_per_step), as the heap's layout let it, which "
+                      f"{ALLOCATOR_REMEDY} fixes for every process")
     o_fast, o_slow = typical(fast, "other_cpus"), typical(slow, "other_cpus")
     if o_fast is not None and o_slow is not None and o_slow - o_fast > LOAD_APART:
         causes.append(f"other processes used {o_slow:.1f} CPUs during the slow ones, {o_fast:.1f} during "
@@ -317,6 +323,8 @@ def remedy(noisy: list[GridPoint], measured: list[GridPoint]) -> str:
     said = []
     if "run.threads=1" in reasons:
         said.append("rerun with run.threads=1")
+    if ALLOCATOR_REMEDY in reasons:
+        said.append(f"rerun with {ALLOCATOR_REMEDY}")
     if any(flag(r.get("noise_load")) for r in noisy) or "quiet machine" in reasons:
         said.append("rerun on a quiet machine")
     needed = [int(n) for r in noisy if (n := stats.number(r.get("regime_processes_needed"))) is not None and n <= 1000]

@@ -6,6 +6,12 @@ settings, warmed up), A B A B, with one thread and with torch's default. Also pr
 minor page faults per timed step. Goal: every ratio within 10% of 1.
 
     .venv/bin/python benchmarks/timing_fidelity.py [--rounds 5] [--points matmul_add-1024-eager,...]
+        [--allocator fixed]
+
+`--allocator fixed` sets glibc's thresholds for both sides (the remedy profsweep names for steps
+that fault their buffers in again): whether such a step hands its buffers back to the system
+depends on the heap's layout, which anything a process did first can change, so two fresh
+processes of one workload can differ 1.8x (attention 256, math) for no reason of profsweep's.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL = 0.10
+FIXED_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "268435456", "MALLOC_TRIM_THRESHOLD_": "536870912"}
 # name -> (workload, its settings, size, compile)
 POINTS = {
     **{f"matmul_add-{n}-{mode}": ("matmul_add", {}, n, mode == "compiled")
@@ -102,7 +109,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--points", default=",".join(POINTS), help=f"of: {', '.join(POINTS)}")
     parser.add_argument("--threads", default="1,auto")
+    parser.add_argument("--allocator", choices=("default", "fixed"), default="default",
+                        help="fixed: glibc's mmap and trim thresholds set for both sides (see above)")
     args = parser.parse_args()
+    if args.allocator == "fixed":
+        os.environ.update(FIXED_ALLOCATOR)  # both sides' processes inherit it
+        print("allocator: " + " ".join(f"{k}={v}" for k, v in FIXED_ALLOCATOR.items()))
     sys.path.insert(0, str(ROOT))
     load = os.getloadavg()[0]
     print(f"load average at the start: {load:.2f}")

@@ -156,6 +156,21 @@ def test_processes_slowed_with_the_machines_speed_probe_are_said_to_be_the_machi
     assert "run.threads=1" in points_of(alike)[0]["noise_reason"]
 
 
+def test_processes_apart_by_the_pages_they_fault_are_given_the_allocators_remedy():
+    # attention 256 (math) here: 12 ms at ~600 faults a step or 22 ms at ~6,600, by the heap's layout
+    jobs = [_job("0", "h", 1, [12_000.0] * 20, timed_minor_faults_per_step=644.0),
+            _job("1", "h", 2, [22_000.0] * 20, timed_minor_faults_per_step=6624.0),
+            _job("2", "h", 3, [12_300.0] * 20, timed_minor_faults_per_step=1398.0)]
+    row = points_of(jobs)[0]
+    assert "two modes, 12.2 ms (2 processes) and 22 ms (1 process)" in row["noise_reason"]
+    assert "the slow processes faulted 6,624 pages a step, the fast ones 1,021" in row["noise_reason"]
+    assert grid_points.ALLOCATOR_REMEDY in row["noise_reason"] and "run.threads=1" not in row["noise_reason"]
+    assert grid_points.remedy([row], jobs) == f"rerun with {grid_points.ALLOCATOR_REMEDY}"
+    # faults alike: not the allocator's doing
+    alike = [dict(j, timed_minor_faults_per_step=644.0) for j in jobs]
+    assert grid_points.ALLOCATOR_REMEDY not in points_of(alike)[0]["noise_reason"]
+
+
 def test_noise_from_other_processes_and_time_slices():
     loaded = [_job("0", "h", 1, [100.0] * 20, other_cpus=1.3), _job("1", "h", 2, [100.0] * 20)]
     row = loaded_row = points_of(loaded)[0]
