@@ -107,9 +107,12 @@ def point_latest(folder: Path) -> None:
     """Make `<outputs>/latest` a relative link to `folder` when it lies under an outputs/ folder,
     and `<outputs>/previous` a link to the sweep `latest` named before: `compare outputs/previous
     outputs/latest` compares the last two sweeps. Only a sweep that started no earlier than the one
-    `latest` names moves them (re-analysing an older sweep must not turn the pair around), one
-    analysis at a time."""
+    `latest` names (analysis.store.start_time) moves them: re-analysing an older sweep must not turn
+    the pair around. One analysis at a time."""
     import fcntl
+
+    from analysis.store import start_time
+    from profsweep.contract import SUMMARY_FILE
 
     folder = folder.resolve()
     outputs = next((p for p in folder.parents if p.name == "outputs"), None)
@@ -121,27 +124,12 @@ def point_latest(folder: Path) -> None:
             fcntl.flock(lock, fcntl.LOCK_EX)
             before = link.resolve() if link.is_symlink() else None
             if before is not None and before != folder and before.is_dir():
-                if _started(folder) < _started(before):
+                if start_time(folder, folder / SUMMARY_FILE)[0] < start_time(before, before / SUMMARY_FILE)[0]:
                     return
                 _link(outputs, "previous", before)
             _link(outputs, "latest", folder)
     except (OSError, RuntimeError):  # convenience links: a read-only outputs/ does not fail the analysis
         pass
-
-
-def _started(folder: Path) -> float:
-    """When a sweep (or run) started: its plan's or environment's file time, else the folder's."""
-    from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE
-
-    for name in (PLAN_FILE, ENVIRONMENT_FILE):
-        try:
-            return (folder / name).stat().st_mtime
-        except OSError:
-            continue
-    try:
-        return folder.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def _link(outputs: Path, name: str, folder: Path) -> None:

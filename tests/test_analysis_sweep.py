@@ -382,8 +382,7 @@ def test_latest_names_the_newest_sweep_and_previous_the_one_before(tmp_path):
     a, b, c = (outputs / "multirun" / "d" / name for name in ("a", "b", "c"))
     for i, folder in enumerate((a, b, c)):
         folder.mkdir(parents=True)
-        (folder / "sweep.json").write_text("{}")
-        os.utime(folder / "sweep.json", (1_000_000 + i, 1_000_000 + i))
+        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-05T10:0{i}:00+00:00"}))
 
     def links() -> tuple:
         return tuple(os.readlink(outputs / n) if (outputs / n).is_symlink() else None for n in ("previous", "latest"))
