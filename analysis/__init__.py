@@ -41,7 +41,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     expectations = frame(checked or [], ["expectation", "job", "measured", "expected", "holds"])
     top = top_ops(tables.points, tables.jobs, tables.ops, tables.kernels)
     data["top_ops"] = frame(top, TOP_OPS_COLUMNS)
-    fused = fusion_rows(tables.points, tables.ops, tables.kernels)
+    fused = fusion_rows(tables.points, tables.ops, tables.kernels, tables.provenance)
     if fused:
         data["fusion"] = frame(fused, FUSION_COLUMNS)
     extra = {"claims": claims} if len(claims) else {}

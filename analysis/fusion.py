@@ -12,6 +12,13 @@ is one op, not three, where eager ran `aten::native_layer_norm`. A word no eager
 in `unmatched` (a view Inductor folded in has no op of its own in eager, such as `view`, or an op
 under another name); without an eager partner every word is named as the aten op it spells.
 
+Where the job read Inductor's own kernel-to-node provenance (provenance.json, experiments.provenance:
+the nodes of the captured graph each kernel was made from, `gelu` and `mul`), a kernel's eager ops
+are those nodes' ops instead (`matched_by` "inductor provenance"): a node's name without its
+number (`linear_1`) is matched against the ops eager ran, and one no eager op has stays in
+`unmatched`. That covers what a name leaves out (Inductor shortens a long name) and what it
+cannot tell apart.
+
 Times per step are medians over the repeats: on the CPU an op's (and a C++ kernel's) self host
 time per step, on a GPU the device time per step of the op's kernels and of the Triton kernel.
 Several kernels can cover one eager op (a `mul` in two of them): each row counts it.
@@ -19,9 +26,11 @@ Several kernels can cover one eager op (a `mul` in two of them): each row counts
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 from analysis.points import pairing_columns
 from profsweep import stats
@@ -33,6 +42,7 @@ FUSION_COLUMNS = ["point", "size", "compiled_job", "eager_job", "kernel", "eager
 # and older Triton's names with the signature after the number: triton_poi_fused_add_0d1d2de
 GENERATED = re.compile(r"(?:^|_)(?:cpp|triton)_(?:[a-z]+_)?fused_(?P<ops>.+?)_\d+[a-z0-9]*$")
 BY_NAME = "kernel name"
+BY_PROVENANCE = "inductor provenance"
 BY_CALL = "library call"
 # Library kernels a compiled graph calls in place of several eager ops (Inductor's post-grad
 # patterns: a matmul and the bias add after it become one addmm; with the activation, one
@@ -72,9 +82,48 @@ def cover(words: list[str], eager: Iterable[str]) -> tuple[list[str], list[str]]
     return covered, unmatched
 
 
-def fusion_rows(points: list[GridPoint], ops: dict[str, list[dict[str, Any]]],
-                kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """fusion.csv's rows: per compiled grid point, each generated kernel it ran (costliest first)."""
+def kernel_sources(path: Path) -> dict[str, list[str]]:
+    """A job's provenance.json as {the kernel's name in the trace: the captured graph's nodes it was
+    made from}; {} where there is none or it cannot be read. Kernels of one name in several
+    graphs (Triton's names carry no graph) get the nodes of all."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    listed = data.get("kernels") if isinstance(data, dict) else None
+    found: dict[str, list[str]] = {}
+    for k in listed if isinstance(listed, list) else []:
+        if not isinstance(k, dict) or not isinstance(k.get("trace_name"), str):
+            continue
+        nodes = found.setdefault(k["trace_name"], [])
+        for node in k.get("source_nodes") if isinstance(k.get("source_nodes"), list) else []:
+            if isinstance(node, str) and node not in nodes:
+                nodes.append(node)
+    return {name: nodes for name, nodes in found.items() if nodes}
+
+
+def source_ops(nodes: list[str], eager: Iterable[str] | None) -> tuple[list[str], list[str]]:
+    """(eager ops covered, names left unmatched) of a kernel's source nodes: each node's name less
+    its number (`linear_1` -> `linear`) as the aten op of that name, where eager ran one (all of
+    them without an eager run to match)."""
+    names = None if eager is None else set(eager)
+    covered: list[str] = []
+    unmatched: list[str] = []
+    for node in nodes:
+        base = re.sub(r"_\d+$", "", node)
+        if names is None or f"aten::{base}" in names:
+            if f"aten::{base}" not in covered:
+                covered.append(f"aten::{base}")
+        elif base not in unmatched:
+            unmatched.append(base)
+    return covered, unmatched
+
+
+def fusion_rows(points: list[GridPoint], ops: dict[str, list[dict[str, Any]]], kernels: list[dict[str, Any]],
+                provenance: Mapping[str, Mapping[str, list[str]]] | None = None) -> list[dict[str, Any]]:
+    """fusion.csv's rows: per compiled grid point, each generated kernel it ran (costliest first);
+    `provenance`: job -> kernel -> its source nodes (kernel_sources), where the jobs read it."""
+    provenance = provenance or {}
     eager_of = _eager_partners(points)
     rows = []
     for point in points:
@@ -87,12 +136,17 @@ def fusion_rows(points: list[GridPoint], ops: dict[str, list[dict[str, Any]]],
         eager_jobs = eager.jobs if eager is not None else []
         eager_times = _op_times(eager_jobs, ops, gpu, eager) if eager is not None else {}
         called = _op_times(jobs, ops, gpu, point) if eager is not None else {}
-        found = [(kernel, us, BY_NAME) for kernel, us in times.items()]
+        sources = {}
+        for job in reversed(jobs):  # the first job's, where several have a kernel
+            sources.update(provenance.get(job) or {})
+        found = [(kernel, us, BY_PROVENANCE if kernel in sources else BY_NAME) for kernel, us in times.items()]
         # the compiled graph's calls of library kernels that stand for several eager ops
         found += [(op, called[op], BY_CALL) for op in EXTERN if op in called and op not in eager_times]
         for kernel, compiled_us, how in sorted(found, key=lambda k: -k[1]):
             if how == BY_CALL:
                 covered, unmatched = [o for o in EXTERN[kernel] if o in eager_times], []
+            elif how == BY_PROVENANCE:
+                covered, unmatched = source_ops(sources[kernel], eager_times if eager is not None else None)
             elif eager is not None:
                 covered, unmatched = cover(fused_words(kernel) or [], eager_times)
             else:

@@ -16,12 +16,13 @@ from typing import Any, Callable
 
 from analysis import points as grid_points
 from analysis.fit import FIT_COLUMNS, fit_series
+from analysis.fusion import kernel_sources
 from analysis.peaks import Ceilings
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
 from profsweep.decide import SAME, Decision, decide
 from profsweep.columns import OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX
-from profsweep.contract import METRICS_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, GridPoint, Job, table_files, timed_samples, trace_files
+from profsweep.contract import METRICS_FILE, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, GridPoint, Job, table_files, timed_samples, trace_files
 
 SERIES_KEYS = list(contract.SERIES_KEYS)
 
@@ -38,6 +39,7 @@ class SweepTables:
     ops: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # job -> its ops, costliest first
     crossovers: list[dict[str, Any]] = field(default_factory=list)
     memory: list[dict[str, Any]] = field(default_factory=list)  # memory over each job's last step (profile_memory)
+    provenance: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # job -> kernel -> its source nodes
     ceilings: Ceilings = field(default_factory=lambda: Ceilings("table"))  # environment.json's
 
     @property
@@ -227,6 +229,8 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
                 raise TraceError(f"{job_dir / METRICS_FILE}: names no trace file")
             m = analyse_trace([job_dir / n for n in names])
             _add_trace(tables, row, m)
+            if not contract.leads_out(job_dir / PROVENANCE_FILE, tables.folder):
+                tables.provenance[row["job"]] = kernel_sources(job_dir / PROVENANCE_FILE)
         except TraceError as exc:
             row["trace_error"] = str(exc)
         except Exception as exc:  # one odd job never stops the analysis of the others

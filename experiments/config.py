@@ -166,12 +166,14 @@ class CompilerConfig:
     mode: str = "default"
     backend: str = "inductor"
     dynamic: bool = False
+    provenance: bool = True  # Inductor's kernel-to-node provenance into provenance.json (experiments.provenance)
 
     def __post_init__(self) -> None:
         _require_choice("compiler.mode", self.mode, COMPILE_MODES)
         if not isinstance(self.backend, str) or not self.backend:
             raise ConfigError(f"compiler.backend={self.backend!r} is not allowed: name a backend")
         _require_bool("compiler.dynamic", self.dynamic)
+        _require_bool("compiler.provenance", self.provenance)
 
 
 @dataclass

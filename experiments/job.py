@@ -9,8 +9,10 @@ first wait step; warm: as the first warm-up call), warm-up (when asked), the pro
 (experiments.profiling: the configured schedule), the export of each cycle's Chrome trace and
 key_averages() table, then peak memory and, without a cost model, FLOPs and bytes counted. The
 un-profiled steps are timed where no profiler has been (`timed_in`): a warm job before its
-profiled steps, a cold job in its twin (experiments.twin) once all else is done. `run_job` turns
-any failure into the record and writes metrics.json. Every file is written atomically.
+profiled steps, a cold job in its twin (experiments.twin) once all else is done. A compiled job
+traces Inductor's kernel-to-node provenance while it compiles and reads it into provenance.json
+last (experiments.provenance). `run_job` turns any failure into the record and writes
+metrics.json. Every file is written atomically.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from experiments import records, seam
+from experiments import provenance, records, seam
 from profsweep import machine
 from experiments.config import AUTO, ConfigError, JobConfig, config_from_dict
 from experiments.lifeline import die_with_parent
@@ -110,7 +112,10 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
     un-profiled timing where no profiler has been (timed_in)."""
     _settle_process(config)
     twin = _fork_twin(config) if twin_allowed else None
+    traced = None
     try:
+        # after the twin's fork: the twin compiles as the user's code would, untraced
+        traced = provenance.start(config.compile, config.compiler.provenance, config.compiler.backend)
         job = _prepare(config, out)
         with job.grad_mode():
             if job.cost is None:
@@ -142,9 +147,12 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
             _twin_timing(twin, out)
             twin = None
         out["loadavg_1m"] = machine.loadavg()
+        provenance.finish(traced, job_dir, out)  # every measurement is done: read it, turn it off
+        traced = None
     finally:
         if twin is not None:
             twin.close()
+        provenance.discard(traced)
 
 
 # Where a job timed its un-profiled steps (`timed_in`): a warm job before its profiler starts; a

@@ -25,6 +25,7 @@ SUMMARY_FILE = "summary.csv"  # the analysis: one row per grid point
 REPEATS_FILE = "repeats.csv"  # the analysis: one row per job
 CONCLUSIONS_FILE = "conclusions.json"  # the analysis: its conclusions in words (what the report opens with)
 REPORT_FILE = "report.html"  # the analysis: the report
+PROVENANCE_FILE = "provenance.json"  # a compiled job's: what each kernel Inductor generated was made from
 COMPARE_FILE = "compare.json"  # compare's: where the two sides' traces are (what `serve` maps)
 COMPARE_PAGE = "compare.html"  # compare's page
 SERVED_BASE, SERVED_NEW = "_base", "_new"  # the URL folders the server maps to BASE and NEW

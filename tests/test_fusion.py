@@ -1,15 +1,22 @@
 """What torch.compile fused (analysis.fusion, fusion.csv): generated kernels mapped to the eager
-aten ops their names say they cover, on a recorded CUDA trace and on a CPU sweep of the GeGLU MLP."""
+aten ops their names say they cover, or that Inductor's provenance says they were made from
+(experiments.provenance, provenance.json), on a recorded CUDA trace, a recorded Inductor debug
+folder and a CPU sweep of the GeGLU MLP."""
 
 from __future__ import annotations
 
 
+import json
+import logging
+import shutil
+
 import pandas as pd
 import pytest
 
-from analysis.fusion import cover, fused_words, fusion_rows
+from analysis.fusion import BY_PROVENANCE, cover, fused_words, fusion_rows, kernel_sources, source_ops
+from experiments import provenance
 from analysis.trace import analyse_trace
-from tests.conftest import CUDA_TRACES, run_cli
+from tests.conftest import CUDA_TRACES, ROOT, run_cli
 from profsweep.contract import GridPoint
 
 
@@ -52,6 +59,91 @@ def test_a_library_call_that_stands_for_a_matmul_and_its_add():
     assert fusion_rows([eager, compiled], table, []) == []
 
 
+# What Inductor (torch 2.13.0, CPU) wrote with provenance tracking on, compiling the GeGLU MLP at
+# size 8 (dim 16, hidden 32) with the job's settings: its mapping and its generated code.
+INDUCTOR_DEBUG = ROOT / "tests" / "fixtures" / "inductor_debug"
+
+
+def test_the_provenance_inductor_recorded_for_the_geglu_mlp():
+    """By hand from the mapping: cpp_fused_gelu_mul_0:3 computes 12 post-grad nodes (mul_6 ... mul),
+    whose captured-graph nodes are `mul` (mul_6) and `gelu` (the rest); the three matmuls are
+    library calls from linear, linear_1 and linear_2. The generated code records the kernel in
+    the trace as graph_0_cpp_fused_gelu_mul_0."""
+    found = provenance.read(INDUCTOR_DEBUG)
+    assert found["graphs"] == 1
+    by_name = {k["kernel"]: k for k in found["kernels"]}
+    assert sorted(by_name) == ["cpp_fused_gelu_mul_0", "extern_kernels.mm"]
+    fused = by_name["cpp_fused_gelu_mul_0"]
+    assert fused["trace_name"] == "graph_0_cpp_fused_gelu_mul_0"
+    assert fused["source_nodes"] == ["mul", "gelu"] and len(fused["post_grad_nodes"]) == 12
+    assert by_name["extern_kernels.mm"]["source_nodes"] == ["linear", "linear_1", "linear_2"]
+    assert by_name["extern_kernels.mm"]["trace_name"] == "extern_kernels.mm"  # not a kernel the trace names so
+
+
+def test_a_job_writes_what_it_read_and_removes_inductors_folder(tmp_path):
+    import torch._inductor.config as inductor_config
+
+    tracing = provenance.start(True, True, "inductor")
+    said = logging.getLogger(provenance.INDUCTOR_DEBUG_LOG)
+    assert not said.filter(logging.LogRecord("x", logging.WARNING, "", 0, "%s debug trace: %s", ("g", tracing.folder), None))
+    assert said.filter(logging.LogRecord("x", logging.WARNING, "", 0, "something else", (), None))
+    assert inductor_config.trace.enabled and inductor_config.trace.provenance_tracking_level == 1
+    assert inductor_config.trace.debug_dir == str(tracing.folder) and not inductor_config.trace.ir_pre_fusion
+    shutil.copytree(INDUCTOR_DEBUG, tracing.folder, dirs_exist_ok=True)  # as a compile would have written it
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    out: dict = {}
+    provenance.finish(tracing, job_dir, out)
+    assert not tracing.folder.exists() and out["provenance_kernels"] == 2
+    # off again, as before, for a next job in this process
+    assert not inductor_config.trace.enabled and inductor_config.trace.provenance_tracking_level == 0
+    assert inductor_config.trace.debug_dir is None and inductor_config.trace.ir_pre_fusion
+    assert not logging.getLogger(provenance.INDUCTOR_DEBUG_LOG).filters  # its folder's line said again
+    written = json.loads((job_dir / "provenance.json").read_text())
+    assert written["kernels"] == provenance.read(INDUCTOR_DEBUG)["kernels"]
+    assert kernel_sources(job_dir / "provenance.json") == {"extern_kernels.mm": ["linear", "linear_1", "linear_2"],
+                                                           "graph_0_cpp_fused_gelu_mul_0": ["mul", "gelu"]}
+    # nothing to trace: eager, told not to, another backend
+    assert provenance.start(False, True, "inductor") is None
+    assert provenance.start(True, False, "inductor") is None
+    assert provenance.start(True, True, "aot_eager") is None
+
+
+@pytest.mark.parametrize("text", ["not json", "[1, 2]", '{"kernels": 7}', '{"kernels": [1, {"trace_name": 3}]}',
+                                  '{"kernels": [{"trace_name": "k", "source_nodes": "gelu"}]}'])
+def test_a_provenance_file_that_says_nothing_usable_gives_no_kernels(tmp_path, text):
+    (tmp_path / "provenance.json").write_text(text)
+    assert kernel_sources(tmp_path / "provenance.json") == {}
+    assert kernel_sources(tmp_path / "absent.json") == {}
+
+
+def test_a_kernel_inductor_says_it_made_from_gelu_and_mul():
+    """Provenance overrides the name: a kernel whose name says only `mul` covers gelu too where
+    Inductor says it was made from both; a node no eager op has stays unmatched, and a kernel
+    without provenance is still matched by its name."""
+    assert source_ops(["mul", "gelu", "linear_1", "getitem"], ["aten::gelu", "aten::mul", "aten::linear"]) == (
+        ["aten::mul", "aten::gelu", "aten::linear"], ["getitem"])
+    assert source_ops(["add_3", "add"], None) == (["aten::add"], [])
+    common = {"status": "ok", "trace_error": None, "platform": "cpu", "size": 64, "workload": "mlp",
+              "dtype": "bf16", "warmup": False, "train": False, "device": "cpu"}
+    eager = GridPoint(common, compile=False, jobs="e1")
+    compiled = GridPoint(common, compile=True, jobs="c1;c2")
+    table = {"e1": [{"name": "aten::gelu", "self_host_us_step_median": 30.0},
+                    {"name": "aten::mul", "self_host_us_step_median": 10.0}],
+             "c1": [{"name": "graph_0_cpp_fused_mul_0", "self_host_us_step_median": 12.0},
+                    {"name": "graph_0_cpp_fused_add_1", "self_host_us_step_median": 1.0}],
+             "c2": [{"name": "graph_0_cpp_fused_mul_0", "self_host_us_step_median": 14.0}]}
+    sources = {"c1": {"graph_0_cpp_fused_mul_0": ["gelu", "mul", "view"]}}
+    rows = {r["kernel"]: r for r in fusion_rows([eager, compiled], table, [], sources)}
+    fused = rows["graph_0_cpp_fused_mul_0"]
+    assert (fused["eager_ops"], fused["unmatched"], fused["matched_by"]) == ("aten::gelu; aten::mul", "view", BY_PROVENANCE)
+    assert fused["eager_us_per_step"] == pytest.approx(40.0) and fused["compiled_us_per_step"] == pytest.approx(13.0)
+    assert rows["graph_0_cpp_fused_add_1"]["matched_by"] == "kernel name"
+    # without provenance the same kernel is matched by its name: only mul
+    by_name = {r["kernel"]: r for r in fusion_rows([eager, compiled], table, [])}
+    assert by_name["graph_0_cpp_fused_mul_0"]["eager_ops"] == "aten::mul"
+
+
 @pytest.mark.skipif(not (CUDA_TRACES / "a100_triton_compiled.json.gz").is_file(), reason="fixtures not here")
 def test_the_triton_kernel_of_a_recorded_cuda_trace():
     m = analyse_trace(CUDA_TRACES / "a100_triton_compiled.json.gz")
@@ -74,6 +166,10 @@ def test_the_geglu_mlp_compiled_on_the_cpu_fuses_gelu_and_mul(sweep_dir):
     assert len(fused) == 1, fusion
     row = fused.iloc[0]
     assert "aten::mul" in row["eager_ops"] and "cpp_fused" in row["kernel"] and "gelu" in row["kernel"]
+    # matched by what Inductor recorded it made the kernel from, which the compiled job kept
+    assert row["matched_by"] == BY_PROVENANCE, fusion
+    sources = kernel_sources(sweep_dir / row["compiled_job"] / "provenance.json")
+    assert {"gelu", "mul"} <= set(sources[row["kernel"]])
     assert row["eager_us_per_step"] > 0 and row["compiled_us_per_step"] > 0
     eager_ops = pd.read_csv(sweep_dir / "ops.csv")
     eager_ops = eager_ops[eager_ops["job"] == row["eager_job"]].set_index("name")

@@ -1,0 +1,183 @@
+"""What each kernel Inductor generated was made from: its kernel-to-node provenance, read into the
+job's provenance.json.
+
+Inductor's provenance tracking (torch.compiler_inductor_provenance: `TORCH_TRACE=... INDUCTOR_PROVENANCE=1`
+for tlparse) maps every kernel of a compiled graph to the post-grad graph nodes it computes, and
+those to the nodes of the graph Dynamo captured (the user's calls: `gelu`, `mul`, `linear_1`).
+With its debug trace on, Inductor writes that mapping beside the graph's generated code, one
+folder per compiled graph. The job turns those settings on before it compiles (the job's
+process only: its twin, forked before, never traces) in a temporary folder, and once its
+measurements are done reads each graph's mapping and its generated code into provenance.json:
+
+    {"torch": "2.13.0", "graphs": 1, "kernels": [{"kernel": "cpp_fused_gelu_mul_0",
+      "trace_name": "graph_0_cpp_fused_gelu_mul_0", "graph": "model__0_inference_0.0",
+      "source_nodes": ["gelu", "mul"], "post_grad_nodes": ["mul_6", ...]}, ...]}
+
+`trace_name` is the kernel's name in the profiler's trace: on the CPU the job has Inductor name
+its C++ kernels `graph_<id>_<kernel>` there, read from the generated code; a Triton kernel keeps
+its name. Library calls (`extern_kernels.mm`) are kept with the rest. A torch without
+provenance tracking, a backend other than Inductor, or a graph that came whole from a shared
+Inductor cache (nothing compiled, nothing traced) leave no kernels: the analysis then matches
+kernels by their names.
+
+The debug trace costs the compile the writing of each graph's generated code and its mapping
+(mlp 64 compiled cold here: first call 10.3 and 9.1 s with it, 10.3 and 10.0 s without, alternated).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from profsweep.contract import PROVENANCE_FILE, write_json
+
+MAPPING_FILE = "inductor_provenance_tracking_node_mappings.json"
+CODE_FILE = "output_code.py"
+# The debug files the mapping does not need are not written (the FX graphs and Inductor's IR).
+UNUSED_TRACE_FILES = ("fx_graph", "fx_graph_transformed", "ir_pre_fusion", "ir_post_fusion", "graph_diagram",
+                      "draw_orig_fx_graph")
+INDUCTOR_DEBUG_LOG = "torch._inductor.debug"  # the logger that names the trace's folder once per graph
+_HANDLE = re.compile(r"^(?P<name>.+):\d+$")  # kernel_name:debug_handle (torch 2.9 on)
+
+
+@dataclass
+class Tracing:
+    """Inductor's debug trace, on in this process into `folder`; `saved`: the settings it replaced."""
+
+    folder: Path
+    saved: dict[str, Any]
+    quiet: logging.Filter
+
+
+class _Unsaid(logging.Filter):
+    """Drops Inductor's line naming its debug trace's folder ("... debug trace: /tmp/..."): the
+    folder is a temporary one, gone once read, and the job's log should not send anyone there."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = str(folder)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            return self.folder not in record.getMessage()
+        except Exception:  # a record that cannot be formatted is not ours to drop
+            return True
+
+
+def start(compiled: bool, wanted: bool, backend: str) -> Tracing | None:
+    """Turn Inductor's provenance tracking and debug trace on in this process, into a new temporary
+    folder; None where the job does not compile with Inductor, was told not to, or the installed
+    torch has no provenance tracking. `discard` (or `finish`) turns it off again."""
+    if not (compiled and wanted and backend == "inductor"):
+        return None
+    # A private module, as for the kernel names in the trace (job._compiler): torch.compile's
+    # `options=` may not be given with `mode=`, and compiler.mode is a grid key.
+    import torch._inductor.config as inductor_config
+
+    trace = getattr(inductor_config, "trace", None)
+    if trace is None or not hasattr(trace, "provenance_tracking_level") or not hasattr(trace, "debug_dir"):
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="profsweep-provenance-"))
+    settings = {"enabled": True, "debug_dir": str(folder), "provenance_tracking_level": 1,
+                **{name: False for name in UNUSED_TRACE_FILES if hasattr(trace, name)}}
+    saved = {name: getattr(trace, name) for name in settings}
+    for name, value in settings.items():
+        setattr(trace, name, value)
+    quiet = _Unsaid(folder)
+    logging.getLogger(INDUCTOR_DEBUG_LOG).addFilter(quiet)
+    return Tracing(folder, saved, quiet)
+
+
+def finish(tracing: Tracing | None, job_dir: Path, out: dict[str, Any]) -> None:
+    """Read what Inductor wrote into job_dir/provenance.json (its kernel count in
+    `out["provenance_kernels"]`), then turn the trace off and remove its folder."""
+    if tracing is None:
+        return
+    try:
+        found = read(tracing.folder)
+        write_json(job_dir / PROVENANCE_FILE, {"torch": _torch_version(), **found})
+        out["provenance_kernels"] = len(found["kernels"])
+    finally:
+        discard(tracing)
+
+
+def discard(tracing: Tracing | None) -> None:
+    """Turn the trace off (the settings it replaced, for a next job in this process) and remove its folder."""
+    if tracing is None:
+        return
+    import torch._inductor.config as inductor_config
+
+    for name, value in tracing.saved.items():
+        setattr(inductor_config.trace, name, value)
+    logging.getLogger(INDUCTOR_DEBUG_LOG).removeFilter(tracing.quiet)
+    shutil.rmtree(tracing.folder, ignore_errors=True)
+
+
+def read(folder: Path) -> dict[str, Any]:
+    """{"graphs": how many compiled graphs left a mapping, "kernels": [...]} from Inductor's debug
+    folders under `folder` (see the module's text). A mapping that cannot be read is skipped and
+    named in "unreadable"."""
+    kernels: list[dict[str, Any]] = []
+    unreadable: list[str] = []
+    mappings = sorted(Path(folder).glob(f"torchinductor/*/{MAPPING_FILE}"))
+    for path in mappings:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            code = path.with_name(CODE_FILE).read_text(encoding="utf-8") if path.with_name(CODE_FILE).is_file() else ""
+        except (OSError, ValueError) as exc:
+            unreadable.append(f"{path.parent.name}: {exc}")
+            continue
+        kernels += graph_kernels(data, code, path.parent.name)
+    return {"graphs": len(mappings) - len(unreadable), "kernels": kernels,
+            **({"unreadable": unreadable} if unreadable else {})}
+
+
+def graph_kernels(mapping: Any, code: str, graph: str) -> list[dict[str, Any]]:
+    """One compiled graph's kernels from its provenance mapping (kernel -> post-grad nodes, post-grad
+    node -> the captured graph's nodes) and its generated code (the kernel's name in the trace)."""
+    if not isinstance(mapping, dict):
+        return []
+    to_post = mapping.get("cppCodeToPost")
+    post_to_pre = mapping.get("postToPre") if isinstance(mapping.get("postToPre"), dict) else {}
+    if not isinstance(to_post, dict):
+        return []
+    merged: dict[str, dict[str, Any]] = {}  # a kernel called twice has two debug handles
+    for key, posts in to_post.items():
+        handle = _HANDLE.match(str(key))
+        name = handle.group("name") if handle else str(key)
+        posts = [str(p) for p in posts] if isinstance(posts, list) else []
+        entry = merged.setdefault(name, {"kernel": name, "trace_name": trace_name(name, code), "graph": graph,
+                                         "source_nodes": [], "post_grad_nodes": []})
+        for post in posts:
+            _add(entry["post_grad_nodes"], post)
+            pre = post_to_pre.get(post)
+            for node in pre if isinstance(pre, list) else []:
+                _add(entry["source_nodes"], str(node))
+    return list(merged.values())
+
+
+def trace_name(kernel: str, code: str) -> str:
+    """The kernel's name in the profiler's trace: `graph_<id>_<kernel>` where the generated code
+    records it so (the C++ kernels' RECORD_FUNCTION, job._compiler), else the kernel's own."""
+    found = re.search(r'"(graph_\d+_' + re.escape(kernel) + r')"', code)
+    return found.group(1) if found else kernel
+
+
+def _add(items: list[str], item: str) -> None:
+    if item not in items:
+        items.append(item)
+
+
+def _torch_version() -> str | None:
+    try:
+        import torch
+
+        return str(torch.__version__)
+    except ImportError:
+        return None
