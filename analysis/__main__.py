@@ -141,7 +141,7 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("--fdr", type=float, default=0.05, metavar="Q",
                         help="the false discovery rate controlled across the pairs (Benjamini-Hochberg; default 0.05)")
     parser.add_argument("--band", type=float, default=BAND, metavar="B",
-                        help=f"what counts as the same: a ratio whose interval lies within ±B (default {BAND:g})")
+                        help=f"what counts as the same: a ratio within ±B by two one-sided tests at 5%% (default {BAND:g})")
     args = parser.parse_args(argv)
     from analysis.compare.engine import compare_sides, compare_traces, diff_lines
     from analysis.compare.page import write_compare

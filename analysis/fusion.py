@@ -43,6 +43,7 @@ FUSION_COLUMNS = ["point", "size", "compiled_job", "eager_job", "kernel", "eager
 GENERATED = re.compile(r"(?:^|_)(?:cpp|triton)_(?:[a-z]+_)?fused_(?P<ops>.+?)_\d+[a-z0-9]*$")
 BY_NAME = "kernel name"
 BY_PROVENANCE = "inductor provenance"
+MAX_PROVENANCE_BYTES = 64 << 20  # a provenance.json past this is not read (a big model's is a few MB)
 BY_CALL = "library call"
 # Library kernels a compiled graph calls in place of several eager ops (Inductor's post-grad
 # patterns: a matmul and the bias add after it become one addmm; with the activation, one
@@ -86,9 +87,12 @@ def kernel_sources(path: Path) -> dict[str, list[str]]:
     """A job's provenance.json as {the kernel's name in the trace: the captured graph's nodes it was
     made from}; {} where there is none or it cannot be read. Kernels of one name in several
     graphs (Triton's names carry no graph) get the nodes of all."""
+    path = Path(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        if not path.is_file() or path.stat().st_size > MAX_PROVENANCE_BYTES:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except Exception:  # unreadable, not JSON, nested past the parser's depth: no provenance, never a failed job
         return {}
     listed = data.get("kernels") if isinstance(data, dict) else None
     found: dict[str, list[str]] = {}
@@ -102,21 +106,55 @@ def kernel_sources(path: Path) -> dict[str, list[str]]:
     return {name: nodes for name, nodes in found.items() if nodes}
 
 
+# A captured graph's node is named after the Python call it records (F.softmax, operator.truediv,
+# `x += y`); eager ran that call as the aten op of the same name, whose work may sit in another op
+# it calls (aten::softmax's in aten::_softmax, aten::layer_norm's in aten::native_layer_norm).
+# Each node covers the ops of its name and these, where eager ran them.
+NODE_OPS = {
+    "softmax": ("softmax", "_softmax"), "log_softmax": ("log_softmax", "_log_softmax"),
+    "layer_norm": ("layer_norm", "native_layer_norm"), "group_norm": ("group_norm", "native_group_norm"),
+    "batch_norm": ("batch_norm", "_batch_norm_impl_index", "native_batch_norm"),
+    "truediv": ("div",), "floordiv": ("floor_divide",), "iadd": ("add_",), "isub": ("sub_",), "imul": ("mul_",),
+    "itruediv": ("div_",), "sub": ("sub", "rsub"),
+}
+NOT_OPS = ("getitem", "getattr")  # Python's indexing and attributes: no aten op of their own
+
+
 def source_ops(nodes: list[str], eager: Iterable[str] | None) -> tuple[list[str], list[str]]:
     """(eager ops covered, names left unmatched) of a kernel's source nodes: each node's name less
-    its number (`linear_1` -> `linear`) as the aten op of that name, where eager ran one (all of
-    them without an eager run to match)."""
+    its number (`linear_1` -> `linear`) as the aten ops of that name (NODE_OPS), where eager ran
+    them; without an eager run to match, the op of the node's name."""
     names = None if eager is None else set(eager)
     covered: list[str] = []
     unmatched: list[str] = []
     for node in nodes:
         base = re.sub(r"_\d+$", "", node)
-        if names is None or f"aten::{base}" in names:
-            if f"aten::{base}" not in covered:
-                covered.append(f"aten::{base}")
-        elif base not in unmatched:
+        if names is None:
+            found = [] if base in NOT_OPS else [f"aten::{base}"]
+        else:
+            found = [f"aten::{op}" for op in NODE_OPS.get(base, (base,)) if f"aten::{op}" in names]
+        covered += [op for op in found if op not in covered]
+        if not found and base not in unmatched:
             unmatched.append(base)
     return covered, unmatched
+
+
+def name_cover(kernel: str, eager: Iterable[str] | None) -> tuple[list[str], list[str]]:
+    """(eager ops covered, words left unmatched) of a generated kernel by its name's words (cover);
+    without an eager run to match, the ops its name spells."""
+    words = fused_words(kernel) or []
+    return cover(words, eager) if eager is not None else ([f"aten::{w}" for w in _joined(words)], [])
+
+
+def provenance_cover(kernel: str, nodes: list[str], eager: Iterable[str] | None) -> tuple[list[str], list[str], bool]:
+    """(eager ops covered, words left unmatched, whether the provenance covered any) of a generated
+    kernel with its source nodes: the ops of its nodes (source_ops), then those its name spells
+    that they left out (a name word is an op the node's name may not be: `_softmax` in a kernel
+    made from `softmax`)."""
+    eager = None if eager is None else list(eager)
+    by_nodes, unmatched = source_ops(nodes, eager)
+    by_name = name_cover(kernel, eager)[0]
+    return [*by_nodes, *(op for op in by_name if op not in by_nodes)], unmatched, bool(by_nodes)
 
 
 def fusion_rows(points: list[GridPoint], ops: dict[str, list[dict[str, Any]]], kernels: list[dict[str, Any]],
@@ -143,14 +181,15 @@ def fusion_rows(points: list[GridPoint], ops: dict[str, list[dict[str, Any]]], k
         # the compiled graph's calls of library kernels that stand for several eager ops
         found += [(op, called[op], BY_CALL) for op in EXTERN if op in called and op not in eager_times]
         for kernel, compiled_us, how in sorted(found, key=lambda k: -k[1]):
+            eager_ops = eager_times if eager is not None else None
             if how == BY_CALL:
                 covered, unmatched = [o for o in EXTERN[kernel] if o in eager_times], []
-            elif how == BY_PROVENANCE:
-                covered, unmatched = source_ops(sources[kernel], eager_times if eager is not None else None)
-            elif eager is not None:
-                covered, unmatched = cover(fused_words(kernel) or [], eager_times)
             else:
-                covered, unmatched = [f"aten::{w}" for w in _joined(fused_words(kernel) or [])], []
+                covered, unmatched, said = (provenance_cover(kernel, sources[kernel], eager_ops)
+                                            if how == BY_PROVENANCE else ([], [], False))
+                if not said:  # no provenance, or its nodes covered no op eager ran: the kernel's name
+                    how = BY_NAME
+                    covered, unmatched = name_cover(kernel, eager_ops)
             if how == BY_CALL and len(covered) < 2:
                 continue  # it replaced no more than one eager op: nothing was fused
             spent = [eager_times[name] for name in covered if name in eager_times]

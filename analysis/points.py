@@ -56,7 +56,7 @@ PAIR_PREFIXES = SETTING_PREFIXES
 # How many steps were profiled, how much of the table was printed and whether the trace was
 # gzipped, or whether Inductor's provenance was read, do not change what a step measures: a sweep
 # rerun with profiler.active=20 for tighter verdicts still pairs with the first.
-NOT_PAIRING = ("profiler_active", "profiler_repeat", "profiler_row_limit", "profiler_gzip", "compiler_provenance",
+NOT_PAIRING = ("profiler_active", "profiler_repeat", "profiler_row_limit", "profiler_gzip", "compile_provenance",
                "profiler_overhead_ratio")  # (a measurement, not a setting)
 
 

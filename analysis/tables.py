@@ -229,12 +229,12 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
                 raise TraceError(f"{job_dir / METRICS_FILE}: names no trace file")
             m = analyse_trace([job_dir / n for n in names])
             _add_trace(tables, row, m)
-            if not contract.leads_out(job_dir / PROVENANCE_FILE, tables.folder):
-                tables.provenance[row["job"]] = kernel_sources(job_dir / PROVENANCE_FILE)
         except TraceError as exc:
             row["trace_error"] = str(exc)
         except Exception as exc:  # one odd job never stops the analysis of the others
             row["trace_error"] = f"{job_dir}: analysis failed ({type(exc).__name__}: {exc})"
+        if not row["trace_error"] and not contract.leads_out(job_dir / PROVENANCE_FILE, tables.folder):
+            tables.provenance[row["job"]] = kernel_sources(job_dir / PROVENANCE_FILE)
     tables.jobs.append(row)
 
 

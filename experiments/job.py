@@ -115,7 +115,7 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
     traced = None
     try:
         # after the twin's fork: the twin compiles as the user's code would, untraced
-        traced = provenance.start(config.compile, config.compiler.provenance, config.compiler.backend)
+        traced = provenance.start(config)
         job = _prepare(config, out)
         with job.grad_mode():
             if job.cost is None:
@@ -186,6 +186,7 @@ def _time_in_twin(config: JobConfig) -> dict[str, Any]:
         import torch._inductor.config as inductor_config
 
         inductor_config.compile_threads = 1
+        provenance.same_cache_key(config)
     job = _prepare(config, {}, quiet=True)
     with job.grad_mode():
         for _ in range(TWIN_WARMUP_CALLS):

@@ -15,13 +15,16 @@ measurements are done reads each graph's mapping and its generated code into pro
 
 `trace_name` is the kernel's name in the profiler's trace: on the CPU the job has Inductor name
 its C++ kernels `graph_<id>_<kernel>` there, read from the generated code; a Triton kernel keeps
-its name. Library calls (`extern_kernels.mm`) are kept with the rest. A torch without
-provenance tracking, a backend other than Inductor, or a graph that came whole from a shared
-Inductor cache (nothing compiled, nothing traced) leave no kernels: the analysis then matches
-kernels by their names.
+its name. Library calls (`extern_kernels.mm`) are kept with the rest. No kernels come from a
+torch whose Inductor has no `trace.provenance_tracking_level`, a backend other than Inductor, a
+shared Inductor cache (`run.compile_cache=shared`: not traced), a graph the process had compiled
+before (a later job under `run.isolation=none`), or a training step's backward graph (compiled
+later, outside what Inductor tracks; its kernels' names that a forward graph's share are left
+out): the analysis then matches those kernels by their names.
 
-The debug trace costs the compile the writing of each graph's generated code and its mapping
-(mlp 64 compiled cold here: first call 10.3 and 9.1 s with it, 10.3 and 10.0 s without, alternated).
+What the trace adds to the compile, which a cold job's first call times: the node metadata kept
+through tracing, and the writing of each graph's generated code and mapping (with a copy into
+the job's own cache), a few files per graph. Measured: benchmarks/provenance_cost.py.
 """
 
 from __future__ import annotations
@@ -33,9 +36,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profsweep.contract import PROVENANCE_FILE, write_json
+
+if TYPE_CHECKING:
+    from experiments.config import JobConfig
 
 MAPPING_FILE = "inductor_provenance_tracking_node_mappings.json"
 CODE_FILE = "output_code.py"
@@ -70,11 +76,19 @@ class _Unsaid(logging.Filter):
             return True
 
 
-def start(compiled: bool, wanted: bool, backend: str) -> Tracing | None:
+def wanted(config: JobConfig) -> bool:
+    """Whether the job traces: compiled with Inductor, compiler.provenance on, and its own fresh
+    Inductor cache (a shared cache would keep Inductor's copies of the trace, and its graphs,
+    compiled before, would miss: provenance tracking is part of the cache key)."""
+    return bool(config.compile and config.compiler.provenance and config.compiler.backend == "inductor"
+                and config.run.compile_cache == "fresh")
+
+
+def start(config: JobConfig) -> Tracing | None:
     """Turn Inductor's provenance tracking and debug trace on in this process, into a new temporary
-    folder; None where the job does not compile with Inductor, was told not to, or the installed
-    torch has no provenance tracking. `discard` (or `finish`) turns it off again."""
-    if not (compiled and wanted and backend == "inductor"):
+    folder; None where the job does not trace (`wanted`) or the installed torch has no provenance
+    tracking. `discard` (or `finish`) turns it off again."""
+    if not wanted(config):
         return None
     # A private module, as for the kernel names in the trace (job._compiler): torch.compile's
     # `options=` may not be given with `mode=`, and compiler.mode is a grid key.
@@ -94,6 +108,19 @@ def start(compiled: bool, wanted: bool, backend: str) -> Tracing | None:
     return Tracing(folder, saved, quiet)
 
 
+def same_cache_key(config: JobConfig) -> None:
+    """In the twin, which compiles untraced: provenance tracking on as in the job, without the debug
+    trace, so that its compile finds the job's graph in the job's cache (the tracking level is part
+    of Inductor's cache key; the rest of the trace's settings are not)."""
+    if not wanted(config):
+        return
+    import torch._inductor.config as inductor_config
+
+    trace = getattr(inductor_config, "trace", None)
+    if trace is not None and hasattr(trace, "provenance_tracking_level"):
+        trace.provenance_tracking_level = 1
+
+
 def finish(tracing: Tracing | None, job_dir: Path, out: dict[str, Any]) -> None:
     """Read what Inductor wrote into job_dir/provenance.json (its kernel count in
     `out["provenance_kernels"]`), then turn the trace off and remove its folder."""
@@ -103,6 +130,8 @@ def finish(tracing: Tracing | None, job_dir: Path, out: dict[str, Any]) -> None:
         found = read(tracing.folder)
         write_json(job_dir / PROVENANCE_FILE, {"torch": _torch_version(), **found})
         out["provenance_kernels"] = len(found["kernels"])
+    except Exception as exc:  # what compile fused is an extra: it never fails a job that measured
+        out["warnings"] = [*(out.get("warnings") or []), f"Inductor's provenance not read: {type(exc).__name__}: {exc}"]
     finally:
         discard(tracing)
 
@@ -121,21 +150,48 @@ def discard(tracing: Tracing | None) -> None:
 
 def read(folder: Path) -> dict[str, Any]:
     """{"graphs": how many compiled graphs left a mapping, "kernels": [...]} from Inductor's debug
-    folders under `folder` (see the module's text). A mapping that cannot be read is skipped and
-    named in "unreadable"."""
+    folders under `folder` (see the module's text). A graph compiled without a mapping (a training
+    step's backward graph, compiled later, outside what Inductor tracks) is named in "unmapped";
+    a kernel of a mapped graph whose name in the trace such a graph also defines is left out, in
+    "left_out": the trace cannot tell the two apart. A mapping that cannot be read is named in
+    "unreadable" and its graph counts as unmapped."""
     kernels: list[dict[str, Any]] = []
     unreadable: list[str] = []
-    mappings = sorted(Path(folder).glob(f"torchinductor/*/{MAPPING_FILE}"))
-    for path in mappings:
+    unmapped: list[str] = []
+    elsewhere: set[str] = set()  # trace names the unmapped graphs define
+    mapped = 0
+    for graph in sorted(p for p in Path(folder).glob("torchinductor/*") if p.is_dir()):
+        code = _text(graph / CODE_FILE)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            code = path.with_name(CODE_FILE).read_text(encoding="utf-8") if path.with_name(CODE_FILE).is_file() else ""
-        except (OSError, ValueError) as exc:
-            unreadable.append(f"{path.parent.name}: {exc}")
+            data = json.loads((graph / MAPPING_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            unmapped.append(graph.name)
+            elsewhere |= {trace_name(k, code) for k in defined_kernels(code)}
             continue
-        kernels += graph_kernels(data, code, path.parent.name)
-    return {"graphs": len(mappings) - len(unreadable), "kernels": kernels,
+        except (OSError, ValueError, RecursionError) as exc:
+            unreadable.append(f"{graph.name}: {exc}")
+            elsewhere |= {trace_name(k, code) for k in defined_kernels(code)}
+            continue
+        kernels += graph_kernels(data, code, graph.name)
+        mapped += 1
+    kept = [k for k in kernels if k["trace_name"] not in elsewhere]
+    left_out = sorted({k["trace_name"] for k in kernels if k["trace_name"] in elsewhere})
+    return {"graphs": mapped, "kernels": kept,
+            **({"unmapped": unmapped} if unmapped else {}), **({"left_out": left_out} if left_out else {}),
             **({"unreadable": unreadable} if unreadable else {})}
+
+
+def defined_kernels(code: str) -> list[str]:
+    """The kernels a graph's generated code defines (`name = async_compile.cpp_pybinding(...)`,
+    `.triton(...)`)."""
+    return re.findall(r"^(\w+) = async_compile\.\w+\(", code, flags=re.MULTILINE)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8") if path.is_file() else ""
+    except (OSError, ValueError):
+        return ""
 
 
 def graph_kernels(mapping: Any, code: str, graph: str) -> list[dict[str, Any]]:

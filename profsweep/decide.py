@@ -6,15 +6,20 @@ A ratio (NEW / BASE, or work / overhead) with its 95% interval [low, high] is, a
 
     above         low  > 1 + band                  (NEW slower; work exceeds overhead)
     below         high < 1 / (1 + band)            (NEW faster; overhead exceeds work)
-    same          the whole interval within the band
+    same          within the band by two one-sided tests at 5% each (Schuirmann's TOST, the
+                  equivalence test of bioequivalence and of nvbench's SAME): the 90% interval,
+                  the same interval at t's 95th percentile instead of its 97.5th, lies within
+                  the band (the 95% interval within it says so all the more)
     inconclusive  otherwise: the interval reaches past the band on one side and into it (or past
                   it on the other): more processes would decide it (`processes_needed`)
 
-as nvbench's compare says FAST / SLOW / SAME / AMBG. A ratio without an interval (one process
-a side) is never decided. How many processes would decide an inconclusive ratio at the spread
-observed: the interval's half-width on log scale shrinks as sqrt(R / n) with n processes a side
-(R now), with Student's t for n - 1 degrees of freedom a side; the smallest n whose interval,
-centred where it is now, would clear the band's edge nearest it (or fit inside the band).
+as nvbench's compare says FAST / SLOW / SAME / AMBG. Each verdict is a test at 5%: a change past
+the band, by the two-sided 95% interval; no change past it, by the two one-sided tests. A ratio
+without an interval (one process a side) is never decided. How many processes would decide an
+inconclusive ratio at the spread observed: the interval's half-width on log scale shrinks as
+sqrt(R / n) with n processes a side (R now), with Student's t for n - 1 degrees of freedom a
+side; the smallest n whose interval, centred where it is now, would clear the band's edge
+nearest it (the 95% one), or fit inside the band (the 90% one).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class Decision:
     band: float
     processes_needed: int | None = None  # a side, to decide an inconclusive ratio (None: decided, or unknown)
     why: str = ""
+    equivalence: tuple[float, float] | None = None  # the 90% interval a `same` rests on, where the 95% one leaves the band
 
     @property
     def decided(self) -> bool:
@@ -84,9 +90,25 @@ def decide(ratio: float | None, low: float | None, high: float | None, repeats: 
         return Decision(BELOW, ratio, low, high, band, why=f"interval below -{band:.0%}")
     if down <= low and high <= up:
         return Decision(SAME, ratio, low, high, band, why=f"interval within ±{band:.0%}")
+    tost = equivalence_interval(ratio, low, high, df if df and df > 0 else (repeats - 1 if repeats else None))
+    if tost is not None and down <= tost[0] and tost[1] <= up:
+        return Decision(SAME, ratio, low, high, band, equivalence=tost,
+                        why=f"90% interval {tost[0]:.3g}–{tost[1]:.3g} within ±{band:.0%} (two one-sided tests at 5%)")
     return Decision(INCONCLUSIVE, ratio, low, high, band,
                     processes_needed=processes_needed(ratio, low, high, repeats, band, df=df),
                     why=f"interval straddles the ±{band:.0%} band")
+
+
+def equivalence_interval(ratio: float, low: float, high: float, df: float | None,
+                         level: float = LEVEL) -> tuple[float, float] | None:
+    """The interval of two one-sided tests at (1 - level) each, from the two-sided `level` one
+    [low, high] built with Student's t for `df` degrees of freedom: each side's distance from the
+    ratio on log scale scaled by t(level) / t(1 - (1 - level) / 2) (90% from 95%). None without df."""
+    if df is None or not df > 0:
+        return None
+    scale = t_quantile(level, df) / t_quantile(1 - (1 - level) / 2, df)
+    d = math.log(ratio)
+    return math.exp(d - (d - math.log(low)) * scale), math.exp(d + (math.log(high) - d) * scale)
 
 
 def processes_needed(ratio: float, low: float, high: float, repeats: int | None, band: float = BAND,
@@ -106,8 +128,9 @@ def processes_needed(ratio: float, low: float, high: float, repeats: int | None,
     if gap == 0:
         return MAX_PROCESSES + 1
     per = (df if df and df > 0 else repeats - 1) / (repeats - 1)  # degrees of freedom per process beyond one
-    tail = 1 - (1 - level) / 2
-    se = half / t_quantile(tail, per * (repeats - 1))  # what the interval says of the standard error now
+    se = half / t_quantile(1 - (1 - level) / 2, per * (repeats - 1))  # what the interval says of the standard error now
+    # clearing the edge outward is a two-sided test (the 95% interval); fitting inside, two one-sided ones (the 90%)
+    tail = 1 - (1 - level) / 2 if abs(d) > m else level
     z = t_quantile(tail, 1e6)  # t is above the normal quantile for every n: no n below this one can do
     n = max(repeats + 1, math.ceil(repeats * (z * se / gap) ** 2))
     while n <= MAX_PROCESSES:

@@ -69,3 +69,33 @@ def test_the_processes_needed_would_decide_at_the_spread_observed():
     assert 6 <= typical <= 28, sorted(needs)
     # the estimate is of the median case, from a noisy spread: within 2x of what decides half the time
     assert decided_share(3) < 0.15 and decided_share(2 * typical) > 0.5
+
+
+def test_same_is_two_one_sided_tests_at_5_percent():
+    """By hand, df 9: t's 95th percentile 1.833 and 97.5th 2.262, so the 90% interval is the 95%
+    one's log half-widths times 0.810. Log 0.0500 (±5.1%) becomes 0.0405: within ±5%, same;
+    log 0.0605 becomes 0.0490, past log(1.05) = 0.0488: inconclusive."""
+    inside = decide(1.0, math.exp(-0.0500), math.exp(0.0500), 10, df=9)
+    assert inside.outcome == SAME and "two one-sided tests" in inside.why
+    assert decide(1.0, math.exp(-0.0605), math.exp(0.0605), 10, df=9).outcome == INCONCLUSIVE
+    # without degrees of freedom, no 90% interval: only the 95% one within the band says same
+    assert decide(1.0, math.exp(-0.0500), math.exp(0.0500), None).outcome == INCONCLUSIVE
+
+
+def test_same_says_a_change_on_the_bands_edge_is_none_at_most_one_time_in_twenty():
+    """Simulated processes 3% apart, 10 a side, a true change of exactly +5% (the band's edge):
+    the test at 5% calls it `same` in at most 5% of sweeps (here with room for 200 draws); at a
+    true 1.0 it calls most sweeps `same`."""
+    rng = np.random.default_rng(7)
+
+    def share(true: float, trials: int = 200) -> float:
+        hits = 0
+        for trial in range(trials):
+            base = [[math.exp(rng.normal(0, 0.03))] for _ in range(10)]
+            new = [[math.exp(math.log(true) + rng.normal(0, 0.03))] for _ in range(10)]
+            t = stats.ratio_test(base, new, seed=trial, resamples=400)
+            hits += decide(t.ratio, t.low, t.high, 10, df=t.df).outcome == SAME
+        return hits / trials
+
+    assert share(1.05) <= 0.08
+    assert share(1.0) >= 0.5

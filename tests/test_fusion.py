@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 
 import pandas as pd
@@ -15,6 +16,7 @@ import pytest
 
 from analysis.fusion import BY_PROVENANCE, cover, fused_words, fusion_rows, kernel_sources, source_ops
 from experiments import provenance
+from experiments.config import CompilerConfig, JobConfig, RunConfig
 from analysis.trace import analyse_trace
 from tests.conftest import CUDA_TRACES, ROOT, run_cli
 from profsweep.contract import GridPoint
@@ -83,7 +85,7 @@ def test_the_provenance_inductor_recorded_for_the_geglu_mlp():
 def test_a_job_writes_what_it_read_and_removes_inductors_folder(tmp_path):
     import torch._inductor.config as inductor_config
 
-    tracing = provenance.start(True, True, "inductor")
+    tracing = provenance.start(JobConfig(compile=True))
     said = logging.getLogger(provenance.INDUCTOR_DEBUG_LOG)
     assert not said.filter(logging.LogRecord("x", logging.WARNING, "", 0, "%s debug trace: %s", ("g", tracing.folder), None))
     assert said.filter(logging.LogRecord("x", logging.WARNING, "", 0, "something else", (), None))
@@ -103,18 +105,43 @@ def test_a_job_writes_what_it_read_and_removes_inductors_folder(tmp_path):
     assert written["kernels"] == provenance.read(INDUCTOR_DEBUG)["kernels"]
     assert kernel_sources(job_dir / "provenance.json") == {"extern_kernels.mm": ["linear", "linear_1", "linear_2"],
                                                            "graph_0_cpp_fused_gelu_mul_0": ["mul", "gelu"]}
-    # nothing to trace: eager, told not to, another backend
-    assert provenance.start(False, True, "inductor") is None
-    assert provenance.start(True, False, "inductor") is None
-    assert provenance.start(True, True, "aot_eager") is None
+    # nothing to trace: eager, told not to, another backend, a shared cache
+    assert provenance.start(JobConfig(compile=False)) is None
+    assert provenance.start(JobConfig(compile=True, compiler=CompilerConfig(provenance=False))) is None
+    assert provenance.start(JobConfig(compile=True, compiler=CompilerConfig(backend="aot_eager"))) is None
+    assert provenance.start(JobConfig(compile=True, run=RunConfig(compile_cache="shared"))) is None
+    # the twin compiles with the job's cache key, untraced
+    provenance.same_cache_key(JobConfig(compile=True))
+    assert inductor_config.trace.provenance_tracking_level == 1 and not inductor_config.trace.enabled
+    inductor_config.trace.provenance_tracking_level = 0
+
+
+def test_a_graph_without_a_mapping_leaves_its_kernels_names_out(tmp_path):
+    """A training step's backward graph is compiled without a mapping: a kernel name it shares with
+    a mapped graph (as in the trace, graph_0_ for both) is left out, and the graph is named."""
+    shutil.copytree(INDUCTOR_DEBUG, tmp_path, dirs_exist_ok=True)
+    forward = tmp_path / "torchinductor" / "model__0_inference_0.0"
+    backward = tmp_path / "torchinductor" / "model__0_backward_0.1"
+    backward.mkdir()
+    (backward / "output_code.py").write_text((forward / "output_code.py").read_text())
+    found = provenance.read(tmp_path)
+    assert found["unmapped"] == ["model__0_backward_0.1"]
+    assert found["left_out"] == ["graph_0_cpp_fused_gelu_mul_0"] and found["graphs"] == 1
+    assert [k["kernel"] for k in found["kernels"]] == ["extern_kernels.mm"]
+    # a mapping that cannot be read counts as unmapped, and is named
+    (forward / "inductor_provenance_tracking_node_mappings.json").write_text("{not json")
+    found = provenance.read(tmp_path)
+    assert found["graphs"] == 0 and found["kernels"] == [] and "model__0_inference_0.0" in found["unreadable"][0]
 
 
 @pytest.mark.parametrize("text", ["not json", "[1, 2]", '{"kernels": 7}', '{"kernels": [1, {"trace_name": 3}]}',
-                                  '{"kernels": [{"trace_name": "k", "source_nodes": "gelu"}]}'])
+                                  '{"kernels": [{"trace_name": "k", "source_nodes": "gelu"}]}', "[" * 100_000])
 def test_a_provenance_file_that_says_nothing_usable_gives_no_kernels(tmp_path, text):
     (tmp_path / "provenance.json").write_text(text)
     assert kernel_sources(tmp_path / "provenance.json") == {}
     assert kernel_sources(tmp_path / "absent.json") == {}
+    os.mkfifo(tmp_path / "fifo.json")  # never opened: it would block
+    assert kernel_sources(tmp_path / "fifo.json") == {}
 
 
 def test_a_kernel_inductor_says_it_made_from_gelu_and_mul():
@@ -123,7 +150,10 @@ def test_a_kernel_inductor_says_it_made_from_gelu_and_mul():
     without provenance is still matched by its name."""
     assert source_ops(["mul", "gelu", "linear_1", "getitem"], ["aten::gelu", "aten::mul", "aten::linear"]) == (
         ["aten::mul", "aten::gelu", "aten::linear"], ["getitem"])
-    assert source_ops(["add_3", "add"], None) == (["aten::add"], [])
+    assert source_ops(["add_3", "add", "getitem_1"], None) == (["aten::add"], ["getitem"])
+    # a Python call's node covers the op that does its work: F.softmax's aten::_softmax, `/`'s div
+    assert source_ops(["softmax", "truediv"], ["aten::softmax", "aten::_softmax", "aten::div"]) == (
+        ["aten::softmax", "aten::_softmax", "aten::div"], [])
     common = {"status": "ok", "trace_error": None, "platform": "cpu", "size": 64, "workload": "mlp",
               "dtype": "bf16", "warmup": False, "train": False, "device": "cpu"}
     eager = GridPoint(common, compile=False, jobs="e1")
@@ -142,6 +172,21 @@ def test_a_kernel_inductor_says_it_made_from_gelu_and_mul():
     # without provenance the same kernel is matched by its name: only mul
     by_name = {r["kernel"]: r for r in fusion_rows([eager, compiled], table, [])}
     assert by_name["graph_0_cpp_fused_mul_0"]["eager_ops"] == "aten::mul"
+    # nodes that cover no op eager ran leave the kernel to its name
+    sources = {"c1": {"graph_0_cpp_fused_mul_0": ["getitem", "float"]}}
+    row = {r["kernel"]: r for r in fusion_rows([eager, compiled], table, [], sources)}["graph_0_cpp_fused_mul_0"]
+    assert (row["eager_ops"], row["matched_by"]) == ("aten::mul", "kernel name")
+    # a node `softmax` covers the aten::_softmax eager ran; the name's ops join the nodes' where the
+    # nodes miss them (a node named after a call no alias knows: `my_softmax`)
+    table["e1"].append({"name": "aten::_softmax", "self_host_us_step_median": 50.0})
+    table["c1"].append({"name": "graph_0_cpp_fused__softmax_mul_2", "self_host_us_step_median": 20.0})
+    for nodes, unmatched in ((["softmax_1", "mul"], None), (["my_softmax", "mul_1"], "my_softmax")):
+        sources = {"c1": {"graph_0_cpp_fused__softmax_mul_2": nodes}}
+        row = {r["kernel"]: r for r in fusion_rows([eager, compiled], table, [], sources)}["graph_0_cpp_fused__softmax_mul_2"]
+        assert (row["eager_ops"], row["unmatched"], row["matched_by"]) == ("aten::_softmax; aten::mul" if unmatched is None
+                                                                           else "aten::mul; aten::_softmax",
+                                                                           unmatched, BY_PROVENANCE)
+        assert row["eager_us_per_step"] == pytest.approx(60.0)
 
 
 @pytest.mark.skipif(not (CUDA_TRACES / "a100_triton_compiled.json.gz").is_file(), reason="fixtures not here")

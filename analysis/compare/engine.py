@@ -15,8 +15,8 @@ un-profiled step where both sides timed it, else the profiled step's host durati
 ratio NEW/BASE of the two medians of repeat medians gets a 95% interval from a hierarchical
 bootstrap over both sides' repeats, made honest for few repeats (profsweep.stats.ratio_test).
 `slower` when the whole interval lies above 1 + MARGIN, `faster` when it lies below
-1 / (1 + MARGIN), `same` when it lies within [1 / (1 + MARGIN), 1 + MARGIN], else
-`inconclusive`, as it is when a side has a single repeat or was measured while other processes
+1 / (1 + MARGIN), `same` when the 90% interval (two one-sided tests at 5%) lies within
+[1 / (1 + MARGIN), 1 + MARGIN], else `inconclusive`, as it is when a side has a single repeat or was measured while other processes
 loaded the machine (its `noise_load`). Across the grid, a change is a verdict only when it is a
 discovery of Benjamini–Hochberg at `--fdr` (default 0.05) over the pairs' p-values. Identical
 samples on both sides (a sweep compared with itself) are `same`, ratio 1.
@@ -81,8 +81,9 @@ def verdict(base: Sequence[Sequence[float]], new: Sequence[Sequence[float]], see
         return Verdict("slower", test.ratio, test.low, test.high, interval, test.p_value)
     if d.outcome == BELOW:
         return Verdict("faster", test.ratio, test.low, test.high, interval, test.p_value)
-    if d.outcome == SAME:
-        return Verdict("same", test.ratio, test.low, test.high, interval + f" within ±{band:.0%}", test.p_value)
+    if d.outcome == SAME:  # the 95% interval within the band, or the 90% one (two one-sided tests)
+        within = f" within ±{band:.0%}" if d.why.startswith("interval within") else f"; {d.why}"
+        return Verdict("same", test.ratio, test.low, test.high, interval + within, test.p_value)
     need = d.need()
     return Verdict("inconclusive", test.ratio, test.low, test.high,
                    interval + f" straddles the ±{band:.0%} band" + (f": {need}" if need else ""), test.p_value,

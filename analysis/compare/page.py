@@ -142,7 +142,8 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
                                                for v, n in counts.items()) + ". Paired by "
         + escape(", ".join(result["columns"])) + ". Verdicts: the ratio NEW/BASE of the medians over repeats "
         "(one process each) of each repeat's median step, with a 95% interval from a hierarchical bootstrap over "
-        f"both sides' repeats; <i>same</i> within ±{result.get('band', MARGIN):.0%}; <i>inconclusive</i> when the interval straddles "
+        f"both sides' repeats; <i>same</i> when the 90% interval (two one-sided tests at 5%) lies within "
+        f"±{result.get('band', MARGIN):.0%}; <i>inconclusive</i> when the interval straddles "
         "that band, a side has one repeat, or a side was measured on a loaded machine. False discoveries "
         f"controlled across the grid: Benjamini–Hochberg at {result.get('fdr', FDR):g} over "
         f"{result.get('tested', 0)} pairs.</p>",

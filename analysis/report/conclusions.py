@@ -294,6 +294,8 @@ def change(base: list[list[float]], new: list[list[float]], base_value: float | 
     if d.outcome == BELOW:
         return f"{times(1 / ratio)} faster ({times(ratio)} {where})", ratio
     if d.outcome == SAME:
+        if d.equivalence is not None:  # the 95% interval leaves the band, the two one-sided tests' 90% one does not
+            where = f"[{times(d.equivalence[0])}, {times(d.equivalence[1])}], the 90% interval of two one-sided tests"
         return f"the same within ±{d.band:.0%} ({times(ratio)} {where})", ratio
     return f"no clear difference ({times(ratio)} {where}{_need(d)})", ratio
 
