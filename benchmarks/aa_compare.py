@@ -85,6 +85,11 @@ def main() -> int:
                   f"probe); false verdicts of change {wrong} of {len(frame)}; "
                   f"--fail-if-slower 1.10 exit {code}; interval high/low: median {widths.median():.2f} "
                   f"({widths.min():.2f}-{widths.max():.2f})", flush=True)
+            for _, pair in frame.iterrows():  # each pair: what its verdict rests on
+                print(f"    {pair.get('base_job', '')}: {pair['verdict']} {pair['step_ratio']:.3f}x "
+                      f"[{pair['interval_low']:.3f}, {pair['interval_high']:.3f}] "
+                      f"repeats {pair.get('repeats_base', '?')}/{pair.get('repeats_new', '?')}"
+                      + (f"; {pair['verdict_why']}" if isinstance(pair.get("verdict_why"), str) else ""), flush=True)
             ok &= wrong == 0 and code == 0
             small, big = root / f"s256_{trial}", root / f"s512_{trial}"
             sweep(small, ["size=256", *args.extra])

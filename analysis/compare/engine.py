@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from analysis.diff import Use, calls_changed, environment_diff, per_step, same_probe, time_diff
-from analysis.points import pair_key_of, pairing_columns
+from analysis.points import ALLOCATOR_REMEDY, FAULTS_APART, pair_key_of, pairing_columns
 from analysis.compare.side import CompareError, Side, kernel_uses, op_uses
 from analysis.text import us
 from profsweep import stats
@@ -189,6 +189,45 @@ def against_the_machine(judged: Verdict, base: list[tuple[list[float], float]], 
     return Verdict("inconclusive", judged.ratio, judged.low, judged.high, why, None, relative.processes_needed), probes
 
 
+def against_the_allocator(judged: Verdict, base: list[tuple[list[float], dict[str, Any]]],
+                          new: list[tuple[list[float], dict[str, Any]]]) -> Verdict:
+    """A change of the un-profiled step is a verdict only if the code made it, not the allocator's
+    state that each process happens to be in.
+
+    A step that frees and allocates big buffers faults them in again every step in some processes
+    and not in others (glibc hands them back to the system, or not, as the heap's layout lets
+    it): matmul_add 1024 bf16, one sweep's processes 5.0-5.2 ms at ~250 faults a step and one at
+    6.3 ms with 976, the next sweep's three all at 6.1 ms with ~990, a false "1.20x slower" in an
+    A/A comparison. So where the two sides' processes faulted a typical number of pages a step
+    FAULTS_APART times apart (and 50 more), and one side's own processes fault both ways (one
+    within a factor 1.5 of the other side's typical count), a `slower` or `faster` verdict is
+    `inconclusive`, with the faults and the remedy that fixes them (ALLOCATOR_REMEDY). Only ever
+    a verdict less, never one more."""
+    if judged.verdict not in ("slower", "faster") or not base or not new:
+        return judged
+    faults = [[stats.number(job.get("timed_minor_faults_per_step")) for _, job in side] for side in (base, new)]
+    if any(f is None or f < 0 for side in faults for f in side):
+        return judged
+    typical = [stats.median(side) for side in faults]
+    few, many = sorted(typical)
+    if many < FAULTS_APART * few + 50:
+        return judged
+
+    def both_ways(own: list[float], other: float) -> bool:
+        return any(f > 0 and other > 0 and abs(math.log(f / other)) <= math.log(1.5) for f in own)
+
+    mixed = [name for name, own, other in (("BASE", faults[0], typical[1]), ("NEW", faults[1], typical[0]))
+             if both_ways(own, other)]
+    if not mixed:
+        return judged
+    own = faults[0] if mixed[0] == "BASE" else faults[1]
+    why = (f"{judged.why}; but the two sides' processes faulted a median {typical[0]:,.0f} and {typical[1]:,.0f} "
+           f"pages a step, and {mixed[0]}'s own processes fault both ways ({', '.join(f'{f:,.0f}' for f in sorted(own))}): "
+           "glibc's allocator handed the step's buffers back to the system and got them again in some processes and "
+           f"not in others, as each heap's layout let it, not the code; rerun BASE and NEW with {ALLOCATOR_REMEDY}")
+    return Verdict("inconclusive", judged.ratio, judged.low, judged.high, why, None, judged.processes_needed)
+
+
 def _nan(value: Any) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
@@ -260,6 +299,8 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
     comparable = (same_probe(base.environment, new.environment)
                   and stats.number(b.get("torch_threads")) == stats.number(n.get("torch_threads")))
     judged, probes = against_the_machine(judged, _probed(base_repeats, on), _probed(new_repeats, on), band, comparable)
+    if on == "timed":
+        judged = against_the_allocator(judged, base_repeats, new_repeats)
     row: dict[str, Any] = {c: n.get(c) if n.get(c) is not None else b.get(c) for c in columns}
     row.update({
         "base_job": b["job"], "new_job": n["job"], "variant": n.get("variant"),
