@@ -7,9 +7,10 @@ A ratio (NEW / BASE, or work / overhead) with its 95% interval [low, high] is, a
     above         low  > 1 + band                  (NEW slower; work exceeds overhead)
     below         high < 1 / (1 + band)            (NEW faster; overhead exceeds work)
     same          within the band by two one-sided tests at 5% each (Schuirmann's TOST, the
-                  equivalence test of bioequivalence and of nvbench's SAME): the 90% interval,
-                  the same interval at t's 95th percentile instead of its 97.5th, lies within
-                  the band (the 95% interval within it says so all the more)
+                  equivalence test of bioequivalence): the 90% interval, built as the 95% one is
+                  (stats.ratio_test's low90 / high90: t's 95th percentile, the bootstrap's 5th
+                  and 95th), lies within the band; where a caller has no 90% interval, the 95%
+                  one must (a test at 2.5%)
     inconclusive  otherwise: the interval reaches past the band on one side and into it (or past
                   it on the other): more processes would decide it (`processes_needed`)
 
@@ -72,10 +73,11 @@ class Decision:
 
 
 def decide(ratio: float | None, low: float | None, high: float | None, repeats: int | None = None,
-           band: float = BAND, df: float | None = None) -> Decision:
+           band: float = BAND, df: float | None = None, same: tuple[float | None, float | None] | None = None) -> Decision:
     """The verdict on `ratio` with its interval [low, high], measured over `repeats` processes a
     side (the fewer of the two sides; None: unknown, then no processes_needed); `df`: the degrees
-    of freedom of the t quantile the interval was built with (default repeats - 1)."""
+    of freedom of the t quantile the interval was built with (default repeats - 1); `same`: the
+    90% interval built the same way, for two one-sided tests (None: the 95% one decides `same`)."""
     if band < 0 or band >= 1:
         raise ValueError(f"band={band!r} is not allowed: give a fraction between 0 and 1 (0.05: ±5%)")
     if ratio is None or not math.isfinite(ratio) or ratio <= 0:
@@ -90,25 +92,14 @@ def decide(ratio: float | None, low: float | None, high: float | None, repeats: 
         return Decision(BELOW, ratio, low, high, band, why=f"interval below -{band:.0%}")
     if down <= low and high <= up:
         return Decision(SAME, ratio, low, high, band, why=f"interval within ±{band:.0%}")
-    tost = equivalence_interval(ratio, low, high, df if df and df > 0 else (repeats - 1 if repeats else None))
+    tost = same if same is not None and same[0] is not None and same[1] is not None and same[0] <= ratio <= same[1] \
+        else None
     if tost is not None and down <= tost[0] and tost[1] <= up:
         return Decision(SAME, ratio, low, high, band, equivalence=tost,
                         why=f"90% interval {tost[0]:.3g}–{tost[1]:.3g} within ±{band:.0%} (two one-sided tests at 5%)")
     return Decision(INCONCLUSIVE, ratio, low, high, band,
                     processes_needed=processes_needed(ratio, low, high, repeats, band, df=df),
                     why=f"interval straddles the ±{band:.0%} band")
-
-
-def equivalence_interval(ratio: float, low: float, high: float, df: float | None,
-                         level: float = LEVEL) -> tuple[float, float] | None:
-    """The interval of two one-sided tests at (1 - level) each, from the two-sided `level` one
-    [low, high] built with Student's t for `df` degrees of freedom: each side's distance from the
-    ratio on log scale scaled by t(level) / t(1 - (1 - level) / 2) (90% from 95%). None without df."""
-    if df is None or not df > 0:
-        return None
-    scale = t_quantile(level, df) / t_quantile(1 - (1 - level) / 2, df)
-    d = math.log(ratio)
-    return math.exp(d - (d - math.log(low)) * scale), math.exp(d + (math.log(high) - d) * scale)
 
 
 def processes_needed(ratio: float, low: float, high: float, repeats: int | None, band: float = BAND,

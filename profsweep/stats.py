@@ -193,6 +193,8 @@ class RatioTest:
     p_value: float | None
     df: float | None
     why: str = ""
+    low90: float | None = None  # the 90% interval, built the same way: two one-sided tests at 5% (decide's `same`)
+    high90: float | None = None
 
 
 def ratio_test(base: Iterable[Iterable[object] | None], new: Iterable[Iterable[object] | None],
@@ -203,6 +205,8 @@ def ratio_test(base: Iterable[Iterable[object] | None], new: Iterable[Iterable[o
     bootstrap's, corrected per side by R / (R - 1) for R repeats (the bootstrap's variance over R
     clusters is (R - 1) / R of the true one), with Welch–Satterthwaite degrees of freedom.
     The p-value tests a change beyond `margin` in the direction observed (doubled: two-sided).
+    `low90` / `high90`: the 90% interval built the same way (t's 95th percentile, the bootstrap's
+    5th and 95th), for two one-sided tests at 5% (profsweep.decide's `same`).
     A side with one repeat says nothing about the variation between processes: no interval."""
     b, n = _groups(base), _groups(new)
     if not b or not n:
@@ -223,17 +227,19 @@ def ratio_test(base: Iterable[Iterable[object] | None], new: Iterable[Iterable[o
     vn = float(np.var(rn, ddof=1)) * len(n) / (len(n) - 1)
     d = math.log(ratio)
     tail = (1 - level) / 2
-    plow, phigh = (float(x) for x in np.quantile(rn - rb, [tail, 1 - tail]))
+    plow, phigh, p5, p95 = (float(x) for x in np.quantile(rn - rb, [tail, 1 - tail, tail * 2, 1 - tail * 2]))
     se = math.sqrt(vb + vn)
     m = math.log(1 + margin)
     if se == 0:
         low, high = min(d, plow), max(d, phigh)
-        return RatioTest(ratio, _exp(low), _exp(high), 0.0 if abs(d) > m else 1.0, None)
+        return RatioTest(ratio, _exp(low), _exp(high), 0.0 if abs(d) > m else 1.0, None,
+                         low90=_exp(min(d, p5)), high90=_exp(max(d, p95)))
     df = welch_df(vb, len(b), vn, len(n))
-    half = t_quantile(1 - tail, df) * se
+    half, half90 = t_quantile(1 - tail, df) * se, t_quantile(1 - 2 * tail, df) * se
     low, high = min(d - half, plow), max(d + half, phigh)
     p = min(1.0, 2 * (1 - t_cdf((abs(d) - m) / se, df)))
-    return RatioTest(ratio, _exp(low), _exp(high), p, df)
+    return RatioTest(ratio, _exp(low), _exp(high), p, df, low90=_exp(min(d - half90, p5)),
+                     high90=_exp(max(d + half90, p95)))
 
 
 def _sorted(groups: list[np.ndarray]) -> list[np.ndarray]:

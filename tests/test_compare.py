@@ -126,8 +126,22 @@ def test_a_change_the_allocators_state_made_gets_no_verdict(tmp_path, capsys):
     code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--fail-if-slower", "1.1", capsys=capsys)
     row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
     assert code == 0 and row["verdict"] == "inconclusive" and row["interval_low"] > 1.1  # slower as measured
-    assert "faulted a median 247 and 991 pages a step" in row["verdict_why"], row["verdict_why"]
-    assert "BASE's own processes fault both ways" in row["verdict_why"] and "MALLOC_MMAP_THRESHOLD_" in row["verdict_why"]
+    assert "BASE's processes faulted a median 247 pages a step and NEW's 991" in row["verdict_why"], row["verdict_why"]
+    assert "1 of BASE's 9 faulted NEW's way (976) and took what NEW's did (6.27 ms against 6.06 ms a step)" \
+        in row["verdict_why"] and "MALLOC_MMAP_THRESHOLD_" in row["verdict_why"]
+    # a process that faults none at all is of the other way too
+    timed_point(tmp_path / "none", [(6267, 976), *[(5050 + 20 * k, 0) for k in range(8)]])
+    compare(tmp_path / "none", tmp_path / "new", capsys=capsys)
+    assert pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").loc[0, "verdict"] == "inconclusive"
+    # a real regression stands: NEW twice as slow, though one BASE process faulted NEW's way (it ran 6.3 ms, not 10)
+    timed_point(tmp_path / "regressed", [(10100, 992), (10000, 991), (9950, 990)])
+    compare(tmp_path / "base", tmp_path / "regressed", capsys=capsys)
+    assert pd.read_csv(tmp_path / "regressed" / "compare" / "compare.csv").loc[0, "verdict"] == "slower"
+    # the slower side faults less: not the allocator's doing, the verdict stands
+    timed_point(tmp_path / "lean", [(6062, 250), (6109, 251), (6062, 249)])
+    timed_point(tmp_path / "fat", [(6100, 250), *[(5050 + 20 * k, 990) for k in range(8)]])
+    compare(tmp_path / "fat", tmp_path / "lean", capsys=capsys)
+    assert pd.read_csv(tmp_path / "lean" / "compare" / "compare.csv").loc[0, "verdict"] == "slower"
     # every process of each side in its own mode: nothing shows the code makes both, the verdict stands
     timed_point(tmp_path / "steady", [(5050 + 20 * k, 247) for k in range(9)])
     compare(tmp_path / "steady", tmp_path / "new", capsys=capsys)

@@ -72,14 +72,29 @@ def test_the_processes_needed_would_decide_at_the_spread_observed():
 
 
 def test_same_is_two_one_sided_tests_at_5_percent():
-    """By hand, df 9: t's 95th percentile 1.833 and 97.5th 2.262, so the 90% interval is the 95%
-    one's log half-widths times 0.810. Log 0.0500 (±5.1%) becomes 0.0405: within ±5%, same;
-    log 0.0605 becomes 0.0490, past log(1.05) = 0.0488: inconclusive."""
-    inside = decide(1.0, math.exp(-0.0500), math.exp(0.0500), 10, df=9)
-    assert inside.outcome == SAME and "two one-sided tests" in inside.why
-    assert decide(1.0, math.exp(-0.0605), math.exp(0.0605), 10, df=9).outcome == INCONCLUSIVE
-    # without degrees of freedom, no 90% interval: only the 95% one within the band says same
-    assert decide(1.0, math.exp(-0.0500), math.exp(0.0500), None).outcome == INCONCLUSIVE
+    """`same` rests on the 90% interval where one is given (two one-sided tests at 5%), on the 95%
+    one where not: [0.951, 1.051] leaves ±5% (1/1.05 = 0.952), its 90% interval [0.96, 1.04] does not."""
+    inside = decide(1.0, 0.951, 1.051, 10, df=9, same=(0.96, 1.04))
+    assert inside.outcome == SAME and "two one-sided tests" in inside.why and inside.equivalence == (0.96, 1.04)
+    assert decide(1.0, 0.951, 1.051, 10, df=9, same=(0.95, 1.04)).outcome == INCONCLUSIVE
+    assert decide(1.0, 0.951, 1.051, 10, df=9).outcome == INCONCLUSIVE  # no 90% interval: the 95% one decides
+    assert decide(1.0, 0.96, 1.04, 10, df=9).equivalence is None  # the 95% interval within: no need of the 90%
+
+
+def test_the_90_percent_interval_is_built_as_the_95_percent_one():
+    """ratio_test's 90% interval lies inside its 95% one, around the ratio, and is narrower; with no
+    spread at all (every process alike), both are the bootstrap's own."""
+    rng = np.random.default_rng(3)
+    narrower = 0
+    for trial in range(20):
+        base = [[math.exp(rng.normal(0, 0.05))] for _ in range(4)]
+        new = [[math.exp(rng.normal(0.02, 0.05))] for _ in range(5)]
+        t = stats.ratio_test(base, new, seed=trial)
+        assert t.low <= t.low90 <= t.ratio <= t.high90 <= t.high
+        narrower += t.high90 / t.low90 < t.high / t.low
+    assert narrower == 20
+    flat = stats.ratio_test([[1.0]] * 3, [[1.02]] * 3)
+    assert flat.low90 == pytest.approx(1.02) and flat.high90 == pytest.approx(1.02)
 
 
 def test_same_says_a_change_on_the_bands_edge_is_none_at_most_one_time_in_twenty():
@@ -94,7 +109,7 @@ def test_same_says_a_change_on_the_bands_edge_is_none_at_most_one_time_in_twenty
             base = [[math.exp(rng.normal(0, 0.03))] for _ in range(10)]
             new = [[math.exp(math.log(true) + rng.normal(0, 0.03))] for _ in range(10)]
             t = stats.ratio_test(base, new, seed=trial, resamples=400)
-            hits += decide(t.ratio, t.low, t.high, 10, df=t.df).outcome == SAME
+            hits += decide(t.ratio, t.low, t.high, 10, df=t.df, same=(t.low90, t.high90)).outcome == SAME
         return hits / trials
 
     assert share(1.05) <= 0.08

@@ -75,14 +75,14 @@ def verdict(base: Sequence[Sequence[float]], new: Sequence[Sequence[float]], see
         return Verdict("inconclusive", test.ratio, None, None,
                        f"{'1 repeat per side' if reps == (1, 1) else f'{reps[0]} vs {reps[1]} repeats'}: one process "
                        f"says nothing of the variation between processes; rerun both with run.repeats={MORE_REPEATS}")
-    d = decide(test.ratio, test.low, test.high, min(reps), band, df=test.df)
+    d = decide(test.ratio, test.low, test.high, min(reps), band, df=test.df, same=(test.low90, test.high90))
     interval = f"95% interval {test.low:.3f}–{test.high:.3f}"
     if d.outcome == ABOVE:
         return Verdict("slower", test.ratio, test.low, test.high, interval, test.p_value)
     if d.outcome == BELOW:
         return Verdict("faster", test.ratio, test.low, test.high, interval, test.p_value)
     if d.outcome == SAME:  # the 95% interval within the band, or the 90% one (two one-sided tests)
-        within = f" within ±{band:.0%}" if d.why.startswith("interval within") else f"; {d.why}"
+        within = f" within ±{band:.0%}" if d.equivalence is None else f"; {d.why}"
         return Verdict("same", test.ratio, test.low, test.high, interval + within, test.p_value)
     need = d.need()
     return Verdict("inconclusive", test.ratio, test.low, test.high,
@@ -190,7 +190,7 @@ def against_the_machine(judged: Verdict, base: list[tuple[list[float], float]], 
 
 
 def against_the_allocator(judged: Verdict, base: list[tuple[list[float], dict[str, Any]]],
-                          new: list[tuple[list[float], dict[str, Any]]]) -> Verdict:
+                          new: list[tuple[list[float], dict[str, Any]]], band: float = MARGIN) -> Verdict:
     """A change of the un-profiled step is a verdict only if the code made it, not the allocator's
     state that each process happens to be in.
 
@@ -198,34 +198,42 @@ def against_the_allocator(judged: Verdict, base: list[tuple[list[float], dict[st
     and not in others (glibc hands them back to the system, or not, as the heap's layout lets
     it): matmul_add 1024 bf16, one sweep's processes 5.0-5.2 ms at ~250 faults a step and one at
     6.3 ms with 976, the next sweep's three all at 6.1 ms with ~990, a false "1.20x slower" in an
-    A/A comparison. So where the two sides' processes faulted a typical number of pages a step
-    FAULTS_APART times apart (and 50 more), and one side's own processes fault both ways (one
-    within a factor 1.5 of the other side's typical count), a `slower` or `faster` verdict is
-    `inconclusive`, with the faults and the remedy that fixes them (ALLOCATOR_REMEDY). Only ever
-    a verdict less, never one more."""
+    A/A comparison. So a `slower` or `faster` verdict is `inconclusive`, with the faults and the
+    remedy that fixes them (ALLOCATOR_REMEDY), where all of these hold: the two sides' processes
+    faulted a typical number of pages per timed step FAULTS_APART times apart (and 50 more); the
+    slower side is the one that faults more; and one side's own processes include some that
+    fault the other side's way (past the geometric middle of the two counts) and took, in the
+    median, what the other side's took, within the band. Only ever a verdict less, never one more."""
     if judged.verdict not in ("slower", "faster") or not base or not new:
         return judged
-    faults = [[stats.number(job.get("timed_minor_faults_per_step")) for _, job in side] for side in (base, new)]
-    if any(f is None or f < 0 for side in faults for f in side):
-        return judged
-    typical = [stats.median(side) for side in faults]
+    sides: list[list[tuple[float, float]]] = []  # per side: (faults per timed step, median step) of each process
+    for side in (base, new):
+        found = [(stats.number(job.get("timed_minor_faults_per_step")), stats.median(samples)) for samples, job in side]
+        if any(f is None or f < 0 or step is None or step <= 0 for f, step in found):
+            return judged
+        sides.append(found)  # type: ignore[arg-type]
+    typical = [stats.median([f for f, _ in side]) for side in sides]
     few, many = sorted(typical)
-    if many < FAULTS_APART * few + 50:
+    slower = 1 if judged.verdict == "slower" else 0  # NEW (1) or BASE (0)
+    if many < FAULTS_APART * few + 50 or typical[slower] != many:
         return judged
-
-    def both_ways(own: list[float], other: float) -> bool:
-        return any(f > 0 and other > 0 and abs(math.log(f / other)) <= math.log(1.5) for f in own)
-
-    mixed = [name for name, own, other in (("BASE", faults[0], typical[1]), ("NEW", faults[1], typical[0]))
-             if both_ways(own, other)]
-    if not mixed:
-        return judged
-    own = faults[0] if mixed[0] == "BASE" else faults[1]
-    why = (f"{judged.why}; but the two sides' processes faulted a median {typical[0]:,.0f} and {typical[1]:,.0f} "
-           f"pages a step, and {mixed[0]}'s own processes fault both ways ({', '.join(f'{f:,.0f}' for f in sorted(own))}): "
-           "glibc's allocator handed the step's buffers back to the system and got them again in some processes and "
-           f"not in others, as each heap's layout let it, not the code; rerun BASE and NEW with {ALLOCATOR_REMEDY}")
-    return Verdict("inconclusive", judged.ratio, judged.low, judged.high, why, None, judged.processes_needed)
+    cut = math.sqrt((few + 1) * (many + 1))  # between the two ways, on log scale (a count of 0 too)
+    names = ("BASE", "NEW")
+    for mixed, other in ((0, 1), (1, 0)):
+        their_way = [(f, step) for f, step in sides[mixed] if (f > cut) == (typical[other] > cut)]
+        if not their_way:
+            continue
+        ours, theirs = stats.median([step for _, step in their_way]), stats.median([step for _, step in sides[other]])
+        if abs(math.log(ours / theirs)) > math.log(1 + band):
+            continue
+        why = (f"{judged.why}; but BASE's processes faulted a median {typical[0]:,.0f} pages a step and NEW's "
+               f"{typical[1]:,.0f}, and {len(their_way)} of {names[mixed]}'s {len(sides[mixed])} faulted "
+               f"{names[other]}'s way ({', '.join(f'{f:,.0f}' for f, _ in their_way)}) and took what {names[other]}'s "
+               f"did ({us(ours)} against {us(theirs)} a step): most likely glibc's allocator, which hands the step's "
+               "buffers back to the system and gets them again in some processes and not in others as each heap's "
+               f"layout lets it, not the code; rerun BASE and NEW with {ALLOCATOR_REMEDY}")
+        return Verdict("inconclusive", judged.ratio, judged.low, judged.high, why, None, judged.processes_needed)
+    return judged
 
 
 def _nan(value: Any) -> bool:
@@ -300,7 +308,7 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
                   and stats.number(b.get("torch_threads")) == stats.number(n.get("torch_threads")))
     judged, probes = against_the_machine(judged, _probed(base_repeats, on), _probed(new_repeats, on), band, comparable)
     if on == "timed":
-        judged = against_the_allocator(judged, base_repeats, new_repeats)
+        judged = against_the_allocator(judged, base_repeats, new_repeats, band)
     row: dict[str, Any] = {c: n.get(c) if n.get(c) is not None else b.get(c) for c in columns}
     row.update({
         "base_job": b["job"], "new_job": n["job"], "variant": n.get("variant"),

@@ -143,8 +143,8 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
         + escape(", ".join(result["columns"])) + ". Verdicts: the ratio NEW/BASE of the medians over repeats "
         "(one process each) of each repeat's median step, with a 95% interval from a hierarchical bootstrap over "
         f"both sides' repeats; <i>same</i> when the 90% interval (two one-sided tests at 5%) lies within "
-        f"±{result.get('band', MARGIN):.0%}; <i>inconclusive</i> when the interval straddles "
-        "that band, a side has one repeat, or a side was measured on a loaded machine. False discoveries "
+        f"±{result.get('band', MARGIN):.0%}, <i>slower</i> or <i>faster</i> when the 95% one lies past it; <i>inconclusive</i> "
+        "otherwise, or when a side has one repeat or was measured on a loaded machine. False discoveries "
         f"controlled across the grid: Benjamini–Hochberg at {result.get('fdr', FDR):g} over "
         f"{result.get('tested', 0)} pairs.</p>",
     ]

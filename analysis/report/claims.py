@@ -74,7 +74,7 @@ def _ratio(d: "_Data", base: pd.Series, new: pd.Series, key: str) -> Decision:
     b, n = d.groups(base, key), d.groups(new, key)
     if len(b) >= 2 and len(n) >= 2:
         test = stats.ratio_test(b, n)
-        return decide(test.ratio, test.low, test.high, min(len(b), len(n)), df=test.df)
+        return decide(test.ratio, test.low, test.high, min(len(b), len(n)), df=test.df, same=(test.low90, test.high90))
     ib, in_ = _interval(base, key), _interval(new, key)
     vb, vn = stats.number(base.get(key)), stats.number(new.get(key))
     if not vb or not vn or vb <= 0 or vn <= 0:
@@ -99,6 +99,8 @@ def _holds(decision: Decision) -> str:
 def _ratio_text(decision: Decision) -> str:
     """`2.34× [2.29, 2.40]` and, undecided, how many processes would decide it."""
     need = decision.need()
+    if decision.equivalence is not None:  # `same` by two one-sided tests: the 95% interval leaves the band
+        need = f"the same by two one-sided tests: 90% interval [{decision.equivalence[0]:.3g}, {decision.equivalence[1]:.3g}]"
     return decision.interval().replace("x", "×", 1) + (f"; {need}" if need else "")
 
 
@@ -257,7 +259,8 @@ def part1(d: _Data) -> list[Claim]:
             groups = {k: d.first_step_ratios(frame[frame["size"] == size].iloc[0])
                       for k, frame in (("cold", cold), ("warm", warm))}
             test = stats.ratio_test(groups["warm"], groups["cold"])
-            found = decide(test.ratio, test.low, test.high, min(len(groups["cold"]), len(groups["warm"])), df=test.df)
+            found = decide(test.ratio, test.low, test.high, min(len(groups["cold"]), len(groups["warm"])), df=test.df,
+                           same=(test.low90, test.high90))
             holds = _holds(found)
             said += f" (cold / warm {_ratio_text(found)})"
             outside = {k: d.first_step_outside(frame[frame["size"] == size].iloc[0])

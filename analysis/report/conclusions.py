@@ -285,7 +285,7 @@ def change(base: list[list[float]], new: list[list[float]], base_value: float | 
     if test is None or test.low is None or test.high is None:
         word = f"{times(ratio)} slower" if ratio >= 1 else f"{times(1 / ratio)} faster ({times(ratio)})"
         return f"{word} (one process each: no interval)", ratio
-    d = decide(ratio, test.low, test.high, min(len(base), len(new)), df=test.df)
+    d = decide(ratio, test.low, test.high, min(len(base), len(new)), df=test.df, same=(test.low90, test.high90))
     if too_wide(test.low, test.high):
         return f"no clear difference ({times(ratio)}; its interval too wide to read{_need(d)})", ratio
     where = f"[{times(test.low)}, {times(test.high)}]"
