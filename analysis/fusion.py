@@ -14,10 +14,11 @@ under another name); without an eager partner every word is named as the aten op
 
 Where the job read Inductor's own kernel-to-node provenance (provenance.json, experiments.provenance:
 the nodes of the captured graph each kernel was made from, `gelu` and `mul`), a kernel's eager ops
-are those nodes' ops instead (`matched_by` "inductor provenance"): a node's name without its
-number (`linear_1`) is matched against the ops eager ran, and one no eager op has stays in
-`unmatched`. That covers what a name leaves out (Inductor shortens a long name) and what it
-cannot tell apart.
+are those nodes' ops (`matched_by` "inductor provenance"): a node's name without its number
+(`linear_1`) and the ops that do its call's work (NODE_OPS), where eager ran them, then the ops
+its name spells that they left out; a node no eager op has stays in `unmatched`. That covers what
+a name leaves out (Inductor shortens a long name). A kernel whose nodes cover no op eager ran is
+matched by its name.
 
 Times per step are medians over the repeats: on the CPU an op's (and a C++ kernel's) self host
 time per step, on a GPU the device time per step of the op's kernels and of the Triton kernel.
@@ -180,8 +181,8 @@ def fusion_rows(points: list[GridPoint], ops: dict[str, list[dict[str, Any]]], k
         found = [(kernel, us, BY_PROVENANCE if kernel in sources else BY_NAME) for kernel, us in times.items()]
         # the compiled graph's calls of library kernels that stand for several eager ops
         found += [(op, called[op], BY_CALL) for op in EXTERN if op in called and op not in eager_times]
+        eager_ops = eager_times if eager is not None else None
         for kernel, compiled_us, how in sorted(found, key=lambda k: -k[1]):
-            eager_ops = eager_times if eager is not None else None
             if how == BY_CALL:
                 covered, unmatched = [o for o in EXTERN[kernel] if o in eager_times], []
             else:

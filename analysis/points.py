@@ -234,6 +234,12 @@ PROBE_APART = 1.15  # the machine's speed probe took this many times as long dur
 ALLOCATOR_REMEDY = "MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=536870912 before the command"
 
 
+def faults_apart(few: float, many: float) -> bool:
+    """Whether processes faulting `many` pages a step did so in another way than those faulting
+    `few`: FAULTS_APART times as many, and 50 more."""
+    return many >= FAULTS_APART * few + 50
+
+
 def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
     """What differed between a grid point's processes when their medians disagree, from what each
     job recorded, and the remedy for that cause: two modes or a spread; more minor page faults a
@@ -262,7 +268,7 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
 
     causes = []
     f_fast, f_slow = typical(fast, "timed_minor_faults_per_step"), typical(slow, "timed_minor_faults_per_step")
-    if f_fast is not None and f_slow is not None and f_slow >= FAULTS_APART * f_fast + 50:
+    if f_fast is not None and f_slow is not None and faults_apart(f_fast, f_slow):
         causes.append(f"the slow processes faulted {f_slow:,.0f} pages a step, the fast ones {f_fast:,.0f}: "
                       "glibc's allocator handed their buffers back to the system and got them again every step "
                       "(timed_minor_faults_per_step), as the heap's layout let it, which "

@@ -88,14 +88,8 @@ def start(config: JobConfig) -> Tracing | None:
     """Turn Inductor's provenance tracking and debug trace on in this process, into a new temporary
     folder; None where the job does not trace (`wanted`) or the installed torch has no provenance
     tracking. `discard` (or `finish`) turns it off again."""
-    if not wanted(config):
-        return None
-    # A private module, as for the kernel names in the trace (job._compiler): torch.compile's
-    # `options=` may not be given with `mode=`, and compiler.mode is a grid key.
-    import torch._inductor.config as inductor_config
-
-    trace = getattr(inductor_config, "trace", None)
-    if trace is None or not hasattr(trace, "provenance_tracking_level") or not hasattr(trace, "debug_dir"):
+    trace = _trace_settings(config)
+    if trace is None or not hasattr(trace, "debug_dir"):
         return None
     folder = Path(tempfile.mkdtemp(prefix="profsweep-provenance-"))
     settings = {"enabled": True, "debug_dir": str(folder), "provenance_tracking_level": 1,
@@ -112,13 +106,21 @@ def same_cache_key(config: JobConfig) -> None:
     """In the twin, which compiles untraced: provenance tracking on as in the job, without the debug
     trace, so that its compile finds the job's graph in the job's cache (the tracking level is part
     of Inductor's cache key; the rest of the trace's settings are not)."""
+    trace = _trace_settings(config)
+    if trace is not None:
+        trace.provenance_tracking_level = 1
+
+
+def _trace_settings(config: JobConfig) -> Any:
+    """Inductor's trace settings where the job traces (`wanted`) and this torch has provenance
+    tracking; else None. A private module, as for the kernel names in the trace (job._compiler):
+    torch.compile's `options=` may not be given with `mode=`, and compiler.mode is a grid key."""
     if not wanted(config):
-        return
+        return None
     import torch._inductor.config as inductor_config
 
     trace = getattr(inductor_config, "trace", None)
-    if trace is not None and hasattr(trace, "provenance_tracking_level"):
-        trace.provenance_tracking_level = 1
+    return trace if hasattr(trace, "provenance_tracking_level") else None
 
 
 def finish(tracing: Tracing | None, job_dir: Path, out: dict[str, Any]) -> None:
@@ -164,12 +166,11 @@ def read(folder: Path) -> dict[str, Any]:
         code = _text(graph / CODE_FILE)
         try:
             data = json.loads((graph / MAPPING_FILE).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            unmapped.append(graph.name)
-            elsewhere |= {trace_name(k, code) for k in defined_kernels(code)}
-            continue
         except (OSError, ValueError, RecursionError) as exc:
-            unreadable.append(f"{graph.name}: {exc}")
+            if isinstance(exc, FileNotFoundError):
+                unmapped.append(graph.name)
+            else:
+                unreadable.append(f"{graph.name}: {exc}")
             elsewhere |= {trace_name(k, code) for k in defined_kernels(code)}
             continue
         kernels += graph_kernels(data, code, graph.name)
@@ -230,10 +231,7 @@ def _add(items: list[str], item: str) -> None:
         items.append(item)
 
 
-def _torch_version() -> str | None:
-    try:
-        import torch
+def _torch_version() -> str:
+    import torch  # imported already: the job compiled with it
 
-        return str(torch.__version__)
-    except ImportError:
-        return None
+    return str(torch.__version__)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from profsweep.stats import LEVEL, t_quantile
+from profsweep.stats import LEVEL, RatioTest, t_quantile
 
 BAND = 0.05
 FDR = 0.05  # the false discovery rate Benjamini-Hochberg controls across a grid's verdicts (compare, history)
@@ -100,6 +100,12 @@ def decide(ratio: float | None, low: float | None, high: float | None, repeats: 
     return Decision(INCONCLUSIVE, ratio, low, high, band,
                     processes_needed=processes_needed(ratio, low, high, repeats, band, df=df),
                     why=f"interval straddles the ±{band:.0%} band")
+
+
+def decide_test(test: RatioTest, repeats: int | None, band: float = BAND) -> Decision:
+    """`decide` on a ratio test's ratio, its 95% interval (with its degrees of freedom) and its 90%
+    one (for `same`)."""
+    return decide(test.ratio, test.low, test.high, repeats, band, df=test.df, same=(test.low90, test.high90))
 
 
 def processes_needed(ratio: float, low: float, high: float, repeats: int | None, band: float = BAND,

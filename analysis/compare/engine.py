@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from analysis.diff import Use, calls_changed, environment_diff, per_step, same_probe, time_diff
-from analysis.points import ALLOCATOR_REMEDY, FAULTS_APART, pair_key_of, pairing_columns
+from analysis.points import ALLOCATOR_REMEDY, faults_apart, pair_key_of, pairing_columns
 from analysis.compare.side import CompareError, Side, kernel_uses, op_uses
 from analysis.text import us
 from profsweep import stats
 from profsweep.contract import GridPoint, flag, point_jobs, timed_samples
-from profsweep.decide import ABOVE, BAND, BELOW, FDR, SAME, decide
+from profsweep.decide import ABOVE, BAND, BELOW, FDR, SAME, decide_test
 
 MARGIN = BAND  # what counts as the same: within 5% (profsweep.decide, the one rule)
 VERDICT_ORDER = {"slower": 0, "faster": 1, "inconclusive": 2, "same": 3}
@@ -75,7 +75,7 @@ def verdict(base: Sequence[Sequence[float]], new: Sequence[Sequence[float]], see
         return Verdict("inconclusive", test.ratio, None, None,
                        f"{'1 repeat per side' if reps == (1, 1) else f'{reps[0]} vs {reps[1]} repeats'}: one process "
                        f"says nothing of the variation between processes; rerun both with run.repeats={MORE_REPEATS}")
-    d = decide(test.ratio, test.low, test.high, min(reps), band, df=test.df, same=(test.low90, test.high90))
+    d = decide_test(test, min(reps), band)
     interval = f"95% interval {test.low:.3f}–{test.high:.3f}"
     if d.outcome == ABOVE:
         return Verdict("slower", test.ratio, test.low, test.high, interval, test.p_value)
@@ -200,7 +200,7 @@ def against_the_allocator(judged: Verdict, base: list[tuple[list[float], dict[st
     6.3 ms with 976, the next sweep's three all at 6.1 ms with ~990, a false "1.20x slower" in an
     A/A comparison. So a `slower` or `faster` verdict is `inconclusive`, with the faults and the
     remedy that fixes them (ALLOCATOR_REMEDY), where all of these hold: the two sides' processes
-    faulted a typical number of pages per timed step FAULTS_APART times apart (and 50 more); the
+    faulted a typical number of pages per timed step apart (points.faults_apart: twice, and 50 more); the
     slower side is the one that faults more; and one side's own processes include some that
     fault the other side's way (past the geometric middle of the two counts) and took, in the
     median, what the other side's took, within the band. Only ever a verdict less, never one more."""
@@ -215,7 +215,7 @@ def against_the_allocator(judged: Verdict, base: list[tuple[list[float], dict[st
     typical = [stats.median([f for f, _ in side]) for side in sides]
     few, many = sorted(typical)
     slower = 1 if judged.verdict == "slower" else 0  # NEW (1) or BASE (0)
-    if many < FAULTS_APART * few + 50 or typical[slower] != many:
+    if not faults_apart(few, many) or typical[slower] != many:
         return judged
     cut = math.sqrt((few + 1) * (many + 1))  # between the two ways, on log scale (a count of 0 too)
     names = ("BASE", "NEW")

@@ -29,7 +29,7 @@ from analysis.report.expect import CUDA_ONLY, EXPECT_FILE, INCONCLUSIVE, ClaimSp
 from analysis.html import pre_pair, read_text, table
 from profsweep.contract import TIMED, GridPoint, flag, point_jobs, table_files, timed_samples, trace_files, usable_rows
 from profsweep import stats
-from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
+from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide, decide_test
 
 PRESETS = Path(__file__).resolve().parents[2] / "conf" / "experiment"
 PARTS = ("part1", "part2", "part3")
@@ -74,7 +74,7 @@ def _ratio(d: "_Data", base: pd.Series, new: pd.Series, key: str) -> Decision:
     b, n = d.groups(base, key), d.groups(new, key)
     if len(b) >= 2 and len(n) >= 2:
         test = stats.ratio_test(b, n)
-        return decide(test.ratio, test.low, test.high, min(len(b), len(n)), df=test.df, same=(test.low90, test.high90))
+        return decide_test(test, min(len(b), len(n)))
     ib, in_ = _interval(base, key), _interval(new, key)
     vb, vn = stats.number(base.get(key)), stats.number(new.get(key))
     if not vb or not vn or vb <= 0 or vn <= 0:
@@ -259,8 +259,7 @@ def part1(d: _Data) -> list[Claim]:
             groups = {k: d.first_step_ratios(frame[frame["size"] == size].iloc[0])
                       for k, frame in (("cold", cold), ("warm", warm))}
             test = stats.ratio_test(groups["warm"], groups["cold"])
-            found = decide(test.ratio, test.low, test.high, min(len(groups["cold"]), len(groups["warm"])), df=test.df,
-                           same=(test.low90, test.high90))
+            found = decide_test(test, min(len(groups["cold"]), len(groups["warm"])))
             holds = _holds(found)
             said += f" (cold / warm {_ratio_text(found)})"
             outside = {k: d.first_step_outside(frame[frame["size"] == size].iloc[0])

@@ -19,7 +19,7 @@ from analysis.text import count, fmt, interval, nbytes, rate, short_name, times,
 from analysis.trace import is_op
 from profsweep import stats
 from profsweep.contract import SERIES_KEYS, TIMED, GridPoint, Job, amount, flag, point_jobs, series_key, timed_samples
-from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
+from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide_test
 
 TOP = 10  # ops and kernels per grid point in top_ops.csv
 SAID = 3  # of which the conclusions name
@@ -285,7 +285,7 @@ def change(base: list[list[float]], new: list[list[float]], base_value: float | 
     if test is None or test.low is None or test.high is None:
         word = f"{times(ratio)} slower" if ratio >= 1 else f"{times(1 / ratio)} faster ({times(ratio)})"
         return f"{word} (one process each: no interval)", ratio
-    d = decide(ratio, test.low, test.high, min(len(base), len(new)), df=test.df, same=(test.low90, test.high90))
+    d = decide_test(test, min(len(base), len(new)))
     if too_wide(test.low, test.high):
         return f"no clear difference ({times(ratio)}; its interval too wide to read{_need(d)})", ratio
     where = f"[{times(test.low)}, {times(test.high)}]"
