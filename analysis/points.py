@@ -51,7 +51,7 @@ PRESSURE_OTHERS = 0.1
 # --- what a grid point is: the settings that pair it across sweeps and make its series ----------
 
 PAIR_KEYS = ("workload", "size", "dtype", "compile", "warmup", "train", "optimizer", "device",
-             "isolation", "compile_cache", "warmup_iters", "threads")
+             "isolation", "compile_cache", "warmup_iters", "threads", "allocator")
 PAIR_PREFIXES = SETTING_PREFIXES
 # How many steps were profiled, how much of the table was printed and whether the trace was
 # gzipped, or whether Inductor's provenance was read, do not change what a step measures: a sweep
@@ -228,10 +228,16 @@ FAULTS_APART = 2.0  # the slow processes faulted this many times as many pages a
 LOAD_APART = 0.3  # other processes used this many more CPUs during the slow processes
 PROBE_APART = 1.15  # the machine's speed probe took this many times as long during the slow processes
 # The measured remedy for steps that fault their buffers in again (glibc hands them back, or not,
-# by the heap's layout): fixed thresholds keep them. attention 256 (math), bf16, 1 thread, fresh
-# processes: 18-23 ms and 2,761-6,624 faults a step in 6 of 6 plain ones, 11.9-12.3 ms and 0-137
-# faults in 4 of 4 with these set (2026-12-05); set on the sweep's command, they reach every job.
-ALLOCATOR_REMEDY = "MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=536870912 before the command"
+# by the heap's layout): fixed thresholds keep them (experiments/allocator.py, the default since
+# run.allocator existed). attention 256 (math), bf16, 1 thread, fresh processes: 18-23 ms and
+# 2,761-6,624 faults a step in 6 of 6 plain ones, 11.9-12.3 ms and 0-137 faults in 4 of 4 with
+# them (2026-12-05).
+ALLOCATOR_REMEDY = "run.allocator=fixed"
+
+
+def allocator_held(rows: Iterable[dict[str, Any]]) -> bool:
+    """Whether every one of these jobs ran with glibc's thresholds held (run.allocator=fixed)."""
+    return all(str(r.get("allocator")) == "fixed" for r in rows)
 
 
 def faults_apart(few: float, many: float) -> bool:
@@ -269,10 +275,15 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
     causes = []
     f_fast, f_slow = typical(fast, "timed_minor_faults_per_step"), typical(slow, "timed_minor_faults_per_step")
     if f_fast is not None and f_slow is not None and faults_apart(f_fast, f_slow):
-        causes.append(f"the slow processes faulted {f_slow:,.0f} pages a step, the fast ones {f_fast:,.0f}: "
-                      "glibc's allocator handed their buffers back to the system and got them again every step "
-                      "(timed_minor_faults_per_step), as the heap's layout let it, which "
-                      f"{ALLOCATOR_REMEDY} fixes for every process")
+        faulted = f"the slow processes faulted {f_slow:,.0f} pages a step, the fast ones {f_fast:,.0f}"
+        if allocator_held(r for _, r in found):
+            causes.append(f"{faulted} (timed_minor_faults_per_step), with glibc's thresholds held (allocator "
+                          "fixed): memory its heap does not keep (blocks of 256 MiB or more, another allocator's); "
+                          "more processes narrow the interval")
+        else:
+            causes.append(f"{faulted}: glibc's allocator handed their buffers back to the system and got them "
+                          "again every step (timed_minor_faults_per_step), as the heap's layout let it, which "
+                          f"{ALLOCATOR_REMEDY} fixes for every process")
     o_fast, o_slow = typical(fast, "other_cpus"), typical(slow, "other_cpus")
     if o_fast is not None and o_slow is not None and o_slow - o_fast > LOAD_APART:
         causes.append(f"other processes used {o_slow:.1f} CPUs during the slow ones, {o_fast:.1f} during "

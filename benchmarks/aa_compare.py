@@ -1,7 +1,7 @@
 """Benchmark: can compare's verdicts be trusted? A/A, a real change, and a loaded machine.
 
     .venv/bin/python benchmarks/aa_compare.py [--trials 3] [--grid 'size=64,1024,4096 compile=true,false']
-                                              [--skip-load] [extra overrides for every sweep ...]
+                                              [--skip-load] [--keep DIR] [extra overrides for every sweep ...]
 
 1. A/A: two identical sweeps of the grid with the defaults, one after the other, compared:
    every `slower` or `faster` is a false verdict of change (goal: 0 in every trial), and
@@ -12,12 +12,15 @@
    first quiet sweep: goal every grid point of the loaded sweep `noisy` (with a reason) and no
    `slower` / `faster` verdict.
 
-Run it alone on the machine: anything else running is load. Prints each trial's figures.
+Run it alone on the machine: anything else running is load. Prints each trial's figures, and
+each sweep's conclusion on compile against eager (the main command's: decided at every size, and
+never opposite between sweeps). `--keep DIR` keeps the sweeps there (else they are deleted).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -42,7 +45,18 @@ def sweep(folder: Path, overrides: list[str]) -> float:
     noise = [line for line in done.stdout.splitlines() if "noisy" in line or "one process" in line]
     print(f"    sweep {' '.join(overrides)}: {time.perf_counter() - start:.1f} s" + (f" | {noise[0]}" if noise else ""),
           flush=True)
+    for line in compile_against_eager(folder):
+        print(f"      {line}", flush=True)
     return time.perf_counter() - start
+
+
+def compile_against_eager(folder: Path) -> list[str]:
+    """The sweep's conclusions on compile against eager (conclusions.json), as written."""
+    try:
+        found = json.loads((folder / "conclusions.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [c["text"] for c in found if isinstance(c, dict) and str(c.get("text", "")).startswith("compile against eager")]
 
 
 def compare(base: Path, new: Path, out: Path, *extra: str) -> tuple[int, pd.DataFrame]:
@@ -63,9 +77,13 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--grid", default="size=64,1024,4096 compile=true,false")
     parser.add_argument("--skip-load", action="store_true")
+    parser.add_argument("--keep", type=Path, help="keep the sweeps in this folder (new or empty)")
     parser.add_argument("extra", nargs="*", help="overrides for every sweep, e.g. run.repeats=2")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="bench-aa-"))
+    if args.keep is not None and args.keep.exists() and any(args.keep.iterdir()):
+        parser.error(f"--keep {args.keep}: not empty")
+    root = args.keep if args.keep is not None else Path(tempfile.mkdtemp(prefix="bench-aa-"))
+    root.mkdir(parents=True, exist_ok=True)
     grid = args.grid.split() + args.extra
     ok = True
     false_verdicts, change_found, times = [], [], []
@@ -125,7 +143,8 @@ def main() -> int:
         print(f"main grid sweep: median {sorted(times)[len(times) // 2]:.1f} s over {len(times)} sweeps")
         print("goals " + ("met" if ok else "NOT MET"))
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
     return 0 if ok else 1
 
 

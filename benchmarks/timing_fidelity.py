@@ -6,12 +6,13 @@ settings, warmed up), A B A B, with one thread and with torch's default. Also pr
 minor page faults per timed step. Goal: every ratio within 10% of 1.
 
     .venv/bin/python benchmarks/timing_fidelity.py [--rounds 5] [--points matmul_add-1024-eager,...]
-        [--allocator fixed]
+        [--allocator fixed|system]
 
-`--allocator fixed` sets glibc's thresholds for both sides (the remedy profsweep names for steps
-that fault their buffers in again): whether such a step hands its buffers back to the system
-depends on the heap's layout, which anything a process did first can change, so two fresh
-processes of one workload can differ 1.8x (attention 256, math) for no reason of profsweep's.
+`--allocator` is the jobs' run.allocator, and the benchmark's process holds its allocator the same
+way (experiments.allocator): fixed (the default) holds glibc's thresholds on both sides; with
+`system`, whether a step hands its buffers back to the system depends on the heap's layout, which
+anything a process did first can change, so two fresh processes of one workload can differ 1.8x
+(attention 256, math) for no reason of profsweep's.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL = 0.10
-FIXED_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "268435456", "MALLOC_TRIM_THRESHOLD_": "536870912"}
 # name -> (workload, its settings, size, compile)
 POINTS = {
     **{f"matmul_add-{n}-{mode}": ("matmul_add", {}, n, mode == "compiled")
@@ -41,12 +41,15 @@ REFERENCE = r"""
 import json, resource, sys
 import torch
 import torch.utils.benchmark as tb
-from experiments import seam
+from experiments import allocator, seam
 from experiments.config import config_from_dict
 from experiments.job import DTYPES
 from experiments.steps import modules_of
 
 config = config_from_dict(json.loads(sys.argv[1]))
+unheld = allocator.hold(config.run.allocator)
+if unheld:
+    sys.exit(unheld)
 threads = torch.get_num_threads() if config.run.threads == "auto" else int(config.run.threads)
 torch.set_num_threads(threads)
 w = config.workload
@@ -71,14 +74,14 @@ with torch.no_grad():
 """
 
 
-def config_for(point: str, threads: str) -> dict:
+def config_for(point: str, threads: str, held: str) -> dict:
     from experiments.config import JobConfig, RunConfig, WorkloadConfig, config_to_dict
 
     workload, settings, size, compiled = POINTS[point]
     w = (WorkloadConfig(target=workload, name="transformer", settings=settings) if ":" in workload
          else WorkloadConfig.builtin(workload, **settings))
     config = JobConfig(workload=w, size=size, dtype="bf16", compile=compiled, device="cpu",
-                       run=RunConfig(threads=threads if threads == "auto" else int(threads)))
+                       run=RunConfig(threads=threads if threads == "auto" else int(threads), allocator=held))
     return config_to_dict(config)
 
 
@@ -109,12 +112,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--points", default=",".join(POINTS), help=f"of: {', '.join(POINTS)}")
     parser.add_argument("--threads", default="1,auto")
-    parser.add_argument("--allocator", choices=("default", "fixed"), default="default",
-                        help="fixed: glibc's mmap and trim thresholds set for both sides (see above)")
+    parser.add_argument("--allocator", choices=("fixed", "system"), default="fixed",
+                        help="the jobs' run.allocator, held alike by the benchmark's process (see above)")
     args = parser.parse_args()
-    if args.allocator == "fixed":
-        os.environ.update(FIXED_ALLOCATOR)  # both sides' processes inherit it
-        print("allocator: " + " ".join(f"{k}={v}" for k, v in FIXED_ALLOCATOR.items()))
+    print(f"allocator: {args.allocator}, both sides")
     sys.path.insert(0, str(ROOT))
     load = os.getloadavg()[0]
     print(f"load average at the start: {load:.2f}")
@@ -123,7 +124,7 @@ def main() -> int:
     ok = True
     for point in args.points.split(","):
         for threads in args.threads.split(","):
-            config = config_for(point, threads)
+            config = config_for(point, threads, args.allocator)
             jobs, refs, faults, ref_faults = [], [], [], []
             for _ in range(args.rounds):  # A B A B: a slow minute of the machine slows both sides
                 us, flt = job_us(config)

@@ -29,6 +29,7 @@ STARTS = ("fork", "fresh")
 UNAVAILABLE = ("refuse", "skip")  # a grid point this machine cannot run: refuse the sweep, or skip it
 COMPILE_CACHES = ("fresh", "shared")
 CEILINGS = MODES  # run.ceilings (profsweep.ceilings)
+ALLOCATORS = ("fixed", "system")  # run.allocator (experiments.allocator)
 AUTO = "auto"
 # Settings of the sweep as a whole, not of what a job measures: they never change a job's
 # config_hash, so a rerun with more repeats adds only the missing ones.
@@ -196,6 +197,9 @@ class RunConfig:
     max_repeats: int = 10
     repeat: int = 1  # which repeat a job is: set by the sweep
     threads: Any = AUTO  # torch's intra-op threads: auto (what torch chooses) or a count
+    # glibc's allocator: fixed thresholds, so a step's buffers stay in the heap in every process
+    # (experiments.allocator), or the system's (whether they do depends on the heap's layout).
+    allocator: str = "fixed"
     # This machine's matmul FLOP/s and memory bandwidth for the roofline (profsweep.ceilings):
     # measure (once per machine, then cached) | table (datasheet peaks, GPUs only) | off.
     ceilings: str = "measure"
@@ -225,6 +229,7 @@ class RunConfig:
         _require_choice("run.isolation", self.isolation, ISOLATIONS)
         _require_choice("run.compile_cache", self.compile_cache, COMPILE_CACHES)
         _require_choice("run.ceilings", self.ceilings, CEILINGS)
+        _require_choice("run.allocator", self.allocator, ALLOCATORS)
         _require_positive_int("run.warmup_iters", self.warmup_iters)
         _require_nonnegative_int("run.job_timeout_s", self.job_timeout_s)
         if not (isinstance(self.variant_settings, str)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from experiments import provenance, records, seam
+from experiments import allocator, provenance, records, seam
 from profsweep import machine
 from experiments.config import AUTO, ConfigError, JobConfig, config_from_dict
 from experiments.lifeline import die_with_parent
@@ -111,12 +111,15 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
     known: prepare, first call, warm-up, the profiled steps, the export, the post-counts, and the
     un-profiled timing where no profiler has been (timed_in)."""
     _settle_process(config)
+    unheld = allocator.hold(config.run.allocator)  # before the twin's fork: it inherits the thresholds
     twin = _fork_twin(config) if twin_allowed else None
     traced = None
     try:
         # after the twin's fork: the twin compiles as the user's code would, untraced
         traced = provenance.start(config)
         job = _prepare(config, out)
+        if unheld:
+            out["warnings"].append(unheld)
         with job.grad_mode():
             if job.cost is None:
                 _guard_memory_of_what_was_built(job, out)

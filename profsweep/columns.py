@@ -54,7 +54,7 @@ RECORD_FIELDS = (  # what a job's record says about itself (metrics.json), also 
     "schema_version", "config_hash", "started_at", "finished_at", "hostname", "python_version", "git_commit",
     "git_dirty", "trace_file", "table_file", "trace_error", "record_error", "peak_memory_source",
     "isolation", "compile_cache", "warmup_iters", "job_timeout_s", "unavailable", "start", "exit_code", "stderr_tail",
-    "repeat", "repeats_planned", "precision", "max_repeats", "threads", "platform", "variant_settings",
+    "repeat", "repeats_planned", "precision", "max_repeats", "threads", "allocator", "platform", "variant_settings",
     "timed_in", "timed_error", "failure_is_final", "ceilings",
 )
 # How metrics.json flattens the config: each settings group's keys under a prefix (compiler.mode ->

@@ -127,7 +127,8 @@ def usable_sql(columns: Any, alias: str = "") -> str:
 
 
 # A pairing key a sweep from before it existed does not record, and the value that sweep had.
-PAIR_DEFAULTS = {"threads": "auto"}
+# (run.allocator: glibc's own thresholds, unless MALLOC_* was set by hand, which no record says.)
+PAIR_DEFAULTS = {"threads": "auto", "allocator": "system"}
 
 
 def identity(row: Any, columns: Any) -> tuple:

@@ -128,7 +128,7 @@ def test_a_change_the_allocators_state_made_gets_no_verdict(tmp_path, capsys):
     assert code == 0 and row["verdict"] == "inconclusive" and row["interval_low"] > 1.1  # slower as measured
     assert "BASE's processes faulted a median 247 pages a step and NEW's 991" in row["verdict_why"], row["verdict_why"]
     assert "1 of BASE's 9 faulted NEW's way (976) and took what NEW's did (6.27 ms against 6.06 ms a step)" \
-        in row["verdict_why"] and "MALLOC_MMAP_THRESHOLD_" in row["verdict_why"]
+        in row["verdict_why"] and "rerun BASE and NEW with run.allocator=fixed" in row["verdict_why"]
     # a process that faults none at all is of the other way too
     timed_point(tmp_path / "none", [(6267, 976), *[(5050 + 20 * k, 0) for k in range(8)]])
     compare(tmp_path / "none", tmp_path / "new", capsys=capsys)
@@ -150,6 +150,14 @@ def test_a_change_the_allocators_state_made_gets_no_verdict(tmp_path, capsys):
     timed_point(tmp_path / "near", [(6062, 400), (6109, 410), (6062, 390)])
     compare(tmp_path / "base", tmp_path / "near", capsys=capsys)
     assert pd.read_csv(tmp_path / "near" / "compare" / "compare.csv").loc[0, "verdict"] == "slower"
+    # both sides already held glibc's thresholds: no verdict still, and no remedy that was already used
+    for side in ("base", "new"):
+        for record in (tmp_path / side).glob("*/metrics.json"):
+            record.write_text(json.dumps({**json.loads(record.read_text()), "allocator": "fixed"}))
+    compare(tmp_path / "base", tmp_path / "new", capsys=capsys)
+    row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
+    assert row["verdict"] == "inconclusive" and "thresholds were held" in row["verdict_why"]
+    assert "rerun BASE and NEW with" not in row["verdict_why"], row["verdict_why"]
 
 
 def test_verdict_rule_on_repeats():
@@ -314,6 +322,21 @@ def test_a_sweep_from_before_threads_were_recorded_pairs_with_one_at_the_default
     hand_made_point(tmp_path / "base", 0, processes(100))  # no `threads` in its records
     hand_made_point(tmp_path / "new", 0, processes(100), threads="auto")
     code, out, _ = compare(tmp_path / "base", tmp_path / "new", capsys=capsys)
+    assert code == 0 and "1 pairs" in out
+
+
+def test_a_sweep_from_before_the_allocator_was_held_pairs_only_across_it(tmp_path, capsys):
+    """A record without `allocator` ran with glibc's own thresholds: it measured another thing than a
+    sweep that held them (1.2x at matmul_add 1024 here), so it pairs with `system`, and with
+    `fixed` only when the user says --ignore allocator."""
+    hand_made_point(tmp_path / "base", 0, processes(100))  # no `allocator` in its records
+    hand_made_point(tmp_path / "system", 0, processes(100), allocator="system")
+    code, out, _ = compare(tmp_path / "base", tmp_path / "system", capsys=capsys)
+    assert code == 0 and "1 pairs" in out
+    hand_made_point(tmp_path / "fixed", 0, processes(100), allocator="fixed")
+    code, _, err = compare(tmp_path / "base", tmp_path / "fixed", capsys=capsys)
+    assert code != 0 and "nothing in common" in err and "allocator" in err, err
+    code, out, _ = compare(tmp_path / "base", tmp_path / "fixed", "--ignore", "allocator", capsys=capsys)
     assert code == 0 and "1 pairs" in out
 
 
