@@ -278,7 +278,8 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
         faulted = f"the slow processes faulted {f_slow:,.0f} pages a step, the fast ones {f_fast:,.0f}"
         if allocator_held(r for _, r in found):
             causes.append(f"{faulted} (timed_minor_faults_per_step), with glibc's thresholds held (allocator "
-                          "fixed): memory its heap does not keep (blocks of 256 MiB or more, another allocator's); "
+                          "fixed): possibly memory its heap does not keep (blocks of 256 MiB or more, over 64 MiB on "
+                          "another thread, another allocator's); "
                           "more processes narrow the interval")
         else:
             causes.append(f"{faulted}: glibc's allocator handed their buffers back to the system and got them "

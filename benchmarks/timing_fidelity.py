@@ -47,7 +47,7 @@ from experiments.job import DTYPES
 from experiments.steps import modules_of
 
 config = config_from_dict(json.loads(sys.argv[1]))
-unheld = allocator.hold(config.run.allocator)
+_, unheld = allocator.hold(config.run.allocator)
 if unheld:
     sys.exit(unheld)
 threads = torch.get_num_threads() if config.run.threads == "auto" else int(config.run.threads)

@@ -111,7 +111,10 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
     known: prepare, first call, warm-up, the profiled steps, the export, the post-counts, and the
     un-profiled timing where no profiler has been (timed_in)."""
     _settle_process(config)
-    unheld = allocator.hold(config.run.allocator)  # before the twin's fork: it inherits the thresholds
+    # before the twin's fork: it inherits the thresholds; the record says what the process ran with
+    out["allocator"], unheld = allocator.hold(config.run.allocator)
+    if unheld:
+        print(f"warning: {unheld}", file=sys.stderr, flush=True)
     twin = _fork_twin(config) if twin_allowed else None
     traced = None
     try:

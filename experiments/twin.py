@@ -8,8 +8,9 @@ then does one piece of work in a process the profiler never touched.
 
 Why: a cold job's profiled steps must be the first steps of its process, so its un-profiled steps
 can only come after them, in a process the profiler's session and trace export have changed
-(glibc's allocator thresholds: a matmul_add 1024 step then refaults its buffers, ~990 minor page
-faults, and took 1.6x the time on this project's 2-core machine). The twin is that process as it
+(with run.allocator=system, glibc's dynamic thresholds: a matmul_add 1024 step then refaults its
+buffers, ~990 minor page faults, and took 1.6x the time on this project's 2-core machine; and,
+whatever the allocator, the heap the trace's events and the export leave behind). The twin is that process as it
 was before: forked once the job has imported what it runs and settled its garbage collector, with
 no tensor op run (so no thread pool, no device context, nothing compiled). It then blocks on a
 pipe until the job is done and has let go of its workload; it owns its pages before it starts (as

@@ -17,7 +17,7 @@ import re
 # The record's fields that must be text (analysis.tables.untrusted checks every record).
 TEXT_FIELDS = ("workload", "dtype", "device", "device_requested", "status", "optimizer", "workload_target",
                "device_name", "torch_version", "cuda_version", "hostname", "config_hash", "flops_source",
-               "trace_file", "table_file", "start", "isolation", "compile_cache", "unavailable", "ran_dtype",
+               "trace_file", "table_file", "start", "isolation", "compile_cache", "allocator", "unavailable", "ran_dtype",
                "ran_device", "variant_settings", "timed_in", "timed_error")
 # Columns of the written tables that hold text whatever their values look like: names (a job
 # folder named 7, an op), a hash or a commit of digits and an `e`, the record's text fields. Every

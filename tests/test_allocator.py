@@ -1,22 +1,26 @@
 """run.allocator=fixed holds glibc's thresholds in the job's process: checked by the kernel's own
-count of minor page faults, not by a timing."""
+count of minor page faults, not by a timing; and the record says what the process ran with."""
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from experiments import allocator
 from experiments.config import ConfigError, RunConfig
 
-# A 64 MiB block malloc'ed, written and freed, 20 times: above glibc's default mmap threshold
-# (128 KiB, raised at most to 32 MiB) it is mapped and unmapped every time, 16,384 pages faulted in
-# again each; held in the heap, none.
+ROOT = Path(__file__).resolve().parent.parent
+# A 64 MiB block malloc'ed, written and freed, 20 times, transparent huge pages off for the process
+# (prctl PR_SET_THP_DISABLE): above glibc's default mmap threshold (128 KiB, raised at most to 32
+# MiB) it is mapped and unmapped every time, each of its pages faulted in again; held in the heap,
+# none. Each job `hold`s in turn, as jobs of one process (run.isolation=none) would.
 LOOP = r"""
-import ctypes, resource, sys
+import ctypes, json, resource, sys
 from experiments import allocator
-warning = allocator.hold(sys.argv[1])
 libc = ctypes.CDLL(None)
+libc.prctl(41, 1, 0, 0, 0)
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = (ctypes.c_size_t,)
 libc.free.argtypes = (ctypes.c_void_p,)
@@ -26,31 +30,65 @@ def once():
     p = libc.malloc(size)
     libc.memset(p, 1, size)
     libc.free(p)
-once()
-start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(20):
+found = []
+for choice in sys.argv[1:]:
+    held, why = allocator.hold(choice)
     once()
-print(warning, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) / 20)
+    start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(20):
+        once()
+    found.append([held, why, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) / 20])
+print(json.dumps({"page": resource.getpagesize(), "jobs": found}))
 """
 
 
-def _faults_per_loop(choice: str) -> tuple[str, float]:
-    done = subprocess.run([sys.executable, "-c", LOOP, choice], capture_output=True, text=True, check=True,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "."})
-    warning, faults = done.stdout.split()
-    return warning, float(faults)
+def _jobs(*choices: str) -> tuple[int, list]:
+    done = subprocess.run([sys.executable, "-c", LOOP, *choices], capture_output=True, text=True, check=True,
+                          cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    found = json.loads(done.stdout)
+    return found["page"], found["jobs"]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or allocator._mallopt() is None,
-                    reason="glibc's mallopt (Linux)")
+glibc = pytest.mark.skipif(not sys.platform.startswith("linux") or allocator._mallopt()[0] is None,
+                           reason="glibc's mallopt (Linux, glibc's own malloc)")
+
+
+@glibc
 def test_fixed_keeps_a_freed_block_in_the_heap_where_the_system_unmaps_it():
-    warning, faults = _faults_per_loop("fixed")
-    assert warning == "None" and faults < 100  # reused: no page of it faulted again
-    warning, faults = _faults_per_loop("system")
-    assert warning == "None" and faults >= 16_000  # 64 MiB / 4 KiB pages = 16,384, faulted in each time
+    page, [(held, why, faults)] = _jobs("system")
+    pages = (64 << 20) // page
+    assert (held, why) == ("system", None) and faults >= 0.9 * pages  # faulted in again each time
+    page, [(held, why, faults)] = _jobs("fixed")
+    assert (held, why) == ("fixed", None) and faults < 0.01 * pages  # reused: none faulted again
+
+
+@glibc
+def test_jobs_of_one_process_record_the_allocator_they_ran_with():
+    """run.isolation=none: a `system` job after a `fixed` one runs held (nothing undoes mallopt),
+    and says so; its record says fixed."""
+    page, jobs = _jobs("system", "fixed", "system", "fixed")
+    pages = (64 << 20) // page
+    assert [j[0] for j in jobs] == ["system", "fixed", "fixed", "fixed"]
+    assert jobs[2][1] and "an earlier job in this process" in jobs[2][1] and jobs[3][1] is None
+    assert jobs[0][2] >= 0.9 * pages and all(j[2] < 0.01 * pages for j in jobs[1:])
 
 
 def test_the_choice_is_checked():
     assert RunConfig().allocator == "fixed"
     with pytest.raises(ConfigError, match=r"run.allocator='glibc' is not allowed.*fixed.*system"):
         RunConfig(allocator="glibc")
+
+
+def test_a_job_whose_thresholds_could_not_be_held_records_system_and_says_why(tmp_path, monkeypatch):
+    from experiments.config import JobConfig
+    from experiments.job import run_job
+
+    monkeypatch.setattr(allocator, "_held", False)
+    monkeypatch.setattr(allocator, "_mallopt", lambda: (None, "its malloc is not glibc's (an allocator loaded by LD_PRELOAD?)"))
+    config = JobConfig(size=8, device="cpu", run=RunConfig(isolation="none", compile_cache="shared"))
+    record = run_job(config, tmp_path)
+    assert record["status"] == "ok", record["error"]
+    assert record["allocator"] == "system" and json.loads((tmp_path / "metrics.json").read_text())["allocator"] == "system"
+    assert any("run.allocator=fixed: its malloc is not glibc's" in w for w in record["warnings"]), record["warnings"]
+    # the job's folder config still asks for fixed: a rerun resumes it, and compare pairs it as what ran
+    assert config.run.allocator == "fixed"

@@ -231,7 +231,8 @@ def against_the_allocator(judged: Verdict, base: list[tuple[list[float], dict[st
                  f"and NEW with {ALLOCATOR_REMEDY}")
         if allocator_held(job for side in (base, new) for _, job in side):
             cause = ("the state of memory that glibc's heap does not keep though its thresholds were held (allocator "
-                     "fixed): blocks of 256 MiB or more, or another allocator's, not the code; more processes a side "
+                     "fixed), possibly blocks of 256 MiB or more (over 64 MiB on another thread) or another allocator's, "
+                     "not the code; more processes a side "
                      "show how often each way comes")
         why = (f"{judged.why}; but BASE's processes faulted a median {typical[0]:,.0f} pages a step and NEW's "
                f"{typical[1]:,.0f}, and {len(their_way)} of {names[mixed]}'s {len(sides[mixed])} faulted "
@@ -281,7 +282,7 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
     unmatched_base = [j["job"] for j in base.points if j["job"] not in used]
     if not pairs:
         raise CompareError(f"{base.folder} and {new.folder} have nothing in common: no job of one measured "
-                           f"what a job of the other did (paired by {', '.join(columns)}); "
+                           f"what a job of the other did (paired by {', '.join(columns)}){_apart(base, new, columns)}; "
                            "--ignore KEY pairs across a key")
     control_discoveries(pairs, fdr)
     pairs.sort(key=lambda p: (VERDICT_ORDER.get(p["verdict"], 9), -(p["step_ratio"] or 0)))
@@ -289,6 +290,22 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
     return {"columns": columns, "pairs": pairs, "unmatched_base": unmatched_base,
             "unmatched_new": unmatched_new, "environment": environment, "fdr": fdr, "band": band,
             "tested": sum(1 for p in pairs if p.get("p_value") is not None)}
+
+
+def _apart(base: Side, new: Side, columns: list[str]) -> str:
+    """`; their allocator never meets (BASE system, NEW fixed): --ignore allocator pairs across it,
+    and its difference is then in every verdict`: the pairing keys whose values on the two sides
+    have none in common ('' when every key shares a value and only their combinations differ)."""
+    said = []
+    for k, column in enumerate(columns):
+        values = [sorted({str(p.identity(columns)[k]) for p in side.points}) for side in (base, new)]
+        if not set(values[0]) & set(values[1]):
+            shown = [", ".join(v[:3]) + (", ..." if len(v) > 3 else "") for v in values]
+            said.append(f"{column} (BASE {shown[0]}, NEW {shown[1]})")
+    if not said:
+        return ""
+    return (f"; their {'; '.join(said)} never meet: --ignore {' --ignore '.join(s.split(' ')[0] for s in said)} "
+            "pairs across, and the difference is then part of every verdict")
 
 
 def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: list[str],
