@@ -2,6 +2,7 @@
 count of minor page faults, not by a timing; and the record says what the process ran with."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -92,3 +93,18 @@ def test_a_job_whose_thresholds_could_not_be_held_records_system_and_says_why(tm
     assert any("run.allocator=fixed: its malloc is not glibc's" in w for w in record["warnings"]), record["warnings"]
     # the job's folder config still asks for fixed: a rerun resumes it, and compare pairs it as what ran
     assert config.run.allocator == "fixed"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("cc") is None, reason="a C compiler, Linux")
+def test_a_malloc_loaded_before_glibcs_is_not_held(tmp_path):
+    """A malloc loaded by LD_PRELOAD (tcmalloc, jemalloc; here one that calls glibc's underneath)
+    is not glibc's: mallopt would say 1 and set nothing that malloc reads."""
+    source = tmp_path / "other_malloc.c"
+    source.write_text("#include <stddef.h>\nextern void *__libc_malloc(size_t);\n"
+                      "void *malloc(size_t n) { return __libc_malloc(n); }\n")
+    library = tmp_path / "other_malloc.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True, capture_output=True)
+    done = subprocess.run([sys.executable, "-c", "from experiments import allocator; print(allocator.hold('fixed'))"],
+                          capture_output=True, text=True, check=True, cwd=ROOT,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "LD_PRELOAD": str(library)})
+    assert "('system', \"run.allocator=fixed: its malloc is not glibc's" in done.stdout, done.stdout
