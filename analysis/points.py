@@ -305,8 +305,10 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
                       "of the sweep removes: rerun on a quiet machine, or on a dedicated one")
     threads = stats.number(found[0][1].get("torch_threads"))
     if not causes and threads is not None and threads > 1:
-        causes.append(f"nothing else they record differs; with {threads:.0f} threads, where the threads run can "
-                      "differ from process to process: run.threads=1 takes that away (docs/numbers.md, 'Threads')")
+        causes.append(f"nothing else they record differs; with {threads:.0f} threads a step waits for the slowest "
+                      "of them, so it feels any one CPU running slow, which a virtual machine's host can do unseen, "
+                      "and where the threads run can differ from process to process: run.threads=1 is steadier "
+                      "(docs/numbers.md, 'Threads')")
     if not causes:
         causes.append("nothing they record differs (threads, page faults, load, time slices, the machine's speed "
                       "probe): more processes narrow the interval")
