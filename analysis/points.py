@@ -279,8 +279,7 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
         if allocator_held(r for _, r in found):
             causes.append(f"{faulted} (timed_minor_faults_per_step), with glibc's thresholds held (allocator "
                           "fixed): possibly memory its heap does not keep (blocks of 256 MiB or more, over 64 MiB on "
-                          "another thread, another allocator's); "
-                          "more processes narrow the interval")
+                          "another thread, another allocator's); more processes narrow the interval")
         else:
             causes.append(f"{faulted}: glibc's allocator handed their buffers back to the system and got them "
                           "again every step (timed_minor_faults_per_step), as the heap's layout let it, which "

@@ -27,7 +27,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
-FIXED, SYSTEM = "fixed", "system"  # experiments.config.ALLOCATORS
+FIXED, SYSTEM = "fixed", "system"  # run.allocator's values
 M_TRIM_THRESHOLD = -1  # <malloc.h>
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 256 << 20

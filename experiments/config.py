@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, List, Mapping, NamedTuple
 
+from experiments import allocator
 from experiments.seam import short_name
 from profsweep.ceilings import MODES
 from profsweep.contract import Job
@@ -29,7 +30,7 @@ STARTS = ("fork", "fresh")
 UNAVAILABLE = ("refuse", "skip")  # a grid point this machine cannot run: refuse the sweep, or skip it
 COMPILE_CACHES = ("fresh", "shared")
 CEILINGS = MODES  # run.ceilings (profsweep.ceilings)
-ALLOCATORS = ("fixed", "system")  # run.allocator (experiments.allocator)
+ALLOCATORS = (allocator.FIXED, allocator.SYSTEM)  # run.allocator
 AUTO = "auto"
 # Settings of the sweep as a whole, not of what a job measures: they never change a job's
 # config_hash, so a rerun with more repeats adds only the missing ones.

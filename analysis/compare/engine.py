@@ -232,8 +232,7 @@ def against_the_allocator(judged: Verdict, base: list[tuple[list[float], dict[st
         if allocator_held(job for side in (base, new) for _, job in side):
             cause = ("the state of memory that glibc's heap does not keep though its thresholds were held (allocator "
                      "fixed), possibly blocks of 256 MiB or more (over 64 MiB on another thread) or another allocator's, "
-                     "not the code; more processes a side "
-                     "show how often each way comes")
+                     "not the code; more processes a side show how often each way comes")
         why = (f"{judged.why}; but BASE's processes faulted a median {typical[0]:,.0f} pages a step and NEW's "
                f"{typical[1]:,.0f}, and {len(their_way)} of {names[mixed]}'s {len(sides[mixed])} faulted "
                f"{names[other]}'s way ({', '.join(f'{f:,.0f}' for f, _ in their_way)}) and took what {names[other]}'s "
@@ -297,8 +296,9 @@ def _apart(base: Side, new: Side, columns: list[str]) -> str:
     and its difference is then in every verdict`: the pairing keys whose values on the two sides
     have none in common ('' when every key shares a value and only their combinations differ)."""
     said = []
+    identities = [[p.identity(columns) for p in side.points] for side in (base, new)]
     for k, column in enumerate(columns):
-        values = [sorted({str(p.identity(columns)[k]) for p in side.points}) for side in (base, new)]
+        values = [sorted({str(i[k]) for i in side}) for side in identities]
         if not set(values[0]) & set(values[1]):
             shown = [", ".join(v[:3]) + (", ..." if len(v) > 3 else "") for v in values]
             said.append(f"{column} (BASE {shown[0]}, NEW {shown[1]})")
