@@ -190,8 +190,9 @@ class RunConfig:
     unavailable: str = "refuse"  # a grid point that needs CUDA on a machine without: refuse | skip
     start: str = "fork"  # an isolated job's process: fork (from a template that imported torch) | fresh
     # Every grid point is measured in this many job processes, round by round over the grid
-    # (`auto`: two rounds, then more for the points whose interval is wider than `precision`, up
-    # to `max_repeats`). Three: the fewest that give verdicts on this project's 2-core machine
+    # (`auto`: two rounds, then more for the points whose interval is wider than `precision` or
+    # whose compile against eager is undecided, up to `max_repeats`). Three: the fewest that give
+    # verdicts on this project's 2-core machine
     # (docs/numbers.md).
     repeats: Any = 3
     precision: float = 0.025  # half the one rule's band (profsweep.decide): two such points that measure the same usually come out "same"

@@ -188,7 +188,8 @@ def write_plan(sweep_dir: Path, axes: list[Axis], run: Any, compiles: bool = Fal
     )
     each = ("" if repeats == 1 else f" ({amount(points, 'grid point')} × {repeats} repeats)" if repeats != "auto"
             else f" ({amount(points, 'grid point')} × {grid.AUTO_ROUNDS} rounds, then more where the interval "
-                 f"is wider than ±{run.precision * 100:g}%, up to {run.max_repeats})")
+                 f"is wider than ±{run.precision * 100:g}%"
+                 f"{' or compile against eager is undecided' if grid.Pairs(axes) else ''}, up to {run.max_repeats})")
     print(f"sweep of {amount(total, 'job')}{each} -> {sweep_dir}", flush=True)
     if compiles and run.compile_cache == "fresh" and run.isolation == "process":
         print("compiled jobs compile cold, each in a fresh Inductor cache as a new process would: their first "

@@ -87,6 +87,55 @@ def test_adaptive_repeats_go_on_only_where_the_interval_is_too_wide(tmp_path):
     assert list(fixed.points(3, 3)) == [0, 1, 2] and fixed.points(4, 3) == []
 
 
+def test_adaptive_repeats_go_on_where_compile_against_eager_is_undecided(tmp_path):
+    """auto stops by the one rule the report judges compile against eager with: a pair of precise
+    points whose ratio the rule leaves inconclusive gets more processes, up to those that would
+    decide it; a decided pair, a pair on the band's edge and an unpaired point get none."""
+    from profsweep.decide import decide_test
+    from profsweep.stats import ratio_test
+
+    axes = grid.axes(["size=64,1024,4096", "compile=true,false"])
+    pairs = grid.Pairs(axes)
+    # job i: size i // 2, compile true at even i: (eager, compiled) of each size
+    assert [pairs.of(g) for g in range(6)] == [(1, 0), (1, 0), (3, 2), (3, 2), (5, 4), (5, 4)]
+    assert not grid.Pairs(grid.axes(["size=64,1024", "compile=false"]))
+    assert grid.Pairs(grid.axes(["compile=false,true", "size=1,2,3"])).of(4) == (1, 4)
+
+    def process(median, spread=0.001):  # one process's un-profiled steps around its median
+        return {"status": "ok", "timed_samples_us": [median * (1 + spread * k) for k in (-1, 0, 1)] * 5}
+
+    def plan(medians):
+        p = Repeats("auto", 0.025, 10, tmp_path, pairs)
+        for point, values in medians.items():
+            for m in values:
+                p.add(point, process(m))
+        return p
+
+    same = [100.0, 100.1, 100.05]  # three processes 0.1% apart: precise (±2.5%)
+    edge = {0: [103.5, 104.5, 104.0], 1: same}  # compiled 1.04x, precise, but inconclusive at three a side
+    medians = {**edge, 2: [200.0, 201.0, 200.5], 3: same, 4: [100.3, 100.2, 100.4], 5: same}
+    p = plan(medians)
+    d = decide_test(ratio_test([process(m)["timed_samples_us"] for m in edge[1]],
+                               [process(m)["timed_samples_us"] for m in edge[0]]), 3)
+    assert not d.decided and 3 < d.processes_needed <= 10  # the rule's own verdict on pair (1, 0)
+    assert p.points(4, 6) == [0, 1]  # 2.0x and 1.00x are decided: only the undecided pair goes on
+    assert p.why == {"compile against eager undecided": [0, 1]}
+    # once both sides have the processes the rule asked for, no more
+    enough = plan({0: edge[0] + [104.0] * (d.processes_needed - 3), 1: same + [100.0] * (d.processes_needed - 3)})
+    assert enough.points(4, 2) == []
+    # on the band's edge (more than max_repeats would be needed) and without pairs: nothing added
+    assert plan({0: [105.0, 105.1, 105.05], 1: same}).points(4, 2) == []
+    unpaired = Repeats("auto", 0.025, 10, tmp_path)
+    for point, values in edge.items():
+        for m in values:
+            unpaired.add(point, process(m))
+    assert unpaired.points(4, 2) == []
+    # the round's entry in sweep.json says why its points were added
+    p.record_round(4, "shuffled (seed 4)", [0, 1], 6, 18)
+    entry = json.loads((tmp_path / "sweep.json").read_text())["rounds"][-1]
+    assert entry["why"] == {"compile against eager undecided": [0, 1]} and entry["points"] == [0, 1]
+
+
 # --- machine readings and noise ---------------------------------------------------------------------
 
 

@@ -123,6 +123,36 @@ def batches(all_jobs: Sequence[list[str]], batch_size: int | None) -> Iterator[l
 AUTO_ROUNDS = 2  # run.repeats=auto: rounds over the whole grid before any point is judged precise
 
 
+JUDGED = "compile"  # the flag whose pairs the report judges by the one rule: compile against eager
+
+
+class Pairs:
+    """The grid points that differ only in `compile` (the report's compile against eager), found by
+    index arithmetic: the compile axis's two values sit `stride` jobs apart (the product of the
+    later axes' lengths). No pairs where compile is not swept over two flags."""
+
+    def __init__(self, grid: Sequence[Axis]) -> None:
+        self.stride, self.eager_first = 0, True
+        for i, axis in enumerate(grid):
+            if axis.key.lstrip("+") != JUDGED or len(axis.values) != 2:
+                continue
+            if not all(isinstance(v, bool) for v in axis.values) or axis.values[0] == axis.values[1]:
+                continue
+            self.stride = size(grid[i + 1:])
+            self.eager_first = axis.values[0] is False
+
+    def __bool__(self) -> bool:
+        return self.stride > 0
+
+    def of(self, point: int) -> tuple[int, int] | None:
+        """(eager, compiled): the pair `point` belongs to, or None."""
+        if not self.stride:
+            return None
+        first = (point // self.stride) % 2 == 0
+        other = point + self.stride if first else point - self.stride
+        return (point, other) if first == self.eager_first else (other, point)
+
+
 def first_rounds(repeats: Any) -> int:
     """How many rounds over the whole grid a sweep plans from the start."""
     return AUTO_ROUNDS if repeats == "auto" else int(repeats)

@@ -66,7 +66,8 @@ class GridSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         target = str(self.config.hydra.launcher.get("_target_"))
         run = self.config.get("run") or {}
-        repeats = Repeats(run.get("repeats", 1), run.get("precision", 0.025), run.get("max_repeats", 10), sweep_dir)
+        repeats = Repeats(run.get("repeats", 1), run.get("precision", 0.025), run.get("max_repeats", 10), sweep_dir,
+                          grid.Pairs(axes))
         self.left = len(jobs) * repeats.count
         try:
             self._launch(jobs, target, repeats)
@@ -145,11 +146,16 @@ def progress_from_disk(target: str, sweep_dir: Path, first: int, count: int) -> 
 
 class Repeats:
     """How many times each grid point is measured: a fixed number of rounds over the grid, or
-    (auto) two rounds and then more for the points whose interval is still wider than the
-    precision, up to max_repeats. Each round is recorded in sweep.json."""
+    (auto) two rounds and then more, up to max_repeats, for the points whose interval is still
+    wider than the precision and for those whose compile against eager the one rule
+    (profsweep.decide) leaves inconclusive where more processes would decide it. Each round is
+    recorded in sweep.json, with why its points were added."""
 
-    def __init__(self, repeats: Any, precision: float, max_repeats: int, sweep_dir: Path) -> None:
+    def __init__(self, repeats: Any, precision: float, max_repeats: int, sweep_dir: Path,
+                 pairs: grid.Pairs | None = None) -> None:
         self.auto = repeats == "auto"
+        self.pairs = pairs
+        self.why: Dict[str, List[int]] = {}  # auto: the last round's points by why they were added
         self.count = grid.first_rounds(repeats)
         self.precision, self.max_repeats, self.sweep_dir = float(precision), int(max_repeats), sweep_dir
         self.many = self.auto or self.count > 1
@@ -181,15 +187,38 @@ class Repeats:
             return []
         from profsweep.stats import estimate
 
-        wanting = []
+        wide, undecided = [], []
         for g in range(count):
-            ok = [samples for samples in self.samples.get(g, []) if samples is not None]
+            ok = self._ok(g)
             if not ok:
                 continue  # a point that fails fails again: no more rounds for it
             width = estimate(ok).width
             if len(ok) < grid.AUTO_ROUNDS or width is None or width > self.precision:
-                wanting.append(g)
-        return wanting
+                wide.append(g)
+            elif self._undecided(g, len(ok)):
+                undecided.append(g)
+        self.why = {k: v for k, v in (("interval wider than the precision", wide),
+                                      ("compile against eager undecided", undecided)) if v}
+        return sorted(wide + undecided)
+
+    def _ok(self, point: int) -> List[Any]:
+        return [samples for samples in self.samples.get(point, []) if samples is not None]
+
+    def _undecided(self, point: int, have: int) -> bool:
+        """Whether `point`'s compile against eager is inconclusive by the one rule and more of its
+        processes (up to max_repeats) would decide it at the spread observed, as the report judges
+        it (the un-profiled steps' ratio over the processes of the two grid points)."""
+        pair = self.pairs.of(point) if self.pairs else None
+        if pair is None or any(g in self.settled for g in pair):
+            return False
+        eager, compiled = (self._ok(g) for g in pair)
+        if min(len(eager), len(compiled)) < 2:
+            return False
+        from profsweep.decide import decide_test
+        from profsweep.stats import ratio_test
+
+        d = decide_test(ratio_test(eager, compiled), min(len(eager), len(compiled)))
+        return not d.decided and d.processes_needed is not None and have < d.processes_needed <= self.max_repeats
 
     def later(self, round_number: int, points: int) -> int:
         """Jobs of the rounds planned after this one (not started when the sweep stops)."""
@@ -225,7 +254,8 @@ class Repeats:
         round's order."""
         self._update(round_number=round_number, round_entry={
             "round": round_number, "order": how, "jobs": len(order),
-            **({"points": list(order)} if how.startswith("shuffled") or len(order) < points else {})},
+            **({"points": list(order)} if how.startswith("shuffled") or len(order) < points else {}),
+            **({"why": self.why} if self.why and round_number > self.count else {})},
             jobs=launched + len(order) + self.later(round_number, points), grid_points=points,
             repeats="auto" if self.auto else self.count)
 
