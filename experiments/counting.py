@@ -5,8 +5,15 @@ so neither the timed first call nor a profiled step is touched.
 FLOPs: torch.utils.flop_counter.FlopCounterMode over one eager call. Its own formulas count the
 matrix products (mm, addmm, bmm, convolutions, attention: multiply-adds count 2); we add, as the
 hand cost models do, 1 FLOP per output element of every op torch tags `pointwise` (add, mul,
-gelu, where, ...) and the bias add of addmm and baddbmm. Reductions, softmax, norms and copies
-are not counted.
+gelu, where, ...) and the bias add of addmm and baddbmm (and of _addmm_activation, with its
+activation), and count the CPU's fused attention (_scaled_dot_product_flash_attention_for_cpu and
+its backward) as torch counts the other fused attentions: its matrix products. Reductions,
+softmax, norms and copies are not counted.
+
+An operator that does matrix products but has no formula (by a word of its name: mm, linear,
+conv, attention, rnn, lstm, transformer, ...; e.g. the LSTM's mkldnn_rnn_layer on the CPU, or
+nn.TransformerEncoder's fused inference path) would count as 0: where one ran, the count is
+incomplete and not given (`count_flops` names them; the job records no FLOPs, and says why).
 
 Peak memory on the CPU: the bytes of the live tensors on the device (inputs, parameters,
 gradients, optimizer state, anything a factory keeps), plus the peak that the CPU allocator
@@ -26,6 +33,7 @@ import warnings
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
+from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 
@@ -46,6 +54,68 @@ def _addmm_flop(bias: Any, a: Any, b: Any, *args: Any, out_shape: Any = None, **
     return math.prod(batch) * 2 * m * k * n + _elements(out_shape)
 
 
+def _addmm_activation_flop(bias: Any, a: Any, b: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """addmm's count, plus the activation applied to each output element."""
+    return _addmm_flop(bias, a, b, out_shape=out_shape) + _elements(out_shape)
+
+
+def _attention_flop(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """The two matrix products of attention, q @ k^T and p @ v: 2·b·h·l·s·(e + ev), as torch's own
+    formula for the fused attentions counts them (no discount for a causal mask)."""
+    *batch, l, e = query
+    s, ev = key[-2], value[-1]
+    return math.prod(batch) * 2 * l * s * (e + ev)
+
+
+def _attention_backward_flop(grad_out: Any, query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None,
+                             **kwargs: Any) -> int:
+    """Its backward, as torch counts it: the scores again, then the gradients of both products (five
+    matrix products: 2·b·h·l·s·(3e + 2ev))."""
+    *batch, l, e = query
+    s, ev = key[-2], value[-1]
+    return math.prod(batch) * 2 * l * s * (3 * e + 2 * ev)
+
+
+# A word of an operator's name that says it does matrix products (conv also as conv1d/2d/3d).
+PRODUCT_WORDS = frozenset(
+    "mm bmm addmm baddbmm addbmm addmv mv dot vdot matmul linear bilinear einsum tensordot outer ger "
+    "conv convolution attention transformer rnn lstm gru".split())
+
+
+def does_products(name: str) -> bool:
+    """Whether an aten operator's name (`mkldnn_rnn_layer`, `_transformer_encoder_layer_fwd`) says
+    it does matrix products: one of its words (split at `_`) is a PRODUCT_WORD or conv1d/2d/3d."""
+    words = [w for w in name.split("_") if w]
+    return any(w in PRODUCT_WORDS or (len(w) == 6 and w.startswith("conv") and w[4] in "123" and w[5] == "d")
+               for w in words)
+
+
+def _product_packets(formulas: Any) -> set[Any]:
+    """The aten operator packets whose names say they do matrix products but have no formula."""
+    found = set()
+    for name in dir(torch.ops.aten):
+        if not does_products(name):
+            continue
+        try:
+            packet = getattr(torch.ops.aten, name)
+        except (AttributeError, RuntimeError):
+            continue
+        if hasattr(packet, "overloads") and packet not in formulas:
+            found.add(packet)
+    return found
+
+
+def _noting(packet: Any, seen: set[str]) -> Callable[..., int]:
+    """A formula that counts nothing and notes that `packet` ran (and returned a tensor)."""
+    def formula(*args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+        shapes = out_shape if isinstance(out_shape, (list, tuple)) and not isinstance(out_shape, torch.Size) \
+            else [out_shape]
+        if any(isinstance(s, torch.Size) for s in shapes):
+            seen.add(str(packet).replace(".", "::", 1))
+        return 0
+    return formula
+
+
 def _pointwise_packets() -> set[Any]:
     """The aten operator packets known so far with an overload tagged pointwise."""
     found = set()
@@ -60,21 +130,32 @@ def _pointwise_packets() -> set[Any]:
     return found
 
 
-def count_flops(call: Callable[[], Any]) -> int:
-    """FLOPs of one `call` (an eager step), by the rule in the module's docstring.
+def count_flops(call: Callable[[], Any]) -> tuple[int, list[str]]:
+    """FLOPs of one `call` (an eager step), by the rule in the module's docstring, and the
+    operators that ran whose matrix products no formula counts (sorted names, `aten::...`): where
+    there are any, the count leaves their work out.
 
     Python only learns of an operator once it is dispatched to it, so when the counted call
     meets pointwise operators that were unknown before it, it is counted again with them."""
     known: set[Any] = set()
+    aten = torch.ops.aten
+    own = {aten.addmm: _addmm_flop, aten.baddbmm: _addmm_flop, aten._addmm_activation: _addmm_activation_flop}
+    for name, formula in (("_scaled_dot_product_flash_attention_for_cpu", _attention_flop),
+                          ("_scaled_dot_product_flash_attention_for_cpu_backward", _attention_backward_flop)):
+        if hasattr(aten, name):  # torch >= 2.3
+            own[getattr(aten, name)] = formula
+    formulas = {**flop_counter.flop_registry, **own}
     while True:
         packets = _pointwise_packets()
-        mapping = {p: _pointwise_flop for p in packets}
-        mapping[torch.ops.aten.addmm] = mapping[torch.ops.aten.baddbmm] = _addmm_flop
+        seen: set[str] = set()
+        mapping = {p: _noting(p, seen) for p in _product_packets(formulas)}
+        mapping.update({p: _pointwise_flop for p in packets})
+        mapping.update(own)
         counter = FlopCounterMode(display=False, custom_mapping=mapping)
         with counter:
             call()
         if packets <= known or not (_pointwise_packets() - packets):
-            return int(counter.get_total_flops())
+            return int(counter.get_total_flops()), sorted(seen)
         known = packets
 
 

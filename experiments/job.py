@@ -456,13 +456,21 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
     from experiments.steps import optimizer_slots
 
     step = job.step
-    out["flops_per_call"] = counting.count_flops(step.eager)
+    flops, uncounted = counting.count_flops(step.eager)
+    out["flops_per_call"] = flops if not uncounted else None
+    if uncounted:  # a count without their matrix products would make every FLOP figure wrong, not just low
+        out["flops_uncounted"] = ", ".join(uncounted)
+        said = (f"FLOPs not counted: {', '.join(uncounted)} ran, and torch.utils.flop_counter has no formula for "
+                f"the matrix products inside {'it' if len(uncounted) == 1 else 'them'} (the other ops count "
+                f"{flops:,}); achieved FLOP/s and intensity are left out and the series' model uses the bytes "
+                "moved: a cost model gives the FLOPs (docs/own-model.md)")
+        print(f"warning: {said}", file=sys.stderr, flush=True)  # the report says it per series
     weights = counting.storage_bytes([*step.parameters, *_module_tensors(job.modules)])
     # Inputs read and the output written once; weights read once, and in training also
     # their gradients written and read, and the optimizer state read and written.
     reads = 1 + (2 + 2 * optimizer_slots(job.config.optimizer) if job.config.train else 0)
     out["bytes_per_call"] = counting.moved_bytes(job.workload.inputs, [], step.eager()) + reads * weights
-    out["flops_source"] = "counted"
+    out["flops_source"] = "counted" if not uncounted else "not counted"
 
 
 def _cycle_totals(config: JobConfig, device: str, cycles: list[dict[str, Any]], out: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ import re
 # The record's fields that must be text (analysis.tables.untrusted checks every record).
 TEXT_FIELDS = ("workload", "dtype", "device", "device_requested", "status", "optimizer", "workload_target",
                "device_name", "torch_version", "cuda_version", "hostname", "config_hash", "flops_source",
-               "trace_file", "table_file", "start", "isolation", "compile_cache", "allocator", "unavailable", "ran_dtype",
+               "flops_uncounted", "trace_file", "table_file", "start", "isolation", "compile_cache", "allocator", "unavailable", "ran_dtype",
                "ran_device", "variant_settings", "timed_in", "timed_error")
 # Columns of the written tables that hold text whatever their values look like: names (a job
 # folder named 7, an op), a hash or a commit of digits and an `e`, the record's text fields. Every
@@ -44,7 +44,7 @@ GRID_KEYS = ("workload", "variant", "size", "dtype", "compile", "warmup", "train
 # metrics.json's own measurements and the sweep analysis's derived columns (summary.csv).
 RECORD_METRICS = (
     "status", "error", "device_name", "torch_version", "cuda_version", "first_call_ms", "warmup_ms",
-    "flops_per_call", "bytes_per_call", "flops_source", "memory_estimate_bytes", "memory_available_bytes",
+    "flops_per_call", "bytes_per_call", "flops_source", "flops_uncounted", "memory_estimate_bytes", "memory_available_bytes",
     "peak_memory_bytes", "peak_memory_reserved_bytes", "inductor_cache_misses", "inductor_cache_hits",
     "provenance_kernels", "timed_us_per_step", "timed_steps", "timed_slow_steps", "timed_minor_faults_per_step", "speed_probe_us",
     "speed_probe_before_us", "speed_probe_after_us", "torch_threads", "cpu_count", "other_cpus",

@@ -9,8 +9,62 @@ from experiments.counting import count_flops, moved_bytes, storage_bytes, tensor
 
 def test_a_matmul_plus_bias_counts_2mnk_plus_mn():
     a, b, bias = torch.randn(8, 16), torch.randn(16, 4), torch.randn(8, 4)
-    assert count_flops(lambda: a @ b + bias) == 2 * 8 * 16 * 4 + 8 * 4  # the GEMM, then one add per element
-    assert count_flops(lambda: torch.addmm(bias, a, b)) == 2 * 8 * 16 * 4 + 8 * 4
+    assert count_flops(lambda: a @ b + bias) == (2 * 8 * 16 * 4 + 8 * 4, [])  # the GEMM, then one add per element
+    assert count_flops(lambda: torch.addmm(bias, a, b)) == (2 * 8 * 16 * 4 + 8 * 4, [])
+    # the fused addmm + activation of nn.TransformerEncoder's fast path: the GEMM, its bias, its gelu
+    fused = count_flops(lambda: torch.ops.aten._addmm_activation(bias, a, b, use_gelu=True))
+    assert fused == (2 * 8 * 16 * 4 + 8 * 4 + 8 * 4, [])
+
+
+def test_attention_on_the_cpu_counts_its_two_matrix_products():
+    """F.scaled_dot_product_attention on the CPU runs _scaled_dot_product_flash_attention_for_cpu,
+    which torch's counter has no formula for: q @ k^T and p @ v, 2·b·h·l·s·e each (and five such
+    products in the backward, as torch counts its other fused attentions)."""
+    import torch.nn.functional as F
+
+    b, h, l, s, e = 2, 3, 16, 24, 8
+    q, k, v = torch.randn(b, h, l, e), torch.randn(b, h, s, e), torch.randn(b, h, s, e)
+    flops, uncounted = count_flops(lambda: F.scaled_dot_product_attention(q, k, v))
+    assert uncounted == [] and flops == 2 * (2 * b * h * l * s * e)
+    q.requires_grad_(True)
+    k.requires_grad_(True)
+    v.requires_grad_(True)
+    grad = torch.randn(b, h, l, e)
+    with_backward, _ = count_flops(lambda: F.scaled_dot_product_attention(q, k, v).backward(grad))
+    assert with_backward - flops == 5 * (2 * b * h * l * s * e)
+
+
+def test_operators_whose_matrix_products_no_formula_counts_are_named_not_counted_as_zero():
+    """An LSTM on the CPU (mkldnn_rnn_layer) and nn.TransformerEncoder's fused inference path run
+    matrix products that torch's counter has no formula for: the count names them."""
+    lstm = torch.nn.LSTM(16, 32)
+    x = torch.randn(5, 2, 16)
+    with torch.no_grad():
+        flops, uncounted = count_flops(lambda: lstm(x))
+    if torch.backends.mkldnn.is_available():
+        assert uncounted == ["aten::mkldnn_rnn_layer"]
+    else:  # the LSTM runs as linear layers: counted, 4 gates of 2 GEMMs per step (x and h)
+        assert uncounted == [] and flops >= 5 * 2 * (2 * 2 * 16 * 4 * 32 + 2 * 2 * 32 * 4 * 32)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).eval()
+    encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    with torch.no_grad():
+        _, uncounted = count_flops(lambda: encoder(torch.randn(2, 6, 32)))
+    assert uncounted == ["aten::_transformer_encoder_layer_fwd"]
+    # in training the same encoder runs its layers op by op: counted
+    encoder.train()
+    _, uncounted = count_flops(lambda: encoder(torch.randn(2, 6, 32)))
+    assert uncounted == []
+
+
+def test_names_that_say_matrix_products():
+    from experiments.counting import does_products
+
+    said = ["mkldnn_rnn_layer", "_transformer_encoder_layer_fwd", "_int_mm", "conv2d", "slow_conv3d_forward",
+            "_native_multi_head_attention", "_thnn_fused_lstm_cell", "cudnn_convolution", "addmv"]
+    not_said = ["upsample_bilinear2d", "upsample_linear1d", "_convert_indices_from_coo_to_csr", "mvlgamma",
+                "native_layer_norm", "add", "embedding", "max_pool2d_with_indices", "commit", "conv4d"]
+    assert [n for n in said if not does_products(n)] == []
+    assert [n for n in not_said if does_products(n)] == []
 
 
 def test_views_share_their_storage_and_are_counted_once():
@@ -35,3 +89,14 @@ def test_tensors_are_found_in_outputs_of_every_shape():
     a, b, c = torch.zeros(1), torch.zeros(2), torch.zeros(3)
     found = list(tensors([{"x": [a, (b,)]}, Output(loss=c, logits=a), "not a tensor", 3]))
     assert [t.numel() for t in found] == [1, 2, 3, 1]
+
+
+def test_a_series_whose_flops_were_not_counted_says_so_before_its_regime():
+    from analysis.report.conclusions import _uncounted
+
+    row = {"workload": "make_lstm", "dtype": "fp32", "compile": False, "warmup": False, "size": 32,
+           "flops_uncounted": "aten::mkldnn_rnn_layer"}
+    said = _uncounted([row, {**row, "size": 64, "flops_uncounted": "aten::mkldnn_rnn_layer, aten::_int_mm"}])
+    assert len(said) == 1 and said[0].topic == "flops"
+    assert "FLOPs not counted: aten::_int_mm, aten::mkldnn_rnn_layer ran" in said[0].text
+    assert _uncounted([{**row, "flops_uncounted": float("nan")}]) == []  # a summary's empty cell

@@ -27,7 +27,7 @@ SAID = 3  # of which the conclusions name
 
 @dataclass(frozen=True)
 class Conclusion:
-    topic: str  # regime, crossover, compile, cold, time, training, memory, ceilings, noise, claims, expectations
+    topic: str  # flops, regime, crossover, compile, cold, time, training, memory, ceilings, noise, claims, expectations
     text: str   # one sentence, plain text: what the terminal prints
     link: str   # the id in report.html of the table or plot that shows it
     detail: str = ""  # what the report adds after it
@@ -96,6 +96,7 @@ def conclude(points: list[GridPoint], crossovers: list[dict[str, Any]], jobs: li
     out: list[Conclusion] = _ran_otherwise(jobs)
     crossing = {series_key(c, c.get("settings")): c for c in crossovers}
     for key, rows in _series(points).items():
+        out += _uncounted(rows)
         out += _regime(rows, crossing.get(key))
     out += _compile(points, jobs)
     out += _fused(fusion or [])
@@ -178,6 +179,20 @@ def _ran_otherwise(jobs: list[dict[str, Any]]) -> list[Conclusion]:
     return [Conclusion("warnings", f"{len(warned)} of {amount(len(jobs), 'job')} did not run what the grid asked: "
                        + "; ".join(kinds[:3]) + (f"; and {len(kinds) - 3} more" if len(kinds) > 3 else "")
                        + f" (first: {warned[0][0]}).", "warnings")]
+
+
+def _uncounted(rows: list[dict[str, Any]]) -> list[Conclusion]:
+    """A series whose FLOPs were not counted (the record's `flops_uncounted`: an operator ran whose
+    matrix products torch's counter has no formula for), said before its regime."""
+    ops = sorted({op.strip() for r in rows if isinstance(r.get("flops_uncounted"), str)
+                  for op in r["flops_uncounted"].split(",") if op.strip()})
+    if not ops:
+        return []
+    return [Conclusion("flops", f"{series_name(rows[0])}: FLOPs not counted: {', '.join(ops)} ran, and torch's "
+                       "FLOP counter has no formula for the matrix products inside "
+                       f"{'it' if len(ops) == 1 else 'them'}, so no achieved FLOP/s or arithmetic intensity is "
+                       "given and the series' model uses the bytes moved; a cost model gives the FLOPs "
+                       "(docs/own-model.md).", "summary")]
 
 
 def _regime(rows: list[dict[str, Any]], crossover: dict[str, Any] | None) -> list[Conclusion]:
