@@ -241,3 +241,14 @@ def test_an_ops_time_per_step_is_the_median_over_the_steps_not_the_mean(tmp_path
     ops = pd.read_csv(folder / "ops.csv").set_index("name")
     assert ops.loc["aten::mm", "self_host_us"] == 2000 + 4 * 200  # the total stays the total
     assert ops.loc["aten::mm", "self_host_us_step_median"] == 200.0
+
+
+def test_a_ratio_whose_interval_says_nothing_is_undecided_not_no_difference():
+    """Two processes a side, one of them 80x slow: the ratio (0.011x) is far from 1 and its
+    interval too wide to read; 'no clear difference' would read as 'the same'."""
+    from analysis.report.conclusions import change
+
+    base = [[100.0, 101.0, 99.0], [8000.0, 8100.0, 7900.0]]
+    new = [[45.0, 46.0, 44.0], [50.0, 51.0, 49.0]]
+    said, ratio = change(base, new, 4050.0, 47.5)
+    assert ratio < 0.1 and said.startswith("undecided (") and "too wide to read" in said

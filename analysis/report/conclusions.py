@@ -302,7 +302,8 @@ def change(base: list[list[float]], new: list[list[float]], base_value: float | 
         return f"{word} (one process each: no interval)", ratio
     d = decide_test(test, min(len(base), len(new)))
     if too_wide(test.low, test.high):
-        return f"no clear difference ({times(ratio)}; its interval too wide to read{_need(d)})", ratio
+        # not "no clear difference": the ratio may be far from 1 (0.0066x), only its interval says nothing
+        return f"undecided ({times(ratio)}; its interval too wide to read{_need(d)})", ratio
     where = f"[{times(test.low)}, {times(test.high)}]"
     if d.outcome == ABOVE:
         return f"{times(ratio)} slower {where}", ratio
