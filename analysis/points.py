@@ -371,7 +371,8 @@ def noise_lines(rows: list[GridPoint]) -> list[str]:
         for r in noisy:
             for reason in str(r.get("noise_reason") or "").split("; "):
                 kind = next((words for start, words in KIND_WORDS if reason.startswith(start)), reason)
-                kinds.setdefault(kind, []).append((reason, r))
+                if not any(point is r for _, point in kinds.get(kind, [])):  # a kind counts points, once each
+                    kinds.setdefault(kind, []).append((reason, r))
         said = []
         for kind, found in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
             reason, point = found[0]

@@ -251,6 +251,10 @@ def test_noise_from_other_processes_and_time_slices():
     many = [row.replace(job=str(i)) for i in range(3)] + [loaded_row]
     assert grid_points.noise_lines(many)[0].startswith(
         "4 of 4 grid points noisy: steps waited for a busy core in whole OS time slices (3 points); other processes")
+    # a point whose reason names one kind twice (its profiled window and its twin's) counts once
+    twice = loaded_row.replace(noise_reason=f"{loaded_row['noise_reason']}; other processes used 1.0 CPUs")
+    assert grid_points.noise_lines([twice, row.replace(job="x")])[0].startswith("2 of 2 grid points noisy: ")
+    assert "(2 points)" not in grid_points.noise_lines([twice, row.replace(job="x")])[0]
 
 
 # --- claims and expectations over intervals ------------------------------------------------------------
