@@ -144,6 +144,28 @@ def test_a_provenance_file_that_says_nothing_usable_gives_no_kernels(tmp_path, t
     assert kernel_sources(tmp_path / "fifo.json") == {}
 
 
+def test_an_op_the_compiled_step_still_calls_was_not_fused():
+    """A conv net on the CPU: Inductor leaves the convolution to the library (the compiled step
+    still runs aten::convolution) and names the kernel that reads its output after it; that kernel
+    covers the batch norm and the relu, not the convolution (a reviewer's case)."""
+    common = {"status": "ok", "trace_error": None, "platform": "cpu", "size": 64, "workload": "make_convnet",
+              "dtype": "fp32", "warmup": False, "train": False, "device": "cpu"}
+    eager = GridPoint(common, compile=False, jobs="e1")
+    compiled = GridPoint(common, compile=True, jobs="c1")
+    kernel = "graph_0_cpp_fused__native_batch_norm_legit_no_training_convolution_relu_1"
+    table = {"e1": [{"name": "aten::convolution", "self_host_us_step_median": 5.0},
+                    {"name": "aten::mkldnn_convolution", "self_host_us_step_median": 520.0},
+                    {"name": "aten::native_batch_norm", "self_host_us_step_median": 49.0},
+                    {"name": "aten::relu", "self_host_us_step_median": 3.0}],
+             "c1": [{"name": "aten::convolution", "self_host_us_step_median": 4.5},
+                    {"name": "aten::mkldnn_convolution", "self_host_us_step_median": 337.0},
+                    {"name": kernel, "self_host_us_step_median": 45.0}]}
+    [row] = fusion_rows([eager, compiled], table, [])
+    assert row["eager_ops"] == "aten::native_batch_norm; aten::relu"
+    assert row["eager_us_per_step"] == pytest.approx(49.0 + 3.0)
+    assert "convolution" in row["unmatched"].split()
+
+
 def test_a_kernel_inductor_says_it_made_from_gelu_and_mul():
     """Provenance overrides the name: a kernel whose name says only `mul` covers gelu too where
     Inductor says it was made from both; a node no eager op has stays unmatched, and a kernel
