@@ -296,12 +296,15 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
     if s_slow is not None and s_slow >= 2 and s_slow > 2 * (s_fast or 0):
         causes.append(f"the slow processes' steps waited for a core in whole time slices ({s_slow:.0f} steps): "
                       "rerun on a quiet machine")
+    loaded = any(c.startswith(("other processes", "runnable tasks", "the slow processes' steps")) for c in causes)
     m_fast, m_slow = typical(fast, "speed_probe_us"), typical(slow, "speed_probe_us")
     if m_fast is not None and m_slow is not None and m_fast > 0 and m_slow >= PROBE_APART * m_fast:
-        causes.append(f"the machine's speed probe (a 64x64 matmul timed beside the steps) took {m_slow / m_fast:.2f}x "
-                      f"as long in the slow processes ({_us(m_fast)} -> {_us(m_slow)}): another tenant of this "
-                      "machine's cores was busy while they ran (a virtual machine shares them), which no setting "
-                      "of the sweep removes: rerun on a quiet machine, or on a dedicated one")
+        probe = (f"the machine's speed probe (a 64x64 matmul timed beside the steps) took {m_slow / m_fast:.2f}x "
+                 f"as long in the slow processes ({_us(m_fast)} -> {_us(m_slow)})")
+        causes.append(f"{probe}: the load above slowed it too" if loaded else
+                      f"{probe}: another tenant of this machine's cores was busy while they ran (a virtual machine "
+                      "shares them), which no setting of the sweep removes: rerun on a quiet machine, or on a "
+                      "dedicated one")
     threads = stats.number(found[0][1].get("torch_threads"))
     if not causes and threads is not None and threads > 1:
         causes.append(f"nothing else they record differs; with {threads:.0f} threads a step waits for the slowest "

@@ -200,6 +200,12 @@ def test_processes_slowed_with_the_machines_speed_probe_are_said_to_be_the_machi
     assert "speed probe (a 64x64 matmul timed beside the steps) took 1.36x as long" in row["noise_reason"]
     assert "another tenant" in row["noise_reason"] and "run.threads=1" not in row["noise_reason"]
     assert grid_points.remedy([row], jobs) == "rerun on a quiet machine"  # more processes would not help
+    # with other processes on this machine busy during the slow one, the probe was slowed by that load
+    local = [dict(j, other_cpus=1.0 if j["job"] == "1" else 0.0) for j in jobs]
+    reason = points_of(local)[0]["noise_reason"]
+    assert "other processes used 1.0 CPUs during the slow ones" in reason
+    assert "took 1.36x as long in the slow processes (6.93 µs -> 9.4 µs): the load above slowed it too" in reason
+    assert "another tenant" not in reason
     # the probe alike: nothing recorded differs, and with 2 threads their placement is named
     alike = [dict(j, speed_probe_us=6.9) for j in jobs]
     assert "run.threads=1" in points_of(alike)[0]["noise_reason"]
