@@ -108,3 +108,12 @@ def test_a_malloc_loaded_before_glibcs_is_not_held(tmp_path):
                           capture_output=True, text=True, check=True, cwd=ROOT,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "LD_PRELOAD": str(library)})
     assert "('system', \"run.allocator=fixed: its malloc is not glibc's" in done.stdout, done.stdout
+
+
+def test_the_report_says_the_steps_were_timed_with_the_thresholds_held():
+    from analysis.report.page import _allocator_note
+
+    [note] = _allocator_note([{"allocator": "fixed"}, {"allocator": "fixed"}, {"allocator": "system"}])
+    assert "The un-profiled steps of 2 jobs were timed with glibc's allocator thresholds held" in note
+    assert "run.allocator=system</code> times it that way" in note
+    assert _allocator_note([{"allocator": "system"}, {}]) == []  # a sweep from before the setting says nothing

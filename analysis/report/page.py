@@ -374,6 +374,20 @@ def _plots(page: Page) -> list[str]:
                                 or ["<p>No plots: no job finished with a readable trace.</p>"])]
 
 
+def _allocator_note(jobs: Any) -> list[str]:
+    """How the un-profiled steps were timed where the jobs held glibc's allocator thresholds: a plain
+    process of the same code may take longer."""
+    held = sum(1 for j in jobs if j.get("allocator") == "fixed")
+    if not held:
+        return []
+    return [f"<p>The un-profiled steps of {amount(held, 'job')} were timed with glibc's allocator thresholds "
+            "held (<code>run.allocator=fixed</code>): the buffers a step frees stay in the heap for the next "
+            "one. In a plain process with glibc's defaults, a step that frees and allocates large buffers can "
+            "take longer (on this project's machine matmul_add 1024 eager took 6.1–6.5 ms against 5.1–5.2 ms in "
+            "most processes, a small conv net 1.3–1.9× as long; docs/numbers.md, 'The allocator'); "
+            "<code>run.allocator=system</code> times it that way.</p>"]
+
+
 def _summary(page: Page) -> list[str]:
     points = page.tables.points
     shown, detail = _columns(points, SUMMARY_COLUMNS), _columns(points, DETAIL_COLUMNS)
@@ -383,7 +397,7 @@ def _summary(page: Page) -> list[str]:
             "overhead). Columns that mean nothing on this sweep's devices are left out here; all columns are in "
             "<code>summary.csv</code> (<code>summary.parquet</code>); one row per job in "
             "<code>repeats.csv</code>, per-step values in <code>steps.csv</code>, per-kernel statistics in "
-            "<code>kernels.csv</code>.</p>",
+            "<code>kernels.csv</code>.</p>", *_allocator_note(page.tables.jobs),
             table([label for _, label in shown], ([_cell(p, k) for k, _ in shown] for p in points)),
             "<details><summary>More columns</summary>" + table(
                 ["grid point"] + [label for _, label in detail],
