@@ -144,6 +144,7 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
             out.update(machine.between(window_start, machine.read()) if window_start else {})
             session.export()
             _peak_memory(job, out)
+            _untrained(job, out)
             if job.cost is None:
                 _count_flops_and_bytes(job, out)
         _cycle_totals(config, job.device, session.cycles, out)
@@ -448,6 +449,25 @@ def _peak_memory(job: Prepared, out: dict[str, Any]) -> None:
         resident = counting.live_tensor_bytes(torch.device(job.device))
         out["peak_memory_bytes"] = resident + transient if transient is not None else None
     out["peak_memory_source"] = "cuda allocator" if job.device == "cuda" else "live tensors + cpu allocator events"
+
+
+def _untrained(job: Prepared, out: dict[str, Any]) -> None:
+    """A training step whose loss reaches only some of the parameters (an output mapping without a
+    "loss", summed from its first tensor) times a step that trains part of the model: said in
+    `warnings`, from one more eager forward and backward after everything is measured."""
+    import torch
+
+    if not job.config.train or job.step.unreached is None:
+        return
+    params = job.step.parameters
+    with torch.enable_grad():
+        missed = job.step.unreached()
+    if missed:
+        said = (f"train=true: {missed} of {len(params)} parameters got no gradient from the loss (the default "
+                "loss is the output's own loss, else its first tensor summed), so the step does not train them: "
+                "return Workload(fn, args, loss=...) from the factory to train the whole model")
+        out["warnings"].append(said)
+        print(f"warning: {said}", file=sys.stderr, flush=True)
 
 
 def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:

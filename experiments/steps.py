@@ -44,6 +44,7 @@ class Step:
     eager: Callable[[], Any]
     parameters: list[torch.Tensor]
     optimizer: Any = None
+    unreached: Callable[[], int] | None = None  # training: how many parameters the loss gives no gradient
 
 
 def default_loss(output: Any) -> torch.Tensor:
@@ -96,7 +97,19 @@ def make_step(workload: Workload, *, train: bool, optimizer: str, name: str,
     opt = _optimizer(optimizer, parameters)
     loss_of = workload.loss or default_loss
     return Step(call=_training(model, args, kwargs, loss_of, opt), eager=_training(fn, args, kwargs, loss_of, opt),
-                parameters=parameters, optimizer=opt)
+                parameters=parameters, optimizer=opt,
+                unreached=lambda: _unreached(fn, args, kwargs, loss_of, parameters))
+
+
+def _unreached(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+               loss_of: Callable[[Any], Any], parameters: list[torch.Tensor]) -> int:
+    """How many of the trained parameters get no gradient from the loss (one eager forward and
+    backward by torch.autograd.grad, which leaves every .grad as it was)."""
+    wanted = [p for p in parameters if p.requires_grad]
+    if not wanted:
+        return 0
+    grads = torch.autograd.grad(loss_of(fn(*args, **kwargs)), wanted, allow_unused=True)
+    return sum(1 for g in grads if g is None)
 
 
 def _parameters(fn: Any, modules: list[nn.Module], inputs: tuple[Any, ...]) -> list[torch.Tensor]:

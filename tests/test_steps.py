@@ -45,3 +45,24 @@ def test_training_without_parameters_is_refused_with_what_to_do():
 ])
 def test_the_default_loss_of_each_output_shape(output, expected):
     assert float(default_loss(output)) == expected
+
+
+def test_a_loss_that_reaches_only_part_of_the_model_is_counted():
+    """An output mapping without a "loss": the default loss sums its first tensor, so the head that
+    makes the second gets no gradient (a reviewer's model); the count leaves every .grad alone."""
+    class TwoHeads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body, self.head = nn.Linear(4, 4), nn.Linear(4, 2)
+
+        def forward(self, x):
+            hidden = self.body(x)
+            return {"hidden": hidden, "logits": self.head(hidden)}
+
+    model = TwoHeads()
+    step = make_step(Workload(model, (torch.randn(8, 4),)), train=True, optimizer="sgd", name="two_heads")
+    assert step.unreached() == 2  # the head's weight and bias
+    assert all(p.grad is None for p in model.parameters())
+    whole = make_step(Workload(model, (torch.randn(8, 4),), loss=lambda out: out["logits"].sum()), train=True,
+                      optimizer="sgd", name="two_heads")
+    assert whole.unreached() == 0
