@@ -136,7 +136,8 @@ def count_flops(call: Callable[[], Any]) -> tuple[int, list[str]]:
     there are any, the count leaves their work out.
 
     Python only learns of an operator once it is dispatched to it, so when the counted call
-    meets pointwise operators that were unknown before it, it is counted again with them."""
+    meets pointwise operators, or operators that do matrix products, that were unknown before it,
+    it is counted again with them."""
     known: set[Any] = set()
     aten = torch.ops.aten
     own = {aten.addmm: _addmm_flop, aten.baddbmm: _addmm_flop, aten._addmm_activation: _addmm_activation_flop}
@@ -146,17 +147,18 @@ def count_flops(call: Callable[[], Any]) -> tuple[int, list[str]]:
             own[getattr(aten, name)] = formula
     formulas = {**flop_counter.flop_registry, **own}
     while True:
-        packets = _pointwise_packets()
+        packets, products = _pointwise_packets(), _product_packets(formulas)
         seen: set[str] = set()
-        mapping = {p: _noting(p, seen) for p in _product_packets(formulas)}
+        mapping = {p: _noting(p, seen) for p in products}
         mapping.update({p: _pointwise_flop for p in packets})
         mapping.update(own)
         counter = FlopCounterMode(display=False, custom_mapping=mapping)
         with counter:
             call()
-        if packets <= known or not (_pointwise_packets() - packets):
+        both = packets | products
+        if both <= known or not ((_pointwise_packets() - packets) or (_product_packets(formulas) - products)):
             return int(counter.get_total_flops()), sorted(seen)
-        known = packets
+        known = both
 
 
 def tensors(objects: Iterable[Any]) -> Iterable[torch.Tensor]:
