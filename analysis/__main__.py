@@ -29,6 +29,14 @@ PROG = "python -m analysis"  # how the commands name themselves (the `profsweep`
 ANALYSE = ""  # the analysis's own subcommand word after PROG (`profsweep analyse`)
 
 
+
+def out_folder(text: str) -> Path:
+    """--out's folder; an empty one is refused (Path("") is ".": everything would land where the
+    command ran)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: give a folder to write into, e.g. --out outputs/cmp")
+    return Path(text)
+
 def _us(value: Any) -> str:
     return "-" if value is None else f"{value:,.3f} us"
 
@@ -131,7 +139,7 @@ def compare_main(argv: list[str]) -> int:
         description="Compare two sweeps (or runs) grid point by grid point, or two traces op by op.")
     parser.add_argument("base", type=Path, help="the sweep (or run) folder, or trace, to compare against")
     parser.add_argument("new", type=Path, help="the sweep (or run) folder, or trace, that changed")
-    parser.add_argument("--out", type=Path, help="where to write compare.csv, plots/, compare.html "
+    parser.add_argument("--out", type=out_folder, help="where to write compare.csv, plots/, compare.html "
                         "(default: NEW/compare)")
     parser.add_argument("--ignore", action="append", default=[], metavar="KEY",
                         help="a key not to pair by, e.g. compile (eager vs compiled) or device")
@@ -215,7 +223,7 @@ def history_main(argv: list[str]) -> int:
         "history.html.")
     parser.add_argument("sweeps", nargs="+", type=Path, metavar="SWEEP",
                         help="an analysed sweep (or run) folder, or a folder of them (searched 3 levels down)")
-    parser.add_argument("--out", type=Path, help="where history.duckdb, regressions.csv, trends.csv and history.html "
+    parser.add_argument("--out", type=out_folder, help="where history.duckdb, regressions.csv, trends.csv and history.html "
                         "go (default: history/ in the folder of sweeps given, else in the sweeps' common parent)")
     parser.add_argument("--ignore", action="append", default=[], metavar="KEY",
                         help="a key not to pair by (as compare's), e.g. a workload setting changed between sweeps")
@@ -393,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         "calibrate.",
     )
     parser.add_argument("folder", type=Path, help="a sweep folder (outputs/multirun/...) or a single run's folder")
-    parser.add_argument("--out", type=Path, help="write the tables, plots and report here instead of into FOLDER "
+    parser.add_argument("--out", type=out_folder, help="write the tables, plots and report here instead of into FOLDER "
                         "(a folder you cannot write to, or a second analysis beside the first)")
     parser.add_argument("--strict", action="store_true", help="refuse a folder a sweep is still writing")
     args = parser.parse_args(argv)

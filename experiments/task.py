@@ -56,12 +56,16 @@ def resolved_sweep_dir(config: DictConfig, mode: str = "sweep") -> Path:
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        return Path(str(config.hydra[mode].dir))
+        given = config.hydra[mode].dir
     except OmegaConfBaseException as exc:
         given = OmegaConf.to_container(config.hydra[mode], resolve=False).get("dir")
         said = str(getattr(exc, "msg", None) or exc).strip().splitlines()[0]
         refuse(f"hydra.{mode}.dir={given} is not allowed: OmegaConf cannot resolve it ({said}); "
                "an interpolation ${...} names another key, or a resolver such as ${now:%Y-%m-%d}")
+    if given is None or not str(given).strip():  # Path("") is ".": the sweep would land where the command ran
+        refuse(f"hydra.{mode}.dir={given!r} is not allowed: give a folder to write into, e.g. "
+               f"hydra.{mode}.dir=outputs/mine")
+    return Path(str(given))
 
 
 class SweepCallback(Callback):

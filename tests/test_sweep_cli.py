@@ -246,6 +246,27 @@ def test_an_output_folder_that_is_a_file_is_refused(tmp_path, multirun):
     assert "Traceback" not in done.stderr and taken.read_text() == "not a folder"
 
 
+@pytest.mark.parametrize("multirun", [True, False], ids=["sweep", "single"])
+def test_an_empty_output_folder_is_refused_not_taken_as_the_current_one(tmp_path, multirun):
+    """`hydra.sweep.dir=""` is Path("") once made a path: "." (a reviewer's sweep wrote 18 files into
+    the repository it ran from)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    args = ["-m", "size=16"] if multirun else ["size=16"]
+    done = subprocess.run([sys.executable, str(ROOT / "experiments" / "run.py"), *args, f'{key}=""'],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert f"{key}='' is not allowed: give a folder to write into" in done.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written where it ran
+    out = subprocess.run([sys.executable, "-m", "analysis", str(tmp_path), "--out", ""], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "argument --out: '' is not allowed" in out.stderr
+
+
 def test_a_1000_job_grid_starts_its_first_job_at_once(tmp_path):
     # Nothing is composed ahead of its job: the first job line comes as soon as with a small
     # grid (benchmarks/grid_start.py times both); the sweep is stopped there.
