@@ -241,10 +241,12 @@ def finished_record(config: JobConfig, job_dir: Path) -> dict[str, Any] | None:
 
 
 def read_record(job_dir: Path) -> dict[str, Any] | None:
+    """The job's metrics.json, or None where it is missing, unreadable or not a JSON object."""
     try:
-        return json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        found = json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
+    return found if isinstance(found, dict) else None
 
 
 def _describe_exit(code: int) -> str:

@@ -323,3 +323,14 @@ def test_a_stop_at_any_moment_ends_the_same_way(tmp_path):
     finally:
         busy.kill()
         busy.wait()
+
+
+@pytest.mark.parametrize("text", ["[1]", "1", '"ok"', "null", "[" * 100_000])
+def test_a_job_record_that_is_not_an_object_is_no_record(tmp_path, text):
+    """A resumed sweep reads each job's metrics.json: a list, a number or nesting too deep is a
+    job without a record (run again), never an AttributeError (a reviewer's `[1]`)."""
+    from experiments.config import JobConfig
+    from experiments.launchers import finished_record, read_record
+
+    (tmp_path / "metrics.json").write_text(text)
+    assert read_record(tmp_path) is None and finished_record(JobConfig(), tmp_path) is None
