@@ -392,7 +392,7 @@ def _malformed_events(path: Path) -> Iterator[None]:
     """An event with a field of the wrong type or missing is a TraceError that names the file."""
     try:
         yield
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # AttributeError: an event that is not an object
         if isinstance(exc, TraceError):
             raise
         raise TraceError(f"{path}: malformed events ({type(exc).__name__}: {exc})") from None

@@ -612,3 +612,16 @@ def test_a_file_that_is_no_trace_is_named_by_what_it_is_not_never_by_its_bytes(t
     with pytest.raises(TraceError) as caught:
         analyse_trace(secret)
     assert "root" not in str(caught.value).replace(str(tmp_path), "") and "32 bytes" in str(caught.value)
+
+
+@pytest.mark.parametrize("events", [
+    [1, "x", None, [], {"ph": "X"}],  # events that are not objects
+    [{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 1.0, "dur": 2.0, "args": "a string"}],
+])
+def test_events_that_are_not_trace_events_are_a_trace_error_naming_the_file(tmp_path, events):
+    """`python -m analysis trace` on such a file said AttributeError with a traceback (a reviewer's
+    finding); inside a sweep the job's trace_error says it."""
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    with pytest.raises(TraceError, match=r"odd\.json: malformed events"):
+        analyse_trace(path)
