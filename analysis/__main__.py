@@ -409,8 +409,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.folder}: no such folder", file=sys.stderr)
         return 2
     from analysis import analyse_folder
-    from analysis.tables import METRICS_FILE, job_folders
+    from analysis.tables import METRICS_FILE, job_folders, unreadable
 
+    if unreadable(args.folder):
+        print(f"error: {unreadable(args.folder)}", file=sys.stderr)
+        return 2
     if not job_folders(args.folder):
         print(f"error: {args.folder}: not a sweep or a run: no job folder with a {METRICS_FILE} in it "
               "(give outputs/multirun/<date>/<time> or one job's folder)", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -59,12 +60,27 @@ class SweepTables:
         return out
 
 
+def unreadable(folder: Path) -> str | None:
+    """Why `folder` cannot be read as a sweep (None when it can): a folder this user may not list
+    or enter reads as empty, which would say "not a sweep" or leave its jobs out unsaid."""
+    if not os.access(folder, os.R_OK | os.X_OK):
+        return f"{folder}: cannot read this folder (permission denied)"
+    return None
+
+
 def job_folders(folder: Path) -> list[Path]:
-    """The job folders of a sweep folder in job order, or the folder itself for a single run."""
-    if (folder / METRICS_FILE).is_file():
-        return [folder]
+    """The job folders of a sweep folder in job order, or the folder itself for a single run; a
+    job's folder this user cannot enter (named as jobs are, `<n>_...`) is one, so that its job is
+    named as a problem, not left out."""
+    try:
+        if (folder / METRICS_FILE).is_file():
+            return [folder]
+    except OSError:  # cannot look inside: unreadable() says why
+        return []
     found = {p.parent for p in folder.glob(f"*/{METRICS_FILE}")}
     found |= {p.parent for p in folder.glob("*/.hydra") if p.is_dir()}  # started, maybe unfinished
+    found |= {p for p in folder.glob("[0-9]*_*") if p.is_dir() and p.name.split("_", 1)[0].isdigit()
+              and not os.access(p, os.R_OK | os.X_OK)}
 
     def order(p: Path) -> tuple[int, str]:
         head = p.name.split("_", 1)[0]
@@ -191,6 +207,11 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
         tables.jobs.append({"job": job_dir.name, "status": "failed", "trace_error": None,
                             "record_error": f"{out_of} is a link out of the sweep folder: not read",
                             "error": f"{METRICS_FILE} not read: a link out of the sweep folder"})
+        return
+    if not os.access(job_dir, os.R_OK | os.X_OK):
+        tables.jobs.append({"job": job_dir.name, "status": "failed", "trace_error": None,
+                            "record_error": f"{job_dir}: cannot read this folder (permission denied)",
+                            "error": f"{METRICS_FILE} not read: its folder cannot be read"})
         return
     if not (job_dir / METRICS_FILE).exists():
         tables.jobs.append({"job": job_dir.name, "status": "missing", "trace_error": None, "record_error": None,

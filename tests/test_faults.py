@@ -334,3 +334,42 @@ def test_a_job_record_that_is_not_an_object_is_no_record(tmp_path, text):
 
     (tmp_path / "metrics.json").write_text(text)
     assert read_record(tmp_path) is None and finished_record(JobConfig(), tmp_path) is None
+
+
+def _as_a_user(command: list[str]) -> list[str] | None:
+    """`command` as a user whom permissions bind: root runs it without the capabilities that read
+    any file (setpriv); None where neither is possible."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return command
+    if shutil.which("setpriv") is None:
+        return None
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}", "--", *command]
+
+
+def test_folders_that_cannot_be_read_are_named_never_a_traceback_or_left_out(tmp_path):
+    """A sweep folder this user may not read is refused by name (it read as 'not a sweep', or as a
+    traceback in compare); a job folder it may not read is named as a problem, not left out."""
+    from tests.conftest import ROOT
+
+    sweep = tmp_path / "sweep"
+    (sweep / "0_locked").mkdir(parents=True)
+    (sweep / "0_locked").chmod(0)
+    try:
+        command = _as_a_user([sys.executable, "-m", "analysis", str(sweep), "--out", str(tmp_path / "out")])
+        if command is None:
+            pytest.skip("root without setpriv: permissions do not bind")
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert "Traceback" not in done.stderr, done.stderr
+        assert "0_locked: cannot read this folder (permission denied)" in done.stdout + done.stderr
+        sweep.chmod(0)
+        for args in (["-m", "analysis", str(sweep)], ["-m", "analysis", "compare", str(sweep), str(sweep)]):
+            done = subprocess.run(_as_a_user([sys.executable, *args]), cwd=ROOT, capture_output=True, text=True,
+                                  timeout=300)
+            assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+            assert f"{sweep}: cannot read this folder (permission denied)" in done.stderr
+    finally:
+        sweep.chmod(0o755)
+        (sweep / "0_locked").chmod(0o755)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from analysis.tables import analyse_sweep, environment_of, job_folders, read_table, samples_rows
+from analysis.tables import analyse_sweep, environment_of, job_folders, read_table, samples_rows, unreadable
 from analysis.trace import is_op
 from profsweep.contract import METRICS_FILE, TIMED_SAMPLES, GridPoint, Job, amount, live_sweep
 
@@ -49,6 +49,8 @@ def load_side(folder: Path) -> Side:
     folder = Path(folder)
     if not folder.is_dir():
         raise CompareError(f"{folder}: no such folder")
+    if unreadable(folder):
+        raise CompareError(unreadable(folder))
     rows = written_tables(folder.resolve())  # (`.` has no name to find in repeats.csv)
     read_from = "tables"
     if rows is None:
