@@ -23,7 +23,7 @@ from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
 from profsweep.decide import SAME, Decision, decide
 from profsweep.columns import OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX
-from profsweep.contract import METRICS_FILE, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, GridPoint, Job, table_files, timed_samples, trace_files
+from profsweep.contract import METRICS_FILE, PLAN_FILE, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, GridPoint, Job, table_files, timed_samples, trace_files
 
 SERIES_KEYS = list(contract.SERIES_KEYS)
 
@@ -57,7 +57,22 @@ class SweepTables:
                 out.append((row["job"], f"trace: {row['trace_error']}"))
             if row.get("record_error"):
                 out.append((row["job"], f"record: {row['record_error']}"))
-        return out
+        never = never_ran(self.folder, len(self.jobs))
+        return out + ([("sweep", never)] if never else [])
+
+
+def never_ran(folder: Path, found: int) -> str | None:
+    """How many of the jobs the sweep planned (sweep.json's `jobs`) have no folder: a sweep stopped
+    before them (Ctrl-C, a kill, a full disk) is not a whole sweep, whatever its jobs say."""
+    try:
+        plan = json.loads((Path(folder) / PLAN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    planned = plan.get("jobs") if isinstance(plan, dict) else None
+    if isinstance(planned, bool) or not isinstance(planned, int) or planned <= found:
+        return None
+    return (f"{planned - found} of {planned} planned jobs never ran: the sweep was stopped before them; "
+            "rerun its command into this folder to finish (jobs already ok are skipped)")
 
 
 def unreadable(folder: Path) -> str | None:

@@ -373,3 +373,17 @@ def test_folders_that_cannot_be_read_are_named_never_a_traceback_or_left_out(tmp
     finally:
         sweep.chmod(0o755)
         (sweep / "0_locked").chmod(0o755)
+
+
+def test_a_stopped_sweeps_jobs_that_never_ran_are_a_problem_of_its_analysis(tmp_path):
+    """sweep.json plans 4 jobs and 1 folder exists (Ctrl-C after the first): the analysis names the
+    3 that never ran, and so exits 1, instead of reading a quarter of a sweep as a whole one."""
+    from analysis.tables import SweepTables, never_ran
+
+    (tmp_path / "sweep.json").write_text(json.dumps({"jobs": 4, "grid_points": 2, "repeats": 2}))
+    assert never_ran(tmp_path, 1).startswith("3 of 4 planned jobs never ran: the sweep was stopped before them")
+    assert never_ran(tmp_path, 4) is None and never_ran(tmp_path, 5) is None  # a resumed sweep of another grid
+    assert SweepTables(tmp_path).problems == [("sweep", never_ran(tmp_path, 0))]
+    for plan in ('{"jobs": true}', '{"jobs": "4"}', "[4]", "not json"):
+        (tmp_path / "sweep.json").write_text(plan)
+        assert never_ran(tmp_path, 1) is None
