@@ -607,3 +607,20 @@ def test_each_grid_point_says_the_smallest_step_it_could_have_found():
     smallest = [changes.smallest(s) for s in series]
     assert all(1.05 < s < 1.4 for s in smallest), smallest
     assert changes.smallest(changes.series([[100.0]])) is None  # one sweep: no history to find a step in
+
+
+def test_a_one_sweep_spike_at_one_grid_point_does_not_hide_a_change_at_another():
+    """Six sweeps of two grid points: one's third sweep is 120x slow (load), the other doubles at
+    its fifth. The spike's rise and its return are two large differences, of which only the largest
+    was left out of the grid's scatter; the other swamped it and the 1.8x step was missed (a
+    reviewer's nightly gate)."""
+    rng = np.random.default_rng(3)
+
+    def sweeps(levels: list[float]) -> list[list[float]]:
+        return [[v * math.exp(rng.normal(0, 0.02)) for _ in range(2)] for v in levels]
+
+    spiked = changes.series(sweeps([17.7, 17.6, 2130.0, 17.6, 17.7, 17.6]))
+    stepped = changes.series(sweeps([4.94, 4.95, 4.93, 4.94, 8.9, 8.9]))
+    found, _ = judge([spiked, stepped])
+    assert [(s.at, s.confirmed) for s in found[1]] == [(4, True)]
+    assert found[1][0].ratio == pytest.approx(1.8, rel=0.05)

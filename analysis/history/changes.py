@@ -167,6 +167,10 @@ def _partitions(s: Series, a: int, b: int, i: np.ndarray, j: np.ndarray
 DIFF_EFFICIENCY = 2 / 3  # successive differences share their levels: degrees of freedom they are worth, each
 
 
+OUTLYING = 10.83  # chi-square(1)'s 99.9th percentile: a difference this far past the scatter is a change, not scatter
+CHI2_MEDIAN = 0.4549  # chi-square(1)'s median
+
+
 def pooled_scatter(many: Sequence[Series]) -> list[tuple[float, float] | None]:
     """For each series, how much more a sweep's level scatters from the next one's than its repeats
     say (tau^2), from the other series of the grid (leave one out: the series' own scatter is its
@@ -180,26 +184,60 @@ def pooled_scatter(many: Sequence[Series]) -> list[tuple[float, float] | None]:
     scatter; tau^2 = (their sum less the repeats' part) / 2 / their count, at DIFF_EFFICIENCY
     degrees of freedom a difference (neighbouring differences share a level). Two to four sweeps a
     grid point say next to nothing of day-to-day scatter alone (two degrees of freedom from four
-    sweeps); a grid of them says it."""
-    parts: list[tuple[float, float, int] | None] = []  # per series: (scaled squares, repeats' part, kept)
+    sweeps); a grid of them says it.
+
+    A difference past OUTLYING times what the grid's scatter explains (a one-sweep spike at one
+    grid point: its rise and its return, two differences of which only one is the largest) is
+    left out too, the scatter it is judged against found robustly first (the tau^2 at which the
+    median difference is chi-square's median): one load spike must not hide a real change at
+    every other grid point."""
+    kept_parts: list[tuple[np.ndarray, np.ndarray, float] | None] = []  # per series: kept squares, repeats' part, scale
     for s in many:
         if s.n < 3:
-            parts.append(None)
+            kept_parts.append(None)
             continue
         sq = np.diff(s.y) ** 2
         known = s.s2[1:] + s.s2[:-1]
         keep = np.arange(len(sq)) != int(np.argmax(sq / np.maximum(known, 1e-300)))  # the most unlike its repeats
-        parts.append((float(sq[keep].sum()) / _kept_share(len(sq)), float(known[keep].sum()), int(keep.sum())))
-    speaking = [p for p in parts if p is not None]
-    total = [sum(p[i] for p in speaking) for i in range(3)]
+        kept_parts.append((sq[keep], known[keep], 1 / _kept_share(len(sq))))
+    speaking = [p for p in kept_parts if p is not None]
+    if speaking:
+        tau2 = _robust_tau2(np.concatenate([p[0] for p in speaking]), np.concatenate([p[1] for p in speaking]))
+    parts: list[tuple[float, float, int] | None] = []  # per series: (scaled squares, repeats' part, kept)
+    for p in kept_parts:
+        if p is None:
+            parts.append(None)
+            continue
+        sq, known, scale = p
+        usual = sq <= OUTLYING * (known + 2 * tau2)
+        parts.append((float(sq[usual].sum()) * scale, float(known[usual].sum()), int(usual.sum())))
+    speaking_parts = [p for p in parts if p is not None]
+    total = [sum(p[i] for p in speaking_parts) for i in range(3)]
     out: list[tuple[float, float] | None] = []
     for p in parts:
         squares, known, kept = ([t - x for t, x in zip(total, p)] if p is not None else total)
-        if len(speaking) - (p is not None) < 1 or kept < 2:
+        if len(speaking_parts) - (p is not None) < 1 or kept < 2:
             out.append(None)
             continue
         out.append((max(0.0, (squares - known) / kept / 2), DIFF_EFFICIENCY * kept))
     return out
+
+
+def _robust_tau2(sq: np.ndarray, known: np.ndarray) -> float:
+    """The tau^2 >= 0 at which the median of sq / (known + 2 tau^2) is chi-square(1)'s median (0
+    where it is below that at 0): a scale that a few outlying differences do not move."""
+    def median_z(tau2: float) -> float:
+        return float(np.median(sq / np.maximum(known + 2 * tau2, 1e-300)))
+
+    if median_z(0.0) <= CHI2_MEDIAN:
+        return 0.0
+    low, high = 0.0, max(float(np.median(sq)), 1e-300)
+    while median_z(high) > CHI2_MEDIAN:
+        high *= 2
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if median_z(mid) > CHI2_MEDIAN else (low, mid)
+    return high
 
 
 @functools.lru_cache(maxsize=None)
