@@ -317,6 +317,34 @@ def _job_config(composed: DictConfig, job: list[str]) -> JobConfig:
         refuse(f"{exc} (in the job {' '.join(job)})")
 
 
+# The keys that are true or false. OmegaConf takes 2, -5, "yes" and "on" for true where the schema
+# says bool; a user who wrote warmup=2 meant something else (a count of warm-up calls).
+FLAG_KEYS = ("compile", "warmup", "train", "profiler.record_shapes", "profiler.with_stack",
+             "profiler.profile_memory", "profiler.gzip", "compiler.dynamic")
+
+
+def refuse_loose_flags(axes: list[Axis] | None) -> None:
+    """A flag given as anything but true or false on the command line is refused by name."""
+    for axis in axes or []:
+        key = axis.key.lstrip("+")
+        if key not in FLAG_KEYS:
+            continue
+        for value in axis.values:
+            if not isinstance(value, bool):
+                hint = " (warm-up calls: run.warmup_iters)" if key == "warmup" else ""
+                refuse(f"{key}={value} is not allowed: {key} must be true or false{hint}")
+
+
+def command_line_axes(cfg: DictConfig) -> list[Axis]:
+    """A single run's command-line overrides, parsed as the grid sweeper parses a sweep's."""
+    from hydra.errors import HydraException
+
+    try:
+        return grid.axes(list(OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False)))
+    except HydraException:
+        return []  # Hydra parsed them already; what it took is checked by the config's own types
+
+
 def refuse_swept_sweep_settings(axes: list[Axis] | None) -> None:
     """A sweep-wide setting (run.repeats, run.precision, ...) has one value: sweeping it is refused."""
     for axis in axes or []:

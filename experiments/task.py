@@ -18,7 +18,8 @@ from experiments import forkserver, records, refusals
 from experiments.config import ConfigError
 from experiments.point import warm_start
 from experiments.preflight import (
-    check_configs, check_expectations, job_config, preflight, refuse_swept_sweep_settings, skip_reason, sweep_grid,
+    check_configs, check_expectations, command_line_axes, job_config, preflight, refuse_loose_flags,
+    refuse_swept_sweep_settings, skip_reason, sweep_grid,
 )
 from experiments.refusals import refuse
 from experiments.sweep_folder import (
@@ -74,6 +75,7 @@ class SweepCallback(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         SWEEP.reset()  # a run in a process that ran one before (a notebook, tests) starts clean
         resolved_sweep_dir(config, "run")
+        refuse_loose_flags(command_line_axes(config))
         try:
             check_configs([job_config(config)])
         except ConfigError as exc:
@@ -91,6 +93,7 @@ class SweepCallback(Callback):
         resolved_sweep_dir(config)
         axes = sweep_grid(config)
         refuse_swept_sweep_settings(axes)
+        refuse_loose_flags(axes)
         compose = GlobalHydra.instance().config_loader().load_sweep_config
         planned = preflight(config, axes if axes is not None else [], compose)
         check_configs([p.config for p in planned], [p.jobs for p in planned])
