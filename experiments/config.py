@@ -178,6 +178,11 @@ class CompilerConfig:
         _require_bool("compiler.provenance", self.provenance)
 
 
+# torch.set_num_threads(100000) ends the process (SIGSEGV, as its pool cannot start them); no machine
+# this runs on has more cores than this (the check runs where the sweep starts, not where the job runs)
+MAX_THREADS = 1024
+
+
 @dataclass
 class RunConfig:
     """How each job is run: its own interpreter (honest cold starts) and its own Inductor cache;
@@ -215,8 +220,9 @@ class RunConfig:
             raise ConfigError(f"run.repeats={self.repeats!r} is not allowed: give a count of processes "
                               "per grid point >= 1, or auto")
         if not (self.threads == AUTO or (isinstance(self.threads, int) and not isinstance(self.threads, bool)
-                                         and self.threads >= 1)):
-            raise ConfigError(f"run.threads={self.threads!r} is not allowed: give a thread count >= 1, or auto")
+                                         and 1 <= self.threads <= MAX_THREADS)):
+            raise ConfigError(f"run.threads={self.threads!r} is not allowed: give a thread count from 1 to "
+                              f"{MAX_THREADS}, or auto")
         if isinstance(self.precision, bool) or not isinstance(self.precision, (int, float)) \
                 or not 0 < self.precision < 1:
             raise ConfigError(f"run.precision={self.precision!r} is not allowed: give the interval's "

@@ -28,6 +28,7 @@ from tests.conftest import job_dirs, read_metrics, run_cli
 @pytest.mark.parametrize("key, value, message", [
     ("repeats", 0, "run.repeats=0 is not allowed"), ("repeats", "many", "or auto"), ("repeats", True, "run.repeats"),
     ("threads", 0, "run.threads=0 is not allowed"), ("threads", "all", "or auto"),
+    ("threads", 100_000, "run.threads=100000 is not allowed: give a thread count from 1 to 1024"),
     ("precision", 0, "between 0 and 1"), ("precision", 1.5, "between 0 and 1"),
     ("max_repeats", 1, "at least 2"), ("repeat", 0, "run.repeat"),
 ])
