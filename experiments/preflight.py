@@ -335,6 +335,19 @@ def refuse_loose_flags(axes: list[Axis] | None) -> None:
                 refuse(f"{key}={value} is not allowed: {key} must be true or false{hint}")
 
 
+def refuse_repeated_values(axes: list[Axis] | None) -> None:
+    """A value given twice in one swept key (size=16,16) would be two grid points of one
+    configuration, each job `repeat` 1 of them: refused, with the setting that repeats."""
+    for axis in axes or []:
+        seen: set[str] = set()
+        for string in axis.strings:
+            if string in seen:
+                value = string.partition("=")[2]
+                refuse(f"{axis.key}={','.join(s.partition('=')[2] for s in axis.strings)} is not allowed: {value} "
+                       f"is given twice; to measure a grid point in more processes, give run.repeats")
+            seen.add(string)
+
+
 def command_line_axes(cfg: DictConfig) -> list[Axis]:
     """A single run's command-line overrides, parsed as the grid sweeper parses a sweep's."""
     from hydra.errors import HydraException

@@ -19,7 +19,7 @@ from experiments.config import ConfigError
 from experiments.point import warm_start
 from experiments.preflight import (
     check_configs, check_expectations, command_line_axes, job_config, preflight, refuse_loose_flags,
-    refuse_swept_sweep_settings, skip_reason, sweep_grid,
+    refuse_repeated_values, refuse_swept_sweep_settings, skip_reason, sweep_grid,
 )
 from experiments.refusals import refuse
 from experiments.sweep_folder import (
@@ -94,6 +94,7 @@ class SweepCallback(Callback):
         axes = sweep_grid(config)
         refuse_swept_sweep_settings(axes)
         refuse_loose_flags(axes)
+        refuse_repeated_values(axes)
         compose = GlobalHydra.instance().config_loader().load_sweep_config
         planned = preflight(config, axes if axes is not None else [], compose)
         check_configs([p.config for p in planned], [p.jobs for p in planned])

@@ -252,6 +252,14 @@ def test_an_output_folder_that_is_a_file_is_refused(tmp_path, multirun):
     assert "Traceback" not in done.stderr and taken.read_text() == "not a folder"
 
 
+def test_a_value_given_twice_in_a_swept_key_is_refused(tmp_path):
+    """size=16,16 made two grid points of one configuration, each `repeat` 1 (a reviewer's finding)."""
+    done = run_cli("-m", "size=16,32,16", f"hydra.sweep.dir={tmp_path / 'out'}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: size=16,32,16 is not allowed: 16 is given twice" in done.stderr and "run.repeats" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("multirun", [True, False], ids=["sweep", "single"])
 def test_an_empty_output_folder_is_refused_not_taken_as_the_current_one(tmp_path, multirun):
     """`hydra.sweep.dir=""` is Path("") once made a path: "." (a reviewer's sweep wrote 18 files into
