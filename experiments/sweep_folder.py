@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import records
-from experiments.config import JobConfig
+from experiments.config import SWEEP_ONLY, JobConfig
 from experiments.preflight import Planned, cuda_visible
 from experiments.refusals import refuse
 from hydra_plugins.profsweep_grid import grid
@@ -171,6 +171,32 @@ def _claim(folder: Path, key: str) -> None:
     handle.write(f"{os.getpid()}\n")
     handle.flush()
     _claimed.append(handle)
+
+
+def refuse_another_grid(sweep_dir: Path, axes: list[Axis]) -> None:
+    """A folder that holds a sweep of another grid is refused: its jobs and the new ones would
+    share job numbers and one sweep.json, the analysis would read them as one sweep. The same
+    grid is a resume (jobs already ok are skipped)."""
+    try:
+        plan = json.loads((sweep_dir / PLAN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return
+    before = plan.get("axes") if isinstance(plan, dict) else None
+    if not isinstance(before, list):
+        return
+
+    def grid_keys(found: list[Any]) -> list[Any]:  # how the sweep runs (Hydra's, run.repeats, ...) may change
+        return [a for a in found if not (isinstance(a, dict) and str(a.get("key")).lstrip("+").startswith(
+            ("hydra.", "hydra/", *(f"run.{k}" for k in (*SWEEP_ONLY, "job_timeout_s")))))]
+
+    before = grid_keys(before)
+    now = grid_keys([{"key": axis.key, "overrides": list(axis.strings)} for axis in axes])
+    if before != now:
+        def said(found: list[Any]) -> str:
+            return " ".join(",".join(str(o).partition("=")[2] for o in a.get("overrides") or []).join(
+                (f"{a.get('key')}=", "")) for a in found if isinstance(a, dict)) or "(no swept key)"
+        refuse(f"hydra.sweep.dir={sweep_dir} holds a sweep of another grid ({said(before)}), not of this one "
+               f"({said(now)}): rerun its own command to finish it, or choose another hydra.sweep.dir")
 
 
 def write_plan(sweep_dir: Path, axes: list[Axis], run: Any, compiles: bool = False) -> None:

@@ -23,7 +23,7 @@ from experiments.preflight import (
 )
 from experiments.refusals import refuse
 from experiments.sweep_folder import (
-    defer_stops, record_ceilings, start_in, tally, warn_if_short_of_space, write_plan,
+    defer_stops, record_ceilings, refuse_another_grid, start_in, tally, warn_if_short_of_space, write_plan,
 )
 from profsweep.progress import planned_jobs
 from profsweep.sweep_state import SWEEP
@@ -101,6 +101,7 @@ class SweepCallback(Callback):
         expect = check_expectations(config)
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if axes is not None:
+            refuse_another_grid(sweep_dir, axes)
             warn_if_short_of_space(sweep_dir, "hydra.sweep.dir", planned)
         start_in(sweep_dir, "hydra.sweep.dir", expect)
         if axes is not None:

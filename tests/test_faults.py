@@ -387,3 +387,28 @@ def test_a_stopped_sweeps_jobs_that_never_ran_are_a_problem_of_its_analysis(tmp_
     for plan in ('{"jobs": true}', '{"jobs": "4"}', "[4]", "not json"):
         (tmp_path / "sweep.json").write_text(plan)
         assert never_ran(tmp_path, 1) is None
+
+
+def test_a_folder_that_holds_a_sweep_of_another_grid_is_refused(tmp_path, capsys):
+    """Rerunning another grid into a sweep's folder merged the two (job numbers twice, one
+    sweep.json overwritten; a reviewer's finding). The same grid resumes, more repeats or another
+    launcher included."""
+    from experiments.sweep_folder import refuse_another_grid
+    from hydra_plugins.profsweep_grid import grid
+
+    def plan(*args: str) -> None:
+        axes = grid.axes(list(args))
+        (tmp_path / "sweep.json").write_text(json.dumps(
+            {"axes": [{"key": a.key, "overrides": list(a.strings)} for a in axes]}))
+
+    plan("size=16,64", "run.repeats=2")
+    for same in (["size=16,64"], ["size=16,64", "run.repeats=5", "hydra/launcher=joblib"], ["size=range(16,65,48)"]):
+        refuse_another_grid(tmp_path, grid.axes(same))  # a resume: no refusal
+    assert capsys.readouterr().err == ""
+    with pytest.raises(SystemExit) as refused:
+        refuse_another_grid(tmp_path, grid.axes(["size=32,64"]))
+    assert refused.value.code == 2
+    assert f"error: hydra.sweep.dir={tmp_path} holds a sweep of another grid (size=16,64), not of this one " \
+           "(size=32,64)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        refuse_another_grid(tmp_path, grid.axes(["size=16,64", "dtype=fp32"]))
