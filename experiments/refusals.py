@@ -14,6 +14,7 @@ import io
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 EXIT_BAD_INPUT = 2
@@ -54,6 +55,7 @@ class _Held(io.TextIOBase):
 
 
 _HELD: list[_Held] = []
+CONF = Path(__file__).resolve().parents[1] / "conf"  # the config groups: conf/<group>/<option>.yaml
 
 
 def refuse(message: str) -> NoReturn:
@@ -116,5 +118,14 @@ def in_our_words(text: str) -> str:
         return (f"error: {lexer.group(1).strip()} is not allowed: it is not a valid override (quote a value with "
                 "spaces or characters outside ASCII, e.g. 'key=\"value\"'; "
                 "https://hydra.cc/docs/advanced/override_grammar/basic)\n")
+    if re.search(r"Config group override must be a string or a list", text):  # workload=null, workload=16
+        for arg in sys.argv[1:]:
+            key, sep, value = arg.partition("=")
+            key = key.lstrip("+~")
+            options = sorted(f.stem for f in (CONF / key).glob("*.yaml")) if sep and (CONF / key).is_dir() else []
+            if options and value not in options:
+                return f"error: {key}={value} is not allowed: choose one of {', '.join(options)}\n"
+    if text.startswith("Traceback"):  # Hydra's own error with its stack: its last line says it
+        return f"error: {text.strip().splitlines()[-1]}\n"
     first, _, rest = text.partition("\n")
     return f"error: {first.strip()}" + (("\n" + rest.rstrip()) if rest.strip() else "") + "\n"
