@@ -320,8 +320,22 @@ def config_from_dict(data: Mapping[str, Any]) -> JobConfig:
             run=RunConfig(**data.pop("run", {})),
             **data,
         )
-    except TypeError as exc:  # an unknown key
-        raise ConfigError(f"unknown configuration key: {exc}") from exc
+    except TypeError as exc:  # an unknown key: named, with the keys there are (not the dataclass's words)
+        import dataclasses
+        import re
+
+        found = re.search(r"unexpected keyword argument '([^']+)'", str(exc))
+        if found is None:
+            raise ConfigError(f"unknown configuration key: {exc}") from exc
+        groups = {"profiler": ProfilerConfig, "compiler": CompilerConfig, "run": RunConfig}
+        where = next((g for g, cls in groups.items() if found.group(1) not in {f.name for f in dataclasses.fields(cls)}
+                      and f"{cls.__name__}.__init__" in str(exc)), None)
+        cls = groups[where] if where else JobConfig
+        key = f"{where}.{found.group(1)}" if where else found.group(1)
+        keys = ", ".join(f"{where + '.' if where else ''}{f.name}" for f in dataclasses.fields(cls)
+                         if f.name not in ("workload", "profiler", "compiler", "run", "expect"))
+        raise ConfigError(f"{key} is not allowed: it is not a key of this configuration (the keys: {keys}; "
+                          "a workload's own settings are workload.<name>)") from exc
 
 
 # --- Hydra -------------------------------------------------------------------------------------

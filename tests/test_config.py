@@ -115,7 +115,7 @@ def test_unknown_workload_and_key_are_refused():
     nope = config_from_dict({"workload": {"name": "nope"}}).workload
     with pytest.raises(seam.WorkloadError, match="'experiments.workloads.nope' does not import.*no attribute 'nope'"):
         seam.check(nope.target, nope.settings)
-    with pytest.raises(ConfigError, match="unknown configuration key"):
+    with pytest.raises(ConfigError, match="sise is not allowed: it is not a key of this configuration"):
         config_from_dict({"sise": 3})
 
 
@@ -320,3 +320,13 @@ def test_a_grid_point_reads_the_same_in_the_progress_lines_and_in_the_analysis()
     assert point_label({**row, "device": "cuda"}) == config.label + " on cuda"
     assert point_label(row, without=["compile", "warmup"]) == "mlp size=64 bf16 train adamw"
     assert point_label({"job": "3_x", "size": float("nan"), "dtype": ""}) == "3_x"
+
+
+def test_an_unknown_key_is_named_with_the_keys_there_are():
+    """+foo=1 said "JobConfig.__init__() got an unexpected keyword argument 'foo'" (a reviewer's
+    finding): the key, as the user wrote it, and what the configuration has."""
+    with pytest.raises(ConfigError, match=r"^foo is not allowed: it is not a key of this configuration \(the keys: "
+                                          r"size, dtype, compile, warmup"):
+        config_from_dict({"foo": 1})
+    with pytest.raises(ConfigError, match=r"^run\.foo is not allowed: .*run\.repeats"):
+        config_from_dict({"run": {"foo": 1}})
