@@ -118,6 +118,11 @@ def in_our_words(text: str) -> str:
         return (f"error: {lexer.group(1).strip()} is not allowed: it is not a valid override (quote a value with "
                 "spaces or characters outside ASCII, e.g. 'key=\"value\"'; "
                 "https://hydra.cc/docs/advanced/override_grammar/basic)\n")
+    if re.search(r"^mismatched input|^extraneous input|^no viable alternative", text):  # size=16, size=a=b
+        bad = _unparsable(sys.argv[1:])
+        if bad is not None:
+            return (f"error: {bad} is not allowed: it is not a valid override ({text.splitlines()[0].strip()}; "
+                    "https://hydra.cc/docs/advanced/override_grammar/basic)\n")
     if re.search(r"Config group override must be a string or a list", text):  # workload=null, workload=16
         for arg in sys.argv[1:]:
             key, sep, value = arg.partition("=")
@@ -129,3 +134,19 @@ def in_our_words(text: str) -> str:
         return f"error: {text.strip().splitlines()[-1]}\n"
     first, _, rest = text.partition("\n")
     return f"error: {first.strip()}" + (("\n" + rest.rstrip()) if rest.strip() else "") + "\n"
+
+
+def _unparsable(args: list[str]) -> str | None:
+    """The first command-line override Hydra's parser refuses, or None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for arg in args:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            parser.parse_overrides([arg])
+        except OverrideParseException:
+            return arg
+    return None

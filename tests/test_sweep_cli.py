@@ -110,6 +110,7 @@ BAD_INPUTS = {
                     ["profiler.gzip=1 is not allowed: profiler.gzip must be true or false"]),
     "workload": ("workload=nope", "workload=matmul_add,nope",
                  ["workload=nope is not allowed: choose one of", "bmm", "linear", "matmul_add", "mlp"]),
+    "trailing comma": ("size=16,", "size=16,", ["size=16, is not allowed: it is not a valid override"]),
     "workload null": ("workload=null", "workload=null", ["workload=null is not allowed: choose one of", "matmul_add"]),
     "typo": ("sise=3", "sise=3", ["sise=3 is not allowed: sise is not a key of this configuration", "+sise=3"]),
     "non-ascii": ("dtype=ñ", "dtype=ñ", ["dtype=ñ is not allowed: it is not a valid override", "quote"]),
