@@ -35,6 +35,8 @@ def out_folder(text: str) -> Path:
     command ran)."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is not allowed: give a folder to write into, e.g. --out outputs/cmp")
+    if Path(text).exists() and not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: give a folder to write into")
     return Path(text)
 
 def _us(value: Any) -> str:

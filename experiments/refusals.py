@@ -102,7 +102,7 @@ def in_our_words(text: str) -> str:
     merge = re.search(r"Error merging override (\S+?)(?: \(in the job [^)]*\))?\n(.+?)\n\s+full_key: (\S+)", text)
     if merge:
         return f"error: {merge.group(1)} is not allowed: {merge.group(2).strip()} (key {merge.group(3)})\n"
-    missing = re.search(r"Could not find '([^'/]+)/([^']+)'", text)
+    missing = re.search(r"Could not find '([^'/]+)/([^']*)'", text)  # workload=nope, workload= (empty)
     if missing:
         group, value = missing.groups()
         options = re.findall(r"^\t(\S+)$", text.split(f"Available options in '{group}':", 1)[-1], re.MULTILINE)

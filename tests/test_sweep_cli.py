@@ -111,6 +111,7 @@ BAD_INPUTS = {
     "workload": ("workload=nope", "workload=matmul_add,nope",
                  ["workload=nope is not allowed: choose one of", "bmm", "linear", "matmul_add", "mlp"]),
     "trailing comma": ("size=16,", "size=16,", ["size=16, is not allowed: it is not a valid override"]),
+    "workload empty": ("workload=", "workload=", ["workload= is not allowed: choose one of", "matmul_add"]),
     "workload null": ("workload=null", "workload=null", ["workload=null is not allowed: choose one of", "matmul_add"]),
     "typo": ("sise=3", "sise=3", ["sise=3 is not allowed: sise is not a key of this configuration", "+sise=3"]),
     "non-ascii": ("dtype=ñ", "dtype=ñ", ["dtype=ñ is not allowed: it is not a valid override", "quote"]),
@@ -281,6 +282,10 @@ def test_an_empty_output_folder_is_refused_not_taken_as_the_current_one(tmp_path
     out = subprocess.run([sys.executable, "-m", "analysis", str(tmp_path), "--out", ""], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "argument --out: '' is not allowed" in out.stderr
+    (tmp_path / "a file").write_text("")
+    out = subprocess.run([sys.executable, "-m", "analysis", str(tmp_path), "--out", str(tmp_path / "a file")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "a file is a file, not a folder" in out.stderr
 
 
 def test_a_1000_job_grid_starts_its_first_job_at_once(tmp_path):
