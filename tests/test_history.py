@@ -624,3 +624,5 @@ def test_a_one_sweep_spike_at_one_grid_point_does_not_hide_a_change_at_another()
     found, _ = judge([spiked, stepped])
     assert [(s.at, s.confirmed) for s in found[1]] == [(4, True)]
     assert found[1][0].ratio == pytest.approx(1.8, rel=0.05)
+    # the spike itself: one sweep's level, never confirmed, so neither is the return from it
+    assert [(s.at, s.confirmed) for s in found[0]] == [(2, False), (3, False)]

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -388,6 +388,19 @@ def refit(s: Series, at: Sequence[int], n: int) -> float:
         return 1.0
     d, judged = _step(s, a, k, b)
     return _p(d, judged, b - a - 1)
+
+
+def after_unconfirmed(found: Sequence[Shift]) -> list[Shift]:
+    """A change that leaves, the next sweep, a level only one sweep held and never confirmed (a
+    one-night spike and its return) is not confirmed either: its `before` is that one sweep."""
+    out: list[Shift] = []
+    for shift in found:
+        last = out[-1] if out else None
+        if (last is not None and not last.confirmed and shift.confirmed and shift.at - last.at == 1
+                and (shift.ratio > 1) != (last.ratio > 1)):
+            shift = replace(shift, confirmed=False)
+        out.append(shift)
+    return out
 
 
 def shifts(s: Series, at: Sequence[int], p_values: Sequence[float | None]) -> list[Shift]:

@@ -246,7 +246,7 @@ def analyse(history: History, fdr: float = FDR) -> None:
     found, history.tested = judge([line.series for line in judged], fdr)
     pools = changes.pooled_scatter([line.series for line in judged])
     for line, shifts, pool in zip(judged, found, pools):
-        line.shifts = [_checked(line, s, history.sweeps) for s in shifts]
+        line.shifts = changes.after_unconfirmed([_checked(line, s, history.sweeps) for s in shifts])
         line.found = [s.at for s in shifts]
         line.series = changes.with_pool(line.series, pool)
         line.smallest = changes.smallest(line.series)
@@ -303,7 +303,7 @@ def judge(many: Sequence[changes.Series], fdr: float = FDR) -> tuple[list[list[c
     out = []
     for n, s in enumerate(many):
         at = sorted(kept.get(n, {}))
-        out.append(changes.shifts(s, at, [kept[n][a] for a in at]))
+        out.append(changes.after_unconfirmed(changes.shifts(s, at, [kept[n][a] for a in at])))
     return out, sum(1 for _, _, p in tests if p is not None)
 
 
