@@ -61,7 +61,9 @@ def run_job(config: JobConfig, job_dir: Path, own_process: bool = False) -> dict
     try:
         _profile(config, job_dir, record, twin_allowed=own_process)
         record["status"] = "ok"
-    except (Exception, SystemExit) as exc:  # the record carries it; the sweep goes on
+    except BaseException as exc:  # the record carries it (a workload's own BaseException too); the sweep goes on
+        if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):  # Ctrl-C, SIGTERM: the sweep's stop, said by it
+            raise
         if isinstance(exc, SystemExit):  # the workload called sys.exit(): say so, in the log too
             exc = JobError(f"the workload called sys.exit({exc.code!r})")
             print(f"error: {exc}", file=sys.stderr, flush=True)

@@ -163,6 +163,14 @@ def exits(size, dtype, device):
 
 def crashes(size, dtype, device):
     ctypes.string_at(0)  # a segfault in native code
+
+
+class GaveUp(BaseException):  # not an Exception: some libraries raise their own like this
+    pass
+
+
+def gives_up(size, dtype, device):
+    raise GaveUp("no more")
 """
 
 
@@ -187,6 +195,7 @@ def test_a_finished_job_is_final_whatever_its_workload_leaves_running(sweep_dir,
 @pytest.mark.parametrize("factory, said", [
     ("exits", "the workload called sys.exit(3)"),
     ("crashes", "Fatal Python error: Segmentation fault"),
+    ("gives_up", "GaveUp: no more"),  # said as the job's error, not "ended without a result"
 ])
 def test_a_workload_that_exits_or_crashes_leaves_its_reason_and_its_last_words(sweep_dir, misbehaving, factory,
                                                                                  said):
@@ -199,6 +208,8 @@ def test_a_workload_that_exits_or_crashes_leaves_its_reason_and_its_last_words(s
     assert said in m["error"] + (m.get("stderr_tail") or "")
     if factory == "crashes":  # faulthandler: the Python stack of the crash is in the log
         assert "misbehaving.py" in m["stderr_tail"] and "crashes" in m["stderr_tail"]
+    elif factory == "gives_up":
+        assert m["error"] == "GaveUp: no more"
     else:
         assert m["exit_code"] == 1 and "about to leave" in (job / "job.log").read_text()
 
