@@ -52,7 +52,7 @@ class SweepTables:
             if row.get("status") == "skipped":  # left out on purpose (run.unavailable=skip)
                 continue
             if row.get("status") != "ok":
-                out.append((row["job"], f"{row.get('status')}: {row.get('error')}"))
+                out.append((row["job"], f"{row.get('status')}: {row.get('error') or 'its record says no error'}"))
             elif row.get("trace_error"):
                 out.append((row["job"], f"trace: {row['trace_error']}"))
             if row.get("record_error"):
