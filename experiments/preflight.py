@@ -320,7 +320,7 @@ def _job_config(composed: DictConfig, job: list[str]) -> JobConfig:
 # The keys that are true or false. OmegaConf takes 2, -5, "yes" and "on" for true where the schema
 # says bool; a user who wrote warmup=2 meant something else (a count of warm-up calls).
 FLAG_KEYS = ("compile", "warmup", "train", "profiler.record_shapes", "profiler.with_stack",
-             "profiler.profile_memory", "profiler.gzip", "compiler.dynamic")
+             "profiler.profile_memory", "profiler.gzip", "compiler.dynamic", "compiler.provenance")
 
 
 def refuse_loose_flags(axes: list[Axis] | None) -> None:
@@ -330,7 +330,7 @@ def refuse_loose_flags(axes: list[Axis] | None) -> None:
         if key not in FLAG_KEYS:
             continue
         for value in axis.values:
-            if not isinstance(value, bool):
+            if not isinstance(value, bool) and not str(value).startswith("${"):  # an interpolation: typed once resolved
                 hint = " (warm-up calls: run.warmup_iters)" if key == "warmup" else ""
                 refuse(f"{key}={value} is not allowed: {key} must be true or false{hint}")
 

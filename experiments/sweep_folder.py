@@ -185,9 +185,13 @@ def refuse_another_grid(sweep_dir: Path, axes: list[Axis]) -> None:
     if not isinstance(before, list):
         return
 
-    def grid_keys(found: list[Any]) -> list[Any]:  # how the sweep runs (Hydra's, run.repeats, ...) may change
-        return [a for a in found if not (isinstance(a, dict) and str(a.get("key")).lstrip("+").startswith(
-            ("hydra.", "hydra/", *(f"run.{k}" for k in (*SWEEP_ONLY, "job_timeout_s")))))]
+    def grid_keys(found: list[Any]) -> tuple[list[Any], set[str]]:
+        """The swept keys in order (they number the jobs) and the one-value overrides as a set (their
+        order changes nothing); how the sweep runs (Hydra's, run.repeats, expect, ...) may change."""
+        kept = [a for a in found if isinstance(a, dict) and not str(a.get("key")).lstrip("+").startswith(
+            ("hydra.", "hydra/", "expect", *(f"run.{k}" for k in (*SWEEP_ONLY, "job_timeout_s"))))]
+        swept = [a for a in kept if len(a.get("overrides") or []) > 1]
+        return swept, {str(o) for a in kept if len(a.get("overrides") or []) <= 1 for o in a.get("overrides") or []}
 
     before = grid_keys(before)
     now = grid_keys([{"key": axis.key, "overrides": list(axis.strings)} for axis in axes])
@@ -195,8 +199,10 @@ def refuse_another_grid(sweep_dir: Path, axes: list[Axis]) -> None:
         def said(found: list[Any]) -> str:
             return " ".join(",".join(str(o).partition("=")[2] for o in a.get("overrides") or []).join(
                 (f"{a.get('key')}=", "")) for a in found if isinstance(a, dict)) or "(no swept key)"
-        refuse(f"hydra.sweep.dir={sweep_dir} holds a sweep of another grid ({said(before)}), not of this one "
-               f"({said(now)}): rerun its own command to finish it, or choose another hydra.sweep.dir")
+        shown = plan.get("axes") if isinstance(plan.get("axes"), list) else []
+        refuse(f"hydra.sweep.dir={sweep_dir} holds a sweep of another grid ({said(shown)}), not of this one "
+               f"({said([{'key': a.key, 'overrides': list(a.strings)} for a in axes])}): rerun its own command to "
+               "finish it, or choose another hydra.sweep.dir")
 
 
 def write_plan(sweep_dir: Path, axes: list[Axis], run: Any, compiles: bool = False) -> None:

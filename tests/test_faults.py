@@ -413,13 +413,20 @@ def test_a_folder_that_holds_a_sweep_of_another_grid_is_refused(tmp_path, capsys
             {"axes": [{"key": a.key, "overrides": list(a.strings)} for a in axes]}))
 
     plan("size=16,64", "run.repeats=2")
-    for same in (["size=16,64"], ["size=16,64", "run.repeats=5", "hydra/launcher=joblib"], ["size=range(16,65,48)"]):
+    for same in (["size=16,64"], ["size=16,64", "run.repeats=5", "hydra/launcher=joblib"], ["size=range(16,65,48)"],
+                 ["size=16,64", "expect=['op aten::mm present']"]):
         refuse_another_grid(tmp_path, grid.axes(same))  # a resume: no refusal
     assert capsys.readouterr().err == ""
     with pytest.raises(SystemExit) as refused:
         refuse_another_grid(tmp_path, grid.axes(["size=32,64"]))
     assert refused.value.code == 2
-    assert f"error: hydra.sweep.dir={tmp_path} holds a sweep of another grid (size=16,64), not of this one " \
-           "(size=32,64)" in capsys.readouterr().err
+    assert f"error: hydra.sweep.dir={tmp_path} holds a sweep of another grid (size=16,64 run.repeats=2), not of " \
+           "this one (size=32,64)" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         refuse_another_grid(tmp_path, grid.axes(["size=16,64", "dtype=fp32"]))
+    # one-value overrides in another order are the same grid (a reviewer's resume)
+    plan("size=16,64", "dtype=fp32", "device=cpu")
+    refuse_another_grid(tmp_path, grid.axes(["device=cpu", "size=16,64", "dtype=fp32"]))
+    with pytest.raises(SystemExit):  # swept keys in another order number the jobs otherwise
+        plan("size=16,64", "dtype=fp32,bf16")
+        refuse_another_grid(tmp_path, grid.axes(["dtype=fp32,bf16", "size=16,64"]))
