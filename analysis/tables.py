@@ -23,7 +23,7 @@ from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
 from profsweep.decide import SAME, Decision, decide
 from profsweep.columns import OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX
-from profsweep.contract import METRICS_FILE, PLAN_FILE, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, GridPoint, Job, table_files, timed_samples, trace_files
+from profsweep.contract import METRICS_FILE, PLAN_FILE, live_sweep, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, GridPoint, Job, table_files, timed_samples, trace_files
 
 SERIES_KEYS = list(contract.SERIES_KEYS)
 
@@ -64,6 +64,8 @@ class SweepTables:
 def never_ran(folder: Path, found: int) -> str | None:
     """How many of the jobs the sweep planned (sweep.json's `jobs`) have no folder: a sweep stopped
     before them (Ctrl-C, a kill, a full disk) is not a whole sweep, whatever its jobs say."""
+    if live_sweep(Path(folder)) is not None:  # still running: its later jobs are to come (the caller warns)
+        return None
     try:
         plan = json.loads((Path(folder) / PLAN_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):

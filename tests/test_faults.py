@@ -398,6 +398,20 @@ def test_a_stopped_sweeps_jobs_that_never_ran_are_a_problem_of_its_analysis(tmp_
     for plan in ('{"jobs": true}', '{"jobs": "4"}', "[4]", "not json"):
         (tmp_path / "sweep.json").write_text(plan)
         assert never_ran(tmp_path, 1) is None
+    # a sweep still running (another process holds the folder's lock): its jobs are to come
+    from profsweep.contract import SWEEP_LOCK_FILE
+
+    (tmp_path / "sweep.json").write_text(json.dumps({"jobs": 4}))
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); f.write('1'); f.flush(); print('held', flush=True); "
+                               "time.sleep(60)", str(tmp_path / SWEEP_LOCK_FILE)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert never_ran(tmp_path, 1) is None
+    finally:
+        holder.kill()
+        holder.wait()
+    assert never_ran(tmp_path, 1) is not None
 
 
 def test_a_folder_that_holds_a_sweep_of_another_grid_is_refused(tmp_path, capsys):
