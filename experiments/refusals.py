@@ -124,12 +124,10 @@ def in_our_words(text: str) -> str:
             return (f"error: {bad} is not allowed: it is not a valid override ({text.splitlines()[0].strip()}; "
                     "https://hydra.cc/docs/advanced/override_grammar/basic)\n")
     if re.search(r"Config group override must be a string or a list", text):  # workload=null, workload=16
-        for arg in sys.argv[1:]:
-            key, sep, value = arg.partition("=")
-            key = key.lstrip("+~")
-            options = sorted(f.stem for f in (CONF / key).glob("*.yaml")) if sep and (CONF / key).is_dir() else []
-            if options and value not in options:
-                return f"error: {key}={value} is not allowed: choose one of {', '.join(options)}\n"
+        found = _group_not_a_name(sys.argv[1:])
+        if found is not None:
+            arg, key, options = found
+            return f"error: {arg} is not allowed: {key} takes one of {', '.join(options)}\n"
     if text.startswith("Traceback"):  # Hydra's own error with its stack: its last line says it
         return f"error: {text.strip().splitlines()[-1]}\n"
     first, _, rest = text.partition("\n")
@@ -149,4 +147,28 @@ def _unparsable(args: list[str]) -> str | None:
             parser.parse_overrides([arg])
         except OverrideParseException:
             return arg
+    return None
+
+
+def _group_not_a_name(args: list[str]) -> tuple[str, str, list[str]] | None:
+    """The first override of a config group (conf/<group>/) one of whose values is not a name
+    (null, a number): the override, the group and its options; None if none is."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException, OverrideParseException
+
+    parser = OverridesParser.create()
+    for arg in args:
+        try:
+            [override] = parser.parse_overrides([arg])
+        except (OverrideParseException, ValueError):
+            continue
+        key = override.get_key_element().lstrip("+~")
+        if not (CONF / key).is_dir():
+            continue
+        try:
+            values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+        except HydraException:  # glob() over a group needs the config loader: its values are names
+            continue
+        if any(not isinstance(v, str) for v in values):
+            return arg, key, sorted(f.stem for f in (CONF / key).glob("*.yaml"))
     return None
