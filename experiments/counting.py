@@ -79,7 +79,7 @@ def _attention_backward_flop(grad_out: Any, query: Any, key: Any, value: Any, *a
 # A word of an operator's name that says it does matrix products (conv also as conv1d/2d/3d).
 PRODUCT_WORDS = frozenset(
     "mm bmm addmm baddbmm addbmm addmv mv dot vdot matmul linear bilinear einsum tensordot outer ger "
-    "conv convolution attention transformer rnn lstm gru".split())
+    "conv convolution attention transformer rnn lstm gru trilinear cdist".split())
 
 
 def does_products(name: str) -> bool:
@@ -140,7 +140,9 @@ def count_flops(call: Callable[[], Any]) -> tuple[int, list[str]]:
     it is counted again with them."""
     known: set[Any] = set()
     aten = torch.ops.aten
-    own = {aten.addmm: _addmm_flop, aten.baddbmm: _addmm_flop, aten._addmm_activation: _addmm_activation_flop}
+    # addmm's count for its in-place forms and for addbmm (the batch summed into one m x n output)
+    own = {getattr(aten, name): _addmm_flop for name in ("addmm", "addmm_", "baddbmm", "baddbmm_", "addbmm", "addbmm_")}
+    own[aten._addmm_activation] = _addmm_activation_flop
     for name, formula in (("_scaled_dot_product_flash_attention_for_cpu", _attention_flop),
                           ("_scaled_dot_product_flash_attention_for_cpu_backward", _attention_backward_flop)):
         if hasattr(aten, name):  # torch >= 2.3

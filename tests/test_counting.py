@@ -14,6 +14,11 @@ def test_a_matmul_plus_bias_counts_2mnk_plus_mn():
     # the fused addmm + activation of nn.TransformerEncoder's fast path: the GEMM, its bias, its gelu
     fused = count_flops(lambda: torch.ops.aten._addmm_activation(bias, a, b, use_gelu=True))
     assert fused == (2 * 8 * 16 * 4 + 8 * 4 + 8 * 4, [])
+    # in place, and addbmm: the batch's products summed into one output
+    out = torch.zeros(8, 4)
+    assert count_flops(lambda: out.addmm_(a, b)) == (2 * 8 * 16 * 4 + 8 * 4, [])
+    batch_a, batch_b = torch.randn(3, 8, 16), torch.randn(3, 16, 4)
+    assert count_flops(lambda: torch.addbmm(bias, batch_a, batch_b)) == (3 * 2 * 8 * 16 * 4 + 8 * 4, [])
 
 
 def test_attention_on_the_cpu_counts_its_two_matrix_products():
@@ -60,6 +65,7 @@ def test_names_that_say_matrix_products():
     from experiments.counting import does_products
 
     said = ["mkldnn_rnn_layer", "_transformer_encoder_layer_fwd", "_int_mm", "conv2d", "slow_conv3d_forward",
+            "_trilinear", "_cdist_forward",
             "_native_multi_head_attention", "_thnn_fused_lstm_cell", "cudnn_convolution", "addmv"]
     not_said = ["upsample_bilinear2d", "upsample_linear1d", "_convert_indices_from_coo_to_csr", "mvlgamma",
                 "native_layer_norm", "add", "embedding", "max_pool2d_with_indices", "commit", "conv4d"]
