@@ -462,12 +462,19 @@ def _untrained(job: Prepared, out: dict[str, Any]) -> None:
     if not job.config.train or job.step.unreached is None:
         return
     params = job.step.parameters
-    with torch.enable_grad():
-        missed = job.step.unreached()
+    try:
+        with torch.enable_grad():
+            missed = job.step.unreached()
+    except Exception as exc:  # noqa: BLE001 (a check after the measurements: the job stays ok)
+        print(f"warning: train=true: whether every parameter gets a gradient was not checked "
+              f"({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+        return
     if missed:
-        said = (f"train=true: {missed} of {len(params)} parameters got no gradient from the loss (the default "
-                "loss is the output's own loss, else its first tensor summed), so the step does not train them: "
-                "return Workload(fn, args, loss=...) from the factory to train the whole model")
+        why = ("the loss the factory gives, or the forward, does not use them" if job.step.loss_given else
+               "the default loss is the output's own loss, else its first tensor summed, or the forward does not "
+               "use them: return Workload(fn, args, loss=...) from the factory to train the whole model")
+        said = (f"train=true: {missed} of {len(params)} trained tensors (parameters, or a function's float inputs) "
+                f"got no gradient, so the step does not train them: {why}")
         out["warnings"].append(said)
         print(f"warning: {said}", file=sys.stderr, flush=True)
 

@@ -45,6 +45,7 @@ class Step:
     parameters: list[torch.Tensor]
     optimizer: Any = None
     unreached: Callable[[], int] | None = None  # training: how many parameters the loss gives no gradient
+    loss_given: bool = False  # the factory gave the loss (Workload.loss); else default_loss
 
 
 def default_loss(output: Any) -> torch.Tensor:
@@ -97,19 +98,27 @@ def make_step(workload: Workload, *, train: bool, optimizer: str, name: str,
     opt = _optimizer(optimizer, parameters)
     loss_of = workload.loss or default_loss
     return Step(call=_training(model, args, kwargs, loss_of, opt), eager=_training(fn, args, kwargs, loss_of, opt),
-                parameters=parameters, optimizer=opt,
+                parameters=parameters, optimizer=opt, loss_given=workload.loss is not None,
                 unreached=lambda: _unreached(fn, args, kwargs, loss_of, parameters))
 
 
 def _unreached(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                loss_of: Callable[[Any], Any], parameters: list[torch.Tensor]) -> int:
-    """How many of the trained parameters get no gradient from the loss (one eager forward and
-    backward by torch.autograd.grad, which leaves every .grad as it was)."""
+    """How many of the trained parameters get no gradient from the loss: one eager forward and
+    backward as the step runs them (.backward(), so that reentrant checkpointing reaches what it
+    wraps, as torch.autograd.grad does not), each .grad None before and after, as the step's
+    zero_grad(set_to_none=True) leaves them."""
     wanted = [p for p in parameters if p.requires_grad]
     if not wanted:
         return 0
-    grads = torch.autograd.grad(loss_of(fn(*args, **kwargs)), wanted, allow_unused=True)
-    return sum(1 for g in grads if g is None)
+    for p in wanted:
+        p.grad = None
+    try:
+        loss_of(fn(*args, **kwargs)).backward()
+        return sum(1 for p in wanted if p.grad is None)
+    finally:
+        for p in wanted:
+            p.grad = None
 
 
 def _parameters(fn: Any, modules: list[nn.Module], inputs: tuple[Any, ...]) -> list[torch.Tensor]:

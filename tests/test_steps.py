@@ -66,3 +66,23 @@ def test_a_loss_that_reaches_only_part_of_the_model_is_counted():
     whole = make_step(Workload(model, (torch.randn(8, 4),), loss=lambda out: out["logits"].sum()), train=True,
                       optimizer="sgd", name="two_heads")
     assert whole.unreached() == 0
+    assert not step.loss_given and whole.loss_given
+
+
+def test_parameters_behind_reentrant_checkpointing_are_reached():
+    """torch.autograd.grad does not go through a reentrant checkpoint; the step's .backward() does,
+    and so does the count (a reviewer's case: 'unreached 2' for a model that trains them all)."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Checkpointed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.b(checkpoint(self.a, x, use_reentrant=True))
+
+    model = Checkpointed()
+    step = make_step(Workload(model, (torch.randn(4, 8, requires_grad=True),)), train=True, optimizer="sgd",
+                     name="checkpointed")
+    assert step.unreached() == 0 and all(p.grad is None for p in model.parameters())
