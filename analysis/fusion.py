@@ -20,7 +20,8 @@ its name spells that they left out; a node no eager op has stays in `unmatched`.
 a name leaves out (Inductor shortens a long name). A kernel whose nodes cover no op eager ran is
 matched by its name.
 
-An op the compiled grid point still calls itself is not covered by a generated kernel, though the
+A library op (a matrix product, a convolution, attention, a recurrent layer) the compiled grid
+point still calls itself is not covered by a generated kernel, though the
 kernel's name or nodes spell it: on the CPU Inductor leaves a convolution to the library
 (`extern_kernels.convolution`, in the trace `aten::convolution`) and names the kernel that reads
 its output after it (`cpp_fused__native_batch_norm_legit_no_training_convolution_relu_1`); the
@@ -43,6 +44,9 @@ from analysis.points import pairing_columns
 from profsweep import stats
 from profsweep.contract import GridPoint, flag
 
+# The ops a compiled graph leaves to a library (oneDNN, cuBLAS, cuDNN) rather than generating: matrix
+# products, convolutions, attention, recurrent layers (by a word of their name).
+LIBRARY = re.compile(r"(^|_|::)(conv|convolution|mm|addmm|bmm|baddbmm|linear|matmul|attention|rnn|lstm|gru)(\d?d)?(_|$)")
 FUSION_COLUMNS = ["point", "size", "compiled_job", "eager_job", "kernel", "eager_ops", "eager_us_per_step",
                   "compiled_us_per_step", "unmatched", "matched_by"]
 # graph_0_cpp_fused_gelu_mul_split_0, cpp_fused__softmax_1, triton_poi_fused_add_cos_sin_0, triton_red_fused_sum_2,
@@ -197,11 +201,12 @@ def fusion_rows(points: list[GridPoint], ops: dict[str, list[dict[str, Any]]], k
                 if not said:  # no provenance, or its nodes covered no op eager ran: the kernel's name
                     how = BY_NAME
                     covered, unmatched = name_cover(kernel, eager_ops)
-                # an op the compiled step still calls (a library call: the convolution whose output
-                # the kernel reads, whose name the kernel carries) was not fused into it
-                kept = [op for op in covered if op not in called]
-                unmatched += [op.removeprefix("aten::") for op in covered if op in called]
-                covered = kept
+                # a library op the compiled step still calls (the convolution whose output the kernel
+                # reads, whose name the kernel carries) was not fused into it; other ops it also ran
+                # (a training step's loss sum, the optimizer's) may have been fused here
+                library = [op for op in covered if op in called and LIBRARY.search(op)]
+                unmatched += [op.removeprefix("aten::") for op in library]
+                covered = [op for op in covered if op not in library]
             if how == BY_CALL and len(covered) < 2:
                 continue  # it replaced no more than one eager op: nothing was fused
             spent = [eager_times[name] for name in covered if name in eager_times]

@@ -164,6 +164,14 @@ def test_an_op_the_compiled_step_still_calls_was_not_fused():
     assert row["eager_ops"] == "aten::native_batch_norm; aten::relu"
     assert row["eager_us_per_step"] == pytest.approx(49.0 + 3.0)
     assert "convolution" in row["unmatched"].split()
+    # an op that is no library call and that the compiled step also runs outside its graph (a
+    # training step's loss sum) may still be what a kernel fused
+    table["e1"].append({"name": "aten::sum", "self_host_us_step_median": 7.0})
+    table["c1"] += [{"name": "aten::sum", "self_host_us_step_median": 2.0},
+                    {"name": "graph_0_cpp_fused_sum_0", "self_host_us_step_median": 1.0}]
+    rows = {r["kernel"]: r for r in fusion_rows([eager, compiled], table, [])}
+    assert rows["graph_0_cpp_fused_sum_0"]["eager_ops"] == "aten::sum"
+    assert rows[kernel]["eager_ops"] == "aten::native_batch_norm; aten::relu"
 
 
 def test_a_kernel_inductor_says_it_made_from_gelu_and_mul():
