@@ -173,6 +173,10 @@ def _claim(folder: Path, key: str) -> None:
     _claimed.append(handle)
 
 
+# The keys a job's folder is named by (conf/config.yaml: hydra.sweep.subdir), and the preset that sets them.
+FOLDER_KEYS = ("workload", "size", "dtype", "warmup", "compile", "train", "experiment")
+
+
 def refuse_another_grid(sweep_dir: Path, axes: list[Axis]) -> None:
     """A folder that holds a sweep of another grid is refused: its jobs and the new ones would
     share job numbers and one sweep.json, the analysis would read them as one sweep. The same
@@ -186,12 +190,16 @@ def refuse_another_grid(sweep_dir: Path, axes: list[Axis]) -> None:
         return
 
     def grid_keys(found: list[Any]) -> tuple[list[Any], set[str]]:
-        """The swept keys in order (they number the jobs) and the one-value overrides as a set (their
-        order changes nothing); how the sweep runs (Hydra's, run.repeats, expect, ...) may change."""
+        """The swept keys in order (they number the jobs) and, as a set, the one-value overrides of the
+        keys that name the job folders (conf/config.yaml's subdir): another value of any other key
+        (profiler.active=2, run.threads=1) is the same grid in the same folders, its jobs redone;
+        how the sweep runs (Hydra's, run.repeats, expect, ...) may change too."""
         kept = [a for a in found if isinstance(a, dict) and not str(a.get("key")).lstrip("+").startswith(
             ("hydra.", "hydra/", "expect", *(f"run.{k}" for k in (*SWEEP_ONLY, "job_timeout_s"))))]
         swept = [a for a in kept if len(a.get("overrides") or []) > 1]
-        return swept, {str(o) for a in kept if len(a.get("overrides") or []) <= 1 for o in a.get("overrides") or []}
+        named = {str(o) for a in kept if len(a.get("overrides") or []) <= 1
+                 and str(a.get("key")).lstrip("+") in FOLDER_KEYS for o in a.get("overrides") or []}
+        return swept, named
 
     before = grid_keys(before)
     now = grid_keys([{"key": axis.key, "overrides": list(axis.strings)} for axis in axes])

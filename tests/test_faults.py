@@ -245,7 +245,8 @@ def test_every_command_that_reads_a_live_sweep_says_so(sweep_dir, slow_workload)
 
 
 def test_a_compiled_cold_job_that_hit_a_shared_cache_is_not_called_cold(sweep_dir):
-    done = run_cli("-m", "run=fast", "compile=true", "size=16,16", "device=cpu", f"hydra.sweep.dir={sweep_dir}")
+    done = run_cli("-m", "run=fast", "compile=true", "size=16", "device=cpu", f"hydra.sweep.dir={sweep_dir}",
+                   repeats=2)
     assert done.returncode == 0, done.stdout + done.stderr
     second = read_metrics(job_dirs(sweep_dir)[1])  # the first compiled this very graph in this process
     assert second["inductor_cache_hits"] >= 1 and "Inductor's cache" in second["not_cold"]
@@ -428,7 +429,8 @@ def test_a_folder_that_holds_a_sweep_of_another_grid_is_refused(tmp_path, capsys
 
     plan("size=16,64", "run.repeats=2")
     for same in (["size=16,64"], ["size=16,64", "run.repeats=5", "hydra/launcher=joblib"], ["size=range(16,65,48)"],
-                 ["size=16,64", "expect=['op aten::mm present']"]):
+                 ["size=16,64", "expect=['op aten::mm present']"],
+                 ["size=16,64", "profiler.active=2"]):  # another configuration in the same folders: redone
         refuse_another_grid(tmp_path, grid.axes(same))  # a resume: no refusal
     assert capsys.readouterr().err == ""
     with pytest.raises(SystemExit) as refused:

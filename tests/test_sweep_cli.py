@@ -56,7 +56,7 @@ def test_a_time_stamped_sweep_folder_is_one_folder(tmp_path):
 
 def test_identical_cold_compiles_both_pay_compilation(sweep_dir, tmp_path):
     # compile_cache=fresh (default): each job compiles from scratch, in its own interpreter.
-    fresh = run_cli("-m", "size=32,32", "compile=true", f"hydra.sweep.dir={sweep_dir}")
+    fresh = run_cli("-m", "size=32", "compile=true", f"hydra.sweep.dir={sweep_dir}", repeats=2)
     assert fresh.returncode == 0, fresh.stderr
     for job_dir in job_dirs(sweep_dir):
         m = read_metrics(job_dir)
@@ -66,8 +66,8 @@ def test_identical_cold_compiles_both_pay_compilation(sweep_dir, tmp_path):
     # which shows the check above can tell the two apart.
     shared_dir = tmp_path / "shared"
     shared = run_cli(
-        "-m", "size=32,32", "compile=true", "run.compile_cache=shared", f"hydra.sweep.dir={shared_dir}",
-        env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")},
+        "-m", "size=32", "compile=true", "run.compile_cache=shared", f"hydra.sweep.dir={shared_dir}",
+        env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}, repeats=2,
     )
     assert shared.returncode == 0, shared.stderr
     second = read_metrics(job_dirs(shared_dir)[1])
