@@ -23,7 +23,7 @@ from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
 from profsweep.decide import SAME, Decision, decide
 from profsweep.columns import OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX
-from profsweep.contract import METRICS_FILE, PLAN_FILE, live_sweep, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, GridPoint, Job, table_files, timed_samples, trace_files
+from profsweep.contract import METRICS_FILE, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, GridPoint, Job, table_files, timed_samples, trace_files
 
 SERIES_KEYS = list(contract.SERIES_KEYS)
 
@@ -64,13 +64,9 @@ class SweepTables:
 def never_ran(folder: Path, found: int) -> str | None:
     """How many of the jobs the sweep planned (sweep.json's `jobs`) have no folder: a sweep stopped
     before them (Ctrl-C, a kill, a full disk) is not a whole sweep, whatever its jobs say."""
-    if live_sweep(Path(folder)) is not None:  # still running: its later jobs are to come (the caller warns)
+    if contract.live_sweep(Path(folder)) is not None:  # still running: its later jobs are to come (the caller warns)
         return None
-    try:
-        plan = json.loads((Path(folder) / PLAN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    planned = plan.get("jobs") if isinstance(plan, dict) else None
+    planned = contract.read_plan(folder).get("jobs")
     if isinstance(planned, bool) or not isinstance(planned, int) or planned <= found:
         return None
     return (f"{planned - found} of {planned} planned jobs never ran: the sweep was stopped before them; "
@@ -80,9 +76,12 @@ def never_ran(folder: Path, found: int) -> str | None:
 def unreadable(folder: Path) -> str | None:
     """Why `folder` cannot be read as a sweep (None when it can): a folder this user may not list
     or enter reads as empty, which would say "not a sweep" or leave its jobs out unsaid."""
-    if not os.access(folder, os.R_OK | os.X_OK):
-        return f"{folder}: cannot read this folder (permission denied)"
-    return None
+    return None if _readable(folder) else f"{folder}: cannot read this folder (permission denied)"
+
+
+def _readable(folder: Path) -> bool:
+    """Whether this user may list and enter `folder`."""
+    return os.access(folder, os.R_OK | os.X_OK)
 
 
 def job_folders(folder: Path) -> list[Path]:
@@ -97,7 +96,7 @@ def job_folders(folder: Path) -> list[Path]:
     found = {p.parent for p in folder.glob(f"*/{METRICS_FILE}")}
     found |= {p.parent for p in folder.glob("*/.hydra") if p.is_dir()}  # started, maybe unfinished
     found |= {p for p in folder.glob("[0-9]*_*") if p.is_dir() and p.name.split("_", 1)[0].isdigit()
-              and not os.access(p, os.R_OK | os.X_OK)}
+              and not _readable(p)}
 
     def order(p: Path) -> tuple[int, str]:
         head = p.name.split("_", 1)[0]
@@ -225,9 +224,9 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
                             "record_error": f"{out_of} is a link out of the sweep folder: not read",
                             "error": f"{METRICS_FILE} not read: a link out of the sweep folder"})
         return
-    if not os.access(job_dir, os.R_OK | os.X_OK):
+    if not _readable(job_dir):
         tables.jobs.append({"job": job_dir.name, "status": "failed", "trace_error": None,
-                            "record_error": f"{job_dir}: cannot read this folder (permission denied)",
+                            "record_error": unreadable(job_dir),
                             "error": f"{METRICS_FILE} not read: its folder cannot be read"})
         return
     if not (job_dir / METRICS_FILE).exists():

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Iterator, NoReturn
 
 EXIT_BAD_INPUT = 2
 _FULL_ERROR_HINT = re.compile(r"\n?Set the environment variable HYDRA_FULL_ERROR=1[^\n]*\n?")
@@ -134,8 +134,9 @@ def in_our_words(text: str) -> str:
     return f"error: {first.strip()}" + (("\n" + rest.rstrip()) if rest.strip() else "") + "\n"
 
 
-def _unparsable(args: list[str]) -> str | None:
-    """The first command-line override Hydra's parser refuses, or None."""
+def _overrides(args: list[str]) -> Iterator[tuple[str, Any]]:
+    """Each command-line override (`key=value`) with Hydra's parse of it alone, None where its
+    grammar refuses it."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
@@ -144,23 +145,23 @@ def _unparsable(args: list[str]) -> str | None:
         if arg.startswith("-") or "=" not in arg:
             continue
         try:
-            parser.parse_overrides([arg])
+            yield arg, parser.parse_overrides([arg])[0]
         except OverrideParseException:
-            return arg
-    return None
+            yield arg, None
+
+
+def _unparsable(args: list[str]) -> str | None:
+    """The first command-line override Hydra's parser refuses, or None."""
+    return next((arg for arg, override in _overrides(args) if override is None), None)
 
 
 def _group_not_a_name(args: list[str]) -> tuple[str, str, list[str]] | None:
     """The first override of a config group (conf/<group>/) one of whose values is not a name
     (null, a number): the override, the group and its options; None if none is."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException, OverrideParseException
+    from hydra.errors import HydraException
 
-    parser = OverridesParser.create()
-    for arg in args:
-        try:
-            [override] = parser.parse_overrides([arg])
-        except (OverrideParseException, ValueError):
+    for arg, override in _overrides(args):
+        if override is None:
             continue
         key = override.get_key_element().lstrip("+~")
         if not (CONF / key).is_dir():

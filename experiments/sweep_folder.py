@@ -26,7 +26,7 @@ from experiments.preflight import Planned, cuda_visible
 from experiments.refusals import refuse
 from hydra_plugins.profsweep_grid import grid
 from hydra_plugins.profsweep_grid.grid import Axis
-from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SWEEP_LOCK_FILE, amount
+from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SWEEP_LOCK_FILE, amount, read_plan
 from profsweep.sweep_state import SWEEP
 
 EXIT_FAILED_JOBS = 1
@@ -181,12 +181,8 @@ def refuse_another_grid(sweep_dir: Path, axes: list[Axis]) -> None:
     """A folder that holds a sweep of another grid is refused: its jobs and the new ones would
     share job numbers and one sweep.json, the analysis would read them as one sweep. The same
     grid is a resume (jobs already ok are skipped)."""
-    try:
-        plan = json.loads((sweep_dir / PLAN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return
-    before = plan.get("axes") if isinstance(plan, dict) else None
-    if not isinstance(before, list):
+    shown = read_plan(sweep_dir).get("axes")
+    if not isinstance(shown, list):
         return
 
     def grid_keys(found: list[Any]) -> tuple[list[Any], set[str]]:
@@ -201,16 +197,19 @@ def refuse_another_grid(sweep_dir: Path, axes: list[Axis]) -> None:
                  and str(a.get("key")).lstrip("+") in FOLDER_KEYS for o in a.get("overrides") or []}
         return swept, named
 
-    before = grid_keys(before)
-    now = grid_keys([{"key": axis.key, "overrides": list(axis.strings)} for axis in axes])
-    if before != now:
-        def said(found: list[Any]) -> str:
-            return " ".join(",".join(str(o).partition("=")[2] for o in a.get("overrides") or []).join(
-                (f"{a.get('key')}=", "")) for a in found if isinstance(a, dict)) or "(no swept key)"
-        shown = plan.get("axes") if isinstance(plan.get("axes"), list) else []
+    def said(found: list[Any]) -> str:  # size=16,64 dtype=fp32
+        return " ".join(f"{a.get('key')}=" + ",".join(str(o).partition("=")[2] for o in a.get("overrides") or [])
+                        for a in found if isinstance(a, dict)) or "(no swept key)"
+
+    now = _axes_json(axes)
+    if grid_keys(shown) != grid_keys(now):
         refuse(f"hydra.sweep.dir={sweep_dir} holds a sweep of another grid ({said(shown)}), not of this one "
-               f"({said([{'key': a.key, 'overrides': list(a.strings)} for a in axes])}): rerun its own command to "
-               "finish it, or choose another hydra.sweep.dir")
+               f"({said(now)}): rerun its own command to finish it, or choose another hydra.sweep.dir")
+
+
+def _axes_json(axes: list[Axis]) -> list[dict[str, Any]]:
+    """The grid's axes as sweep.json holds them."""
+    return [{"key": axis.key, "overrides": list(axis.strings)} for axis in axes]
 
 
 def write_plan(sweep_dir: Path, axes: list[Axis], run: Any, compiles: bool = False) -> None:
@@ -223,7 +222,7 @@ def write_plan(sweep_dir: Path, axes: list[Axis], run: Any, compiles: bool = Fal
     records.write_json(
         sweep_dir / PLAN_FILE,
         {"jobs": total, "grid_points": points, "repeats": repeats,
-         "axes": [{"key": axis.key, "overrides": list(axis.strings)} for axis in axes],
+         "axes": _axes_json(axes),
          "command": sys.argv, "created_at": records.now_iso()},
     )
     each = ("" if repeats == 1 else f" ({amount(points, 'grid point')} × {repeats} repeats)" if repeats != "auto"
@@ -295,11 +294,7 @@ def _bytes(n: float) -> str:
 
 def _not_run(folder: Path) -> list[str]:
     """The errors of the grid points whose later repeats the sweeper did not run (sweep.json)."""
-    try:
-        plan = json.loads((folder / PLAN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    found = plan.get("not_run") if isinstance(plan, dict) else None
+    found = read_plan(folder).get("not_run")
     return [str(item.get("error")) for item in found if isinstance(item, dict)] if isinstance(found, list) else []
 
 

@@ -289,6 +289,16 @@ def write_json(path: Path, data: Any) -> None:
 # --- reading --------------------------------------------------------------------------------------
 
 
+def read_plan(folder: Path) -> dict[str, Any]:
+    """A sweep folder's sweep.json (PLAN_FILE), or {} where it is missing, unreadable or not a JSON
+    object."""
+    try:
+        plan = json.loads((Path(folder) / PLAN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return plan if isinstance(plan, dict) else {}
+
+
 def timed_samples(record: dict) -> list[float]:
     """A job record's un-profiled steps (its median alone where it keeps no list of them)."""
     from profsweep.stats import clean

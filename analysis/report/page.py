@@ -5,7 +5,6 @@ Every string that comes from a trace, a config or an error is HTML-escaped.
 
 from __future__ import annotations
 
-import json
 from html import escape
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from analysis.html import CSS, image, table
 from analysis.report.conclusions import Conclusion, job_warnings
 from analysis.text import count, fmt, nbytes, too_wide, us
 from profsweep import stats
-from profsweep.contract import METRICS_FILE, PLAN_FILE, REPORT_FILE, amount, flag, table_files, trace_files
+from profsweep.contract import METRICS_FILE, REPORT_FILE, read_plan, amount, flag, table_files, trace_files
 from analysis.files import atomic_write_text
 from analysis.tables import SweepTables
 
@@ -237,13 +236,8 @@ def write_report(tables: SweepTables, plots: list[Path], data: dict[str, Any], c
     folder = tables.folder
     out = Path(out) if out is not None else folder
     base = "" if out.resolve() == folder.resolve() else os.path.relpath(folder.resolve(), out.resolve()) + "/"
-    plan: dict[str, Any] = {}
-    try:
-        plan = json.loads((folder / PLAN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pass
-    page = Page(tables, plots, data, claims, expectations, conclusions or [], out, base,
-                plan if isinstance(plan, dict) else {}, short or [])
+    page = Page(tables, plots, data, claims, expectations, conclusions or [], out, base, read_plan(folder),
+                short or [])
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(folder.name)} · profiling sweep"
              f"</title><style>{CSS}</style></head><body>"]
     for section in SECTIONS:

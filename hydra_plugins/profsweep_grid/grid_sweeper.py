@@ -188,6 +188,7 @@ class Repeats:
         from profsweep.stats import estimate
 
         wide, undecided = [], []
+        needed: Dict[tuple, Optional[int]] = {}  # each pair's verdict, judged once for both its points
         for g in range(count):
             ok = self._ok(g)
             if not ok:
@@ -195,7 +196,7 @@ class Repeats:
             width = estimate(ok).width
             if len(ok) < grid.AUTO_ROUNDS or width is None or width > self.precision:
                 wide.append(g)
-            elif self._undecided(g, len(ok)):
+            elif self._undecided(g, len(ok), needed):
                 undecided.append(g)
         self.why = {k: v for k, v in (("interval wider than the precision", wide),
                                       ("compile against eager undecided", undecided)) if v}
@@ -204,21 +205,30 @@ class Repeats:
     def _ok(self, point: int) -> List[Any]:
         return [samples for samples in self.samples.get(point, []) if samples is not None]
 
-    def _undecided(self, point: int, have: int) -> bool:
+    def _undecided(self, point: int, have: int, needed: Dict[tuple, Optional[int]]) -> bool:
         """Whether `point`'s compile against eager is inconclusive by the one rule and more of its
         processes (up to max_repeats) would decide it at the spread observed, as the report judges
-        it (the un-profiled steps' ratio over the processes of the two grid points)."""
+        it (the un-profiled steps' ratio over the processes of the two grid points); `needed` keeps
+        each pair's processes a side (None: decided, or no more would) for its other point."""
         pair = self.pairs.of(point) if self.pairs else None
         if pair is None or any(g in self.settled for g in pair):
             return False
-        eager, compiled = (self._ok(g) for g in pair)
+        if pair not in needed:
+            needed[pair] = self._processes_needed(*pair)
+        n = needed[pair]
+        return n is not None and have < n <= self.max_repeats
+
+    def _processes_needed(self, eager_point: int, compiled_point: int) -> Optional[int]:
+        """The processes a side that would decide the pair's inconclusive ratio (None: decided, or
+        fewer than two processes a side so far)."""
+        eager, compiled = self._ok(eager_point), self._ok(compiled_point)
         if min(len(eager), len(compiled)) < 2:
-            return False
+            return None
         from profsweep.decide import decide_test
         from profsweep.stats import ratio_test
 
         d = decide_test(ratio_test(eager, compiled), min(len(eager), len(compiled)))
-        return not d.decided and d.processes_needed is not None and have < d.processes_needed <= self.max_repeats
+        return None if d.decided else d.processes_needed
 
     def later(self, round_number: int, points: int) -> int:
         """Jobs of the rounds planned after this one (not started when the sweep stops)."""
@@ -233,15 +243,10 @@ class Repeats:
     def _update(self, round_number: int | None = None, round_entry: Dict[str, Any] | None = None,
                 **fields: Any) -> None:
         """sweep.json with `fields` (and a round's entry) set, and the grid points not run."""
-        import json
-
-        from profsweep.contract import PLAN_FILE, write_json
+        from profsweep.contract import PLAN_FILE, read_plan, write_json
 
         path = self.sweep_dir / PLAN_FILE
-        try:
-            plan = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            plan = {}
+        plan = read_plan(self.sweep_dir)
         plan.update(fields)
         if round_entry is not None:
             plan["rounds"] = [r for r in plan.get("rounds") or [] if r.get("round") != round_number] + [round_entry]
