@@ -626,3 +626,9 @@ def test_a_one_sweep_spike_at_one_grid_point_does_not_hide_a_change_at_another()
     assert found[1][0].ratio == pytest.approx(1.8, rel=0.05)
     # the spike itself: one sweep's level, never confirmed, so neither is the return from it
     assert [(s.at, s.confirmed) for s in found[0]] == [(2, False), (3, False)]
+    # a one-sweep dip followed by a real step to another level: the step stays confirmed
+    dip = [changes.Shift(1, 0, 2, 31.7, 26.3, 0.83, 0.78, 0.89, 0.01, False),
+           changes.Shift(2, 1, 4, 26.3, 104.0, 3.95, 3.78, 4.12, 0.001, True)]
+    assert [s.confirmed for s in changes.after_unconfirmed(dip)] == [False, True]
+    back = [dip[0], changes.Shift(2, 1, 4, 26.3, 31.5, 1.20, 1.1, 1.3, 0.01, True)]
+    assert [s.confirmed for s in changes.after_unconfirmed(back)] == [False, False]

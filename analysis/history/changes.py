@@ -395,13 +395,14 @@ def refit(s: Series, at: Sequence[int], n: int) -> float:
 
 
 def after_unconfirmed(found: Sequence[Shift]) -> list[Shift]:
-    """A change that leaves, the next sweep, a level only one sweep held and never confirmed (a
-    one-night spike and its return) is not confirmed either: its `before` is that one sweep."""
+    """A change that leaves, the next sweep, a level only one sweep held and never confirmed, back to
+    the level before it (a one-night spike and its return), is not confirmed either: its `before` is
+    that one sweep. A change on to another level (a dip, then a real step) stays as judged."""
     out: list[Shift] = []
     for shift in found:
         last = out[-1] if out else None
         if (last is not None and not last.confirmed and shift.confirmed and shift.at - last.at == 1
-                and (shift.ratio > 1) != (last.ratio > 1)):
+                and abs(math.log(shift.after / last.before)) <= math.log(1 + MIN_EFFECT)):
             shift = replace(shift, confirmed=False)
         out.append(shift)
     return out
