@@ -109,6 +109,8 @@ def group(jobs: list[Job]) -> list[list[Job]]:
     points: dict[str, list[Job]] = {}
     for row in jobs:
         key = row.get("config_hash")
+        if not key and row.get("workload") is None and row.get("size") is None:
+            continue  # no record to say what it measured (missing, unreadable): a problem, not a point
         points.setdefault(str(key) if isinstance(key, str) and key else f"job:{row['job']}", []).append(row)
     for rows in points.values():
         rows.sort(key=lambda r: (stats.number(r.get("repeat")) or 1, str(r["job"])))

@@ -240,13 +240,24 @@ def finished_record(config: JobConfig, job_dir: Path) -> dict[str, Any] | None:
     return None
 
 
+def unfinished_record(config: JobConfig, job_dir: Path) -> None:
+    """Save the failure that stands until the job's own record (or the sweep's failure record)
+    replaces it: what a sweep killed while this job ran or waited leaves behind."""
+    record = records.base_record(config, job_dir)
+    record["error"] = ("unfinished: the job started and wrote no result: the sweep was killed while it ran "
+                       "(or is still running it); rerun the same command to redo it")
+    record[records.UNFINISHED] = True
+    records.write_json(job_dir / records.METRICS_FILE, record)
+
+
 def read_record(job_dir: Path) -> dict[str, Any] | None:
-    """The job's metrics.json, or None where it is missing, unreadable or not a JSON object."""
+    """The job's metrics.json, or None where it is missing, unreadable, not a JSON object, or the
+    sweep's own from before the job started (unfinished_record)."""
     try:
         found = json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
-    return found if isinstance(found, dict) else None
+    return found if isinstance(found, dict) and not found.get(records.UNFINISHED) else None
 
 
 def _describe_exit(code: int) -> str:

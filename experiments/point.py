@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 from experiments import records
 from experiments.config import AUTO, JobConfig
-from experiments.launchers import failure_record, finished_record, launcher_for
+from experiments.launchers import failure_record, finished_record, launcher_for, unfinished_record
 from experiments.slots import CPU_SLOT, held_slot, slots_for, visible_gpus
 from profsweep.progress import duration
 from profsweep.sweep_state import SWEEP
@@ -57,6 +57,7 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
     start = time.perf_counter()
     holder = f"pid {os.getpid()}, sweep {job_dir.parent if job_dir.parent != job_dir else job_dir}"
     try:
+        unfinished_record(config, job_dir)
         with held_slot(slots_for(config.device, visible_gpus()), on_wait=_waiting(tag), holder=holder) \
                 as (slot, slot_fd), _inductor_cache(config) as env:
             env.update(_job_environment(config, lock_wait_s=time.perf_counter() - start))

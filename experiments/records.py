@@ -31,6 +31,9 @@ CONFIG_FILE = "job_config.json"
 LOG_FILE = "job.log"
 DISK_FULL = "disk full"  # how a job's error starts when a write failed for lack of space
 LOCK_WAIT_ENV = "PROFSWEEP_LOCK_WAIT_S"  # how long the sweep waited for a job's device slot (its record says)
+# A job's record from before it starts, which its own replaces: a sweep killed while the job ran
+# (kill -9 reaches no handler) leaves this failure with the job's settings, not a folder without one.
+UNFINISHED = "unfinished"
 EXIT_DISK_FULL = 28  # (ENOSPC) the job process's exit code then (it may not have written metrics.json)
 
 

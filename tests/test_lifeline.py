@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -83,6 +84,19 @@ def test_a_killed_sweep_leaves_no_job_running_and_a_second_sweep_is_refused_whil
         assert wait_for(lambda: not any(alive(p) for p in below), 10), "a job process outlived the sweep"
         # and nothing else is left to write: no process has a file open in the sweep's folder or works there
         assert wait_for(lambda: not _users(sweep_dir), 10), f"processes still in {sweep_dir}: {_users(sweep_dir)}"
+
+        # the job it was running left a failure with its settings, which the analysis shows as such
+        (record_file,) = sweep_dir.glob("0_*/metrics.json")
+        record = json.loads(record_file.read_text())
+        assert record["status"] == "failed" and record["error"].startswith("unfinished: ")
+        assert record["size"] == 8 and record["workload_target"] == "slowbench:make"
+        analysed = subprocess.run([sys.executable, "-m", "analysis", str(sweep_dir)], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=300)
+        assert analysed.returncode == 1 and "Traceback" not in analysed.stderr
+        assert f"{record_file.parent.name}: failed: unfinished: " in analysed.stdout
+        with open(sweep_dir / "summary.csv", newline="") as f:
+            summary = list(csv.DictReader(f))
+        assert [(p["size"], p["status"]) for p in summary] == [("8", "failed")]  # the one point that started
     finally:
         if sweep.poll() is None:
             sweep.kill()

@@ -254,7 +254,7 @@ def _header(page: Page) -> list[str]:
     skipped = sum(1 for j in jobs if j.get("status") == "skipped")
     text = f"{amount(len(jobs), 'job')}: {ok} ok, {len(jobs) - ok - skipped} failed" + (f", {skipped} skipped" if skipped else "")
     if len(points) != len(jobs):
-        most = max(int(p.get('repeats') or 0) for p in points)
+        most = max((int(p.get('repeats') or 0) for p in points), default=0)
         text += (f", measuring {amount(len(points), 'grid point')}"
                  + (f" (each in up to {most} processes: repeats)" if most else " (none measured)"))
     command = page.plan.get("command")
