@@ -50,6 +50,10 @@ PRESSURE_OTHERS = 0.1
 
 # --- what a grid point is: the settings that pair it across sweeps and make its series ----------
 
+# What a job's record must say to be placed in a grid point, when it has no config_hash to place
+# it by (analysis.tables takes that from a record without one of these): a problem, not a point.
+REQUIRED = ("workload", "size", "dtype", "compile")
+
 PAIR_KEYS = ("workload", "size", "dtype", "compile", "warmup", "train", "optimizer", "device",
              "isolation", "compile_cache", "warmup_iters", "threads", "allocator")
 PAIR_PREFIXES = SETTING_PREFIXES
@@ -109,8 +113,8 @@ def group(jobs: list[Job]) -> list[list[Job]]:
     points: dict[str, list[Job]] = {}
     for row in jobs:
         key = row.get("config_hash")
-        if not key and row.get("workload") is None and row.get("size") is None:
-            continue  # no record to say what it measured (missing, unreadable): a problem, not a point
+        if not key and any(row.get(k) is None for k in REQUIRED):
+            continue  # no record, or one that cannot say what it measured: a problem, not a point
         points.setdefault(str(key) if isinstance(key, str) and key else f"job:{row['job']}", []).append(row)
     for rows in points.values():
         rows.sort(key=lambda r: (stats.number(r.get("repeat")) or 1, str(r["job"])))

@@ -107,9 +107,13 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
         if pid is not None:
             return (f"{folder} is being written by a sweep that is still running"
                     + (f" (pid {pid})" if pid > 0 else "") + ": history takes finished sweeps only")
-        if summary_file(folder) is None:
+        summary = summary_file(folder)
+        if summary is None:
             return (f"{folder} is not analysed (no summary.parquet or summary.csv): "
                     f"python -m analysis {folder} writes them")
+        damaged = _damaged(summary, [folder / name for name in TABLE_FILES.values()])
+        if damaged:
+            return f"{damaged}: python -m analysis {folder} writes its tables anew"
         return None
 
     def is_sweep(folder: Path) -> bool:
@@ -189,6 +193,28 @@ def _header(path: Path) -> list[str]:
 
     with open(path, newline="", encoding="utf-8") as f:
         return next(csv.reader([f.readline()]), [])
+
+
+def _damaged(summary: Path, tables: Sequence[Path]) -> str | None:
+    """What makes a sweep's tables unreadable to the store, where its files say so at a glance: a
+    summary.parquet without columns or footer, a table whose first line is not UTF-8 text."""
+    if summary.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+
+            if not pq.read_schema(summary).names:
+                return f"{summary} has no columns"
+        except ImportError:  # no parquet reader here: DuckDB says, if anything is wrong
+            pass
+        except Exception as exc:  # pyarrow's errors: ArrowInvalid, OSError
+            return f"{summary} cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    for table in tables:
+        try:
+            if table.is_file():
+                _header(table)
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            return f"{table} cannot be read ({type(exc).__name__}: {str(exc)[:120]})"
+    return None
 
 
 def _has_rows(path: Path) -> bool:
@@ -333,8 +359,10 @@ class Store:
             c.execute("COMMIT")
         except duckdb.Error as exc:
             c.execute("ROLLBACK")
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__  # not DuckDB's whole sniffer help
             raise StoreError(f"{self.path}: sweeps could not be ingested ({', '.join(s.folder.name for s in new[:3])}"
-                             f"{', ...' if len(new) > 3 else ''}; none of them was): {exc}") from None
+                             f"{', ...' if len(new) > 3 else ''}; none of them was): {first} (python -m analysis "
+                             "SWEEP writes a sweep's tables anew)") from None
         except BaseException:
             c.execute("ROLLBACK")
             raise

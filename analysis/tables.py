@@ -23,7 +23,8 @@ from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
 from profsweep.decide import SAME, Decision, decide
 from profsweep.columns import OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX
-from profsweep.contract import METRICS_FILE, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, GridPoint, Job, table_files, timed_samples, trace_files
+from profsweep.contract import (METRICS_FILE, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, TIMED, GridPoint,
+                               Job, table_files, timed_samples, trace_files)
 
 SERIES_KEYS = list(contract.SERIES_KEYS)
 
@@ -67,7 +68,12 @@ def never_ran(folder: Path, found: int) -> str | None:
     if contract.live_sweep(Path(folder)) is not None:  # still running: its later jobs are to come (the caller warns)
         return None
     planned = contract.read_plan(folder).get("jobs")
-    if isinstance(planned, bool) or not isinstance(planned, int) or planned <= found:
+    if isinstance(planned, bool) or not isinstance(planned, int) or planned < 0:
+        if (Path(folder) / contract.PLAN_FILE).exists():
+            return (f"{Path(folder) / contract.PLAN_FILE} is damaged (not a JSON object with the number of jobs "
+                    "planned): whether every planned job ran is unknown")
+        return None
+    if planned <= found:
         return None
     return (f"{planned - found} of {planned} planned jobs never ran: the sweep was stopped before them; "
             "rerun its command into this folder to finish (jobs already ok are skipped)")
@@ -155,8 +161,11 @@ FLAG_FIELDS = ("compile", "warmup", "train", "failure_is_final")
 COUNT_FIELDS = ("size", "steps", "repeat", "schema_version", "timed_steps", "timed_slow_steps", "torch_threads",
                 "cpu_count", "warmup_iters")
 LIST_FIELDS = ("timed_samples_us",)
-NUMBER_SUFFIXES = ("_us", "_ms", "_s", "_bytes", "_per_s", "_ratio", "_per_call")
+NUMBER_SUFFIXES = ("_us", "_ms", "_s", "_bytes", "_per_s", "_ratio", "_per_call", "_per_step")
 NUMBER_FIELDS = ("other_cpus", "cpu_pressure", "loadavg_1m", "exit_code")
+SIGNED = ("exit_code",)  # the one measured number that may be below 0 (-9: killed by SIGKILL)
+# Durations a job measured: never 0 (a clock that read 0 measured nothing).
+POSITIVE = (TIMED, "speed_probe_us", "speed_probe_before_us", "speed_probe_after_us", "size")
 BIGGEST = 2 ** 62  # a count or a measurement beyond this is not one (and would overflow a float's use)
 
 
@@ -185,8 +194,10 @@ def untrusted(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         if key in LIST_FIELDS:
             if not isinstance(value, list):
                 drop(key, "is not a list")
-            elif not stats.clean(value):  # no sample in it: as a record that kept only the median
+            elif not value:  # no sample in it: as a record that kept only the median
                 row[key] = None
+            elif len(kept := [x for x in stats.clean(value) if x > 0]) < len(value):
+                drop(key, f"holds {len(value) - len(kept)} of {len(value)} values that are not positive numbers")
             continue
         if isinstance(value, (list, dict)):
             row[key] = json.dumps(value, sort_keys=True, default=str)[:1000]
@@ -205,6 +216,11 @@ def untrusted(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and (
                 abs(value) > BIGGEST or (isinstance(value, float) and not math.isfinite(value))):
             drop(key, "is not a finite number of a sensible size")
+        elif ((key in POSITIVE and isinstance(value, (int, float)) and not value > 0)
+              or (isinstance(value, (int, float)) and value < 0 and key not in SIGNED
+                  and (key in COUNT_FIELDS or key in NUMBER_FIELDS or key.endswith(NUMBER_SUFFIXES))
+                  and not key.startswith(("workload_", "compile_")))):
+            drop(key, "is not a positive number" if key in POSITIVE else "is below 0")
         elif isinstance(value, str) and len(value) > 100_000:
             row[key] = value[:100_000]
     for key in ("trace_file", "table_file"):
@@ -214,6 +230,11 @@ def untrusted(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             bad.append(f"{key}={_shown(record[key])} is not a file name in the job's folder")
     if row.get("status") not in (None, "ok", "failed", "skipped", "missing"):
         drop("status", "is not ok, failed or skipped")
+    lost = [key for key in grid_points.REQUIRED if row.get(key) is None]
+    if row.get("status") == "ok" and lost:
+        row["status"], row["config_hash"] = "failed", None  # placed in no grid point
+        row["error"] = f"its record has no usable {', '.join(lost)}: what it measured is unknown"
+        bad.append(f"no usable {', '.join(lost)}")
     return row, bad
 
 
@@ -625,6 +646,9 @@ def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
         atomic_write_text(folder / f"{name}.csv", _as_written(table).to_csv(index=False))
         written.append(folder / f"{name}.csv")
     summary = _as_written(tables["summary"])  # integers as integers there too (an empty cell stays one)
+    if not len(summary.columns):  # no grid point: a parquet file without columns is one nothing reads
+        (folder / "summary.parquet").unlink(missing_ok=True)
+        return written
     try:
         buffer = io.BytesIO()
         summary.astype({c: "string" for c in summary.columns if summary[c].dtype == object}).to_parquet(buffer, index=False)

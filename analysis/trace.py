@@ -405,6 +405,8 @@ def parse_trace(paths: Path | Sequence[Path]) -> Trace:
     readers = [_EventBatches(p) for p in paths]
     with _malformed_events(paths[0]):
         read = _read(batch for reader in readers for batch in reader)
+        if not read.device and not any(read.threads.values()):
+            raise TraceError(f"{paths[0]}: no complete events (ph \"X\") in it: it recorded nothing to analyse")
         _move_device_threads(read.threads, read.labels, read.device)
         host = _nest_threads(read.threads)
         mark_compute(host)

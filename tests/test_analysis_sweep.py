@@ -322,6 +322,37 @@ def test_no_bad_record_sinks_the_analysis(tmp_path):
     assert problems  # and the command exits 1 for them
 
 
+def test_impossible_numbers_and_a_record_without_its_settings_are_named_not_analysed(tmp_path):
+    """A negative duration, FLOP count or sample, a zero speed probe, text where the un-profiled
+    step goes: each is named and left out; an ok record without its size forms no grid point."""
+    from tests.conftest import hand_made_job, jitter
+
+    hostile = [{"timed_us_per_step": -5.0}, {"timed_samples_us": [100.0, -5.0, float("nan")]},
+               {"timed_us_per_step": "fast"}, {"flops_per_call": -8448}, {"speed_probe_us": 0},
+               {"peak_memory_bytes": -100}, {"first_call_ms": -3.0}, {"exit_code": -9}]
+    for i, extra in enumerate(hostile):
+        job = hand_made_job(tmp_path, i, jitter(100, 5), size=8 + i)
+        record = json.loads((job / "metrics.json").read_text())
+        record.update(extra)
+        (job / "metrics.json").write_text(json.dumps(record))
+    sizeless = hand_made_job(tmp_path, 50, jitter(100, 5), size=4)
+    record = json.loads((sizeless / "metrics.json").read_text())
+    del record["size"]
+    (sizeless / "metrics.json").write_text(json.dumps(record))
+    said = " | ".join(v for _, v in analyse_folder(tmp_path, progress=lambda line: None))
+    named = ["timed_us_per_step=-5.0 is not a positive number", "timed_samples_us=[100.0, -5.0, nan] holds 2 of 3",
+             "timed_us_per_step='fast' is not a number", "flops_per_call=-8448 is below 0",
+             "speed_probe_us=0 is not a positive number", "peak_memory_bytes=-100 is below 0",
+             "first_call_ms=-3.0 is below 0", "its record has no usable size"]
+    assert all(n in said for n in named), [n for n in named if n not in said]
+    assert "exit_code" not in said  # -9: killed by SIGKILL, a number that may be negative
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert summary["size"].notna().all() and 4 not in set(summary["size"])
+    assert not (summary.filter(regex="^(timed_us_per_step|flops_per_call|peak_memory_bytes|first_call_ms)") < 0).any().any()
+    samples = pd.read_csv(tmp_path / "timed_samples.csv")
+    assert (samples["us"] > 0).all()
+
+
 def test_a_reader_that_goes_away_is_not_an_error(tmp_path):
     """`python -m analysis trace F --json | head -c 100`: no BrokenPipeError traceback."""
     from tests.conftest import hand_made_job

@@ -5,6 +5,7 @@ timing of this machine."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -546,6 +547,44 @@ def test_tables_older_than_a_job_are_not_read(tmp_path):
     write_analysis_tables(tmp_path / "s")
     (tmp_path / "s" / "timed_samples.csv").unlink()  # an analysis by a profsweep that wrote fewer tables
     assert load_side(tmp_path / "s").read_from == "traces"
+
+
+@pytest.mark.parametrize("table, text", [
+    ("steps", "a,b\n1,2\n"),  # no job column: compare raised KeyError 'job' (a reviewer's finding)
+    ("ops", 'job,name,calls,self_host_us\n0,"aten::mm\n'),  # a quote never closed
+    ("ops", None),  # an op's time that is text
+    ("timed_samples", "job,sample,us\n"),  # fine: a sweep without samples
+    ("repeats", b"\x00\xff\xfe\x00"),  # not UTF-8
+])
+def test_a_table_edited_or_damaged_after_the_analysis_is_not_read(tmp_path, table, text, monkeypatch):
+    """compare reads the sweep from its records and traces instead, and gives the same verdicts."""
+    import analysis.compare.side as side_module
+    from analysis.compare.side import load_side
+
+    hand_made_point(tmp_path / "s", 0, processes(100))
+    write_analysis_tables(tmp_path / "s")
+    assert load_side(tmp_path / "s").read_from == "tables"
+    path = tmp_path / "s" / f"{table}.csv"
+    stamp = path.stat().st_mtime
+    if text is None:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        rows[0]["self_host_us"] = "fast"
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    elif isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    os.utime(path, (stamp, stamp))  # no newer than the records: only its content says it is wrong
+    side = load_side(tmp_path / "s")
+    expected = "tables" if text == "job,sample,us\n" else "traces"
+    assert side.read_from == expected
+    monkeypatch.setattr(side_module, "written_tables", lambda folder: None)
+    traces = load_side(tmp_path / "s")
+    assert [p.get("timed_us_per_step") for p in side.points] == [p.get("timed_us_per_step") for p in traces.points]
 
 
 def test_job_folders_and_settings_that_read_as_numbers_give_the_same_verdicts_by_both_routes(tmp_path, capsys):

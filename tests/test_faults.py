@@ -396,9 +396,11 @@ def test_a_stopped_sweeps_jobs_that_never_ran_are_a_problem_of_its_analysis(tmp_
     assert never_ran(tmp_path, 1).startswith("3 of 4 planned jobs never ran: the sweep was stopped before them")
     assert never_ran(tmp_path, 4) is None and never_ran(tmp_path, 5) is None  # a resumed sweep of another grid
     assert SweepTables(tmp_path).problems == [("sweep", never_ran(tmp_path, 0))]
-    for plan in ('{"jobs": true}', '{"jobs": "4"}', "[4]", "not json"):
-        (tmp_path / "sweep.json").write_text(plan)
-        assert never_ran(tmp_path, 1) is None
+    for plan in ('{"jobs": true}', '{"jobs": "4"}', "[4]", "not json", '{"jobs": 6, "gr', "", '{"jobs": -1}'):
+        (tmp_path / "sweep.json").write_text(plan)  # damaged: said, as it hides how many never ran
+        assert "sweep.json is damaged" in never_ran(tmp_path, 1)
+    (tmp_path / "sweep.json").unlink()
+    assert never_ran(tmp_path, 1) is None  # a single run, or a sweep from before sweep.json
     # a sweep still running (another process holds the folder's lock): its jobs are to come
     from profsweep.contract import SWEEP_LOCK_FILE
 

@@ -427,6 +427,29 @@ def test_a_sweep_not_analysed_is_refused_when_named_and_skipped_when_found(tmp_p
     assert code == 0 and "warning: skipped:" in err and "ingested 2 new sweeps" in out
 
 
+def test_a_sweep_whose_tables_cannot_be_read_is_skipped_and_the_others_ingested(tmp_path, capsys):
+    """A sweep stopped before its first job wrote a summary.parquet without columns, and a
+    repeats.csv that is not UTF-8 raised a traceback: either made history ingest nothing, for every
+    sweep of a nightly folder (reviewers' findings)."""
+    from analysis import analyse_folder
+
+    history_of(tmp_path / "n", 2, sizes=(8,))
+    stopped = tmp_path / "n" / "stopped"
+    (stopped / "0_matmul_add_8_bf16_cold_eager" / ".hydra").mkdir(parents=True)  # a job with no record
+    analyse_folder(stopped, progress=lambda line: None)
+    assert not (stopped / "summary.parquet").exists() and (stopped / "summary.csv").is_file()
+    (stopped / "summary.parquet").write_bytes(b"PAR1 not a parquet file PAR1")  # as an earlier profsweep left it
+    garbled = write_sweep(tmp_path / "n" / "garbled", 9, {8: [100.0, 101.0, 99.0]})
+    (garbled / "repeats.csv").write_bytes(b"\x00\xff\xfe\x00job\n")
+    code, out, err = history(tmp_path / "n", capsys=capsys)
+    assert code == 0 and "ingested 2 new sweeps" in out and "Traceback" not in err
+    assert f"warning: skipped: {stopped / 'summary.parquet'} cannot be read" in err
+    assert f"warning: skipped: {garbled / 'repeats.csv'} cannot be read (UnicodeDecodeError" in err
+    assert f"python -m analysis {garbled} writes its tables anew" in err
+    code, _, err = history(garbled, capsys=capsys)  # named: refused
+    assert code == 2 and "repeats.csv cannot be read" in err
+
+
 def test_sweeps_with_nothing_in_common_are_refused_until_a_key_is_ignored(tmp_path, capsys):
     rng = np.random.default_rng(0)
     write_sweep(tmp_path / "a", 1, {8: noisy(80, rng)})

@@ -625,3 +625,16 @@ def test_events_that_are_not_trace_events_are_a_trace_error_naming_the_file(tmp_
     path.write_text(json.dumps({"traceEvents": events}))
     with pytest.raises(TraceError, match=r"odd\.json: malformed events"):
         analyse_trace(path)
+
+
+@pytest.mark.parametrize("events", [[], [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "x"}}]])
+def test_a_trace_that_recorded_nothing_is_a_trace_error_not_a_step_of_zero(tmp_path, events):
+    """A trace without a complete event read as an ok job with 0 µs steps, and its
+    `analysis trace` as 'host duration 0.000 us' (a reviewer's finding)."""
+    path = tmp_path / "empty.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    with pytest.raises(TraceError, match=r"empty\.json: no complete events"):
+        analyse_trace(path)
+    done = subprocess.run([sys.executable, "-m", "analysis", "trace", str(path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0 and "no complete events" in done.stderr and "Traceback" not in done.stderr

@@ -10,6 +10,7 @@ folder is never written to, and both routes give the same verdicts (tests/test_c
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -19,6 +20,12 @@ from analysis.trace import is_op
 from profsweep.contract import METRICS_FILE, TIMED_SAMPLES, GridPoint, Job, amount, live_sweep
 
 TABLES = ("summary", "repeats", "steps", "ops", "kernels", "timed_samples")  # what compare reads
+# What each table's rows must hold for compare to read it: text columns, and numbers at or above 0
+# (the un-profiled samples above it). A table edited or cut short otherwise is not read: the sweep
+# is analysed from its records and traces instead.
+SHAPE = {"summary": (("status",), ()), "repeats": (("job", "status"), ()), "steps": (("job",), ("host_us",)),
+         "ops": (("job", "name"), ("calls", "self_host_us")), "kernels": (("job", "name"), ("calls", "total_us")),
+         "timed_samples": (("job",), ("us",))}
 
 
 class CompareError(ValueError):
@@ -98,12 +105,28 @@ def written_tables(folder: Path) -> dict[str, list[dict[str, Any]]] | None:
         rows = {name: read_table(path) for name, path in zip(TABLES, paths)}
     except (OSError, ValueError, csv.Error):  # a table cut short or unreadable: analyse the sweep instead
         return None
+    if not all(_sound(name, table) for name, table in rows.items()):
+        return None
     said = {r.get("job"): r.get("status") for r in rows["repeats"]}
     if set(said) != set(dirs):
         return None
     if any((status == "missing") == records[str(job)].exists() for job, status in said.items()):
         return None  # a record gone since, or one that came (copied with its old time)
     return rows
+
+
+def _sound(name: str, rows: list[dict[str, Any]]) -> bool:
+    """The table's rows have what SHAPE says they hold (its numbers finite)."""
+    texts, numbers = SHAPE[name]
+    for row in rows:
+        if any(row.get(c) is None for c in texts):
+            return False
+        for c in numbers:
+            x = row.get(c)
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 \
+                    or (name == "timed_samples" and x == 0):
+                return False
+    return True
 
 
 def analysed_tables(folder: Path) -> dict[str, list[dict[str, Any]]]:
