@@ -188,9 +188,12 @@ def compare_main(argv: list[str]) -> int:
     for p in pairs:
         ratio = f"{p['step_ratio']:.3f}x" if p["step_ratio"] is not None else "no ratio"
         print(f"  {p['verdict']:<12} {_point(p, result['columns'])}: {ratio} ({p['verdict_on']}; {p['verdict_why']})")
-    for side, key in (("BASE", "unmatched_base"), ("NEW", "unmatched_new")):
+    for side, other, key in (("BASE", "NEW", "unmatched_base"), ("NEW", "BASE", "unmatched_new")):
         if result[key]:
-            print(f"  without a partner in {side}: {', '.join(result[key])}")
+            print(f"  measured in {side} only (no such grid point in {other}): {', '.join(result[key])}")
+    for side, other, key in (("NEW", "BASE", "failed_new"), ("BASE", "NEW", "failed_base")):
+        for f in result[key]:
+            print(f"  failed in {side} (measured in {other}, {f['measured_job']}): {f['failed_job']}: {f['error']}")
     for e in result["environment"]:
         print(f"  environment differs: {e['key']}: {e['base']} -> {e['new']}")
     if args.fail_if_slower is not None:
@@ -198,7 +201,9 @@ def compare_main(argv: list[str]) -> int:
         for p in bad:
             print(f"slower: {p['base_job']} -> {p['new_job']}: {p['step_ratio']:.3f}x the base "
                   f"({p['verdict_on']}, {p['verdict_why']})")
-        if bad:
+        for f in result["failed_new"]:  # a grid point that crashed is no faster
+            print(f"failed: {f['measured_job']} -> {f['failed_job']}: {f['error']}")
+        if bad or result["failed_new"]:
             return 1
     return 0
 

@@ -56,6 +56,9 @@ class SweepTables:
                 out.append((row["job"], f"{row.get('status')}: {row.get('error') or 'its record says no error'}"))
             elif row.get("trace_error"):
                 out.append((row["job"], f"trace: {row['trace_error']}"))
+            if row.get("status") == "ok" and row.get("timed_error"):  # its grid point's step time lacks it
+                out.append((row["job"], f"no un-profiled timing ({row['timed_error']}): its grid point's step "
+                                        "time comes from its other processes; rerun the same command to redo it"))
             if row.get("record_error"):
                 out.append((row["job"], f"record: {row['record_error']}"))
         never = never_ran(self.folder, len(self.jobs))

@@ -232,10 +232,11 @@ def oom_kills(root: Path = Path("/sys/fs/cgroup"), cgroups: Path = Path("/proc/s
 
 
 def finished_record(config: JobConfig, job_dir: Path) -> dict[str, Any] | None:
-    """The job's own ok record of this configuration, once it has written it (final)."""
+    """The job's own ok record of this configuration, once it has written it (final); one whose
+    un-profiled timing failed (its twin killed, say) is not: a resume redoes it."""
     record = read_record(job_dir)
     if (record and record.get("status") == "ok" and record.get("config_hash") == records.config_hash(config)
-            and record.get("finished_at")):
+            and record.get("finished_at") and not record.get("timed_error")):
         return record
     return None
 

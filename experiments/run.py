@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from experiments import refusals
 from experiments.config import register_configs
+from experiments.sweep_folder import EXIT_INTERRUPTED
 from experiments.task import task
 
 
@@ -31,6 +32,12 @@ if __name__ == "__main__":
     refusals.hold()  # until the sweep has started: Hydra's own refusals are rewritten in ours
     try:
         main()
+    except KeyboardInterrupt:
+        # a stop that landed where the sweep has no handler of its own yet (making its folder,
+        # writing environment.json): said as every stop is, with the same exit status
+        refusals.release()
+        print("interrupted: rerun the same command into the same folder to go on", flush=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
     except SystemExit as exc:
         # Hydra refused the input before the sweep started (it exits 1): say it as we do, exit 2.
         hydra_refused = exc.code == 1 and refusals.holding()

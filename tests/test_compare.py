@@ -313,10 +313,31 @@ def test_pairs_by_grid_point_not_by_folder_name_and_lists_the_unmatched(tmp_path
     assert code == 0
     frame = pd.read_csv(new / "compare" / "compare.csv")
     assert dict(zip(frame["size"], frame["base_job"].str.split("_").str[0])) == {8: "0", 32: "2"}
-    assert "without a partner in BASE: 1_matmul_add_16_bf16_cold_eager" in out
-    assert "without a partner in NEW: 9_matmul_add_64_bf16_cold_eager" in out
+    assert "measured in BASE only (no such grid point in NEW): 1_matmul_add_16_bf16_cold_eager" in out
+    assert "measured in NEW only (no such grid point in BASE): 9_matmul_add_64_bf16_cold_eager" in out
     html = (new / "compare" / "compare.html").read_text()
-    assert "Jobs of BASE without a partner" in html and "1_matmul_add_16_bf16_cold_eager" in html
+    assert "Measured in BASE only (no such grid point in NEW)" in html and "1_matmul_add_16_bf16_cold_eager" in html
+
+
+def test_a_grid_point_that_failed_in_new_is_named_as_failed_and_fails_the_gate(tmp_path, capsys):
+    """A nightly whose grid point crashed passed --fail-if-slower, its point listed as "without a
+    partner in BASE" (a reviewer's finding)."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    for folder in (base, new):
+        hand_made_point(folder, 0, processes(100), size=8)
+        hand_made_point(folder, 1, processes(100), size=16)
+    for crashed in new.glob("*_16_*"):
+        record = json.loads((crashed / "metrics.json").read_text())
+        record.update(status="failed", error="RuntimeError: boom")
+        (crashed / "metrics.json").write_text(json.dumps(record))
+    code, out, _ = compare(base, new, capsys=capsys)
+    assert code == 0 and "failed in NEW (measured in BASE, 1_matmul_add_16_bf16_cold_eager): " in out
+    assert "RuntimeError: boom" in out and "only" not in out
+    assert "Grid points that failed in NEW" in (new / "compare" / "compare.html").read_text()
+    code, out, _ = compare(base, new, "--fail-if-slower", "1.10", capsys=capsys)
+    assert code == 1 and "failed: 1_matmul_add_16_bf16_cold_eager -> " in out
+    code, out, _ = compare(new, base, "--fail-if-slower", "1.10", capsys=capsys)  # failed in BASE: no gate
+    assert code == 0 and "failed in BASE (measured in NEW, " in out
 
 
 def test_a_sweep_from_before_threads_were_recorded_pairs_with_one_at_the_default(tmp_path, capsys):

@@ -348,6 +348,35 @@ def test_a_job_record_that_is_not_an_object_is_no_record(tmp_path, text):
     assert read_record(tmp_path) is None and finished_record(JobConfig(), tmp_path) is None
 
 
+def test_a_job_whose_un_profiled_timing_failed_is_redone_on_resume_and_named_by_the_analysis(tmp_path):
+    """Its twin killed (kill -9, the OOM killer): the job was ok without its main figure, never
+    redone, and nothing said so (a reviewer's finding)."""
+    from analysis.tables import analyse_sweep
+    from experiments import records
+    from experiments.config import JobConfig
+    from experiments.launchers import finished_record
+    from tests.conftest import hand_made_job, jitter
+
+    config, job = JobConfig(), tmp_path / "job"
+    job.mkdir()
+    ok = {"status": "ok", "config_hash": records.config_hash(config), "finished_at": "2026-12-05T00:00:00"}
+    (job / "metrics.json").write_text(json.dumps(ok))
+    assert finished_record(config, job) == ok
+    error = "the process timing the un-profiled steps was killed by signal 9 without a result"
+    (job / "metrics.json").write_text(json.dumps({**ok, "timed_error": error}))
+    assert finished_record(config, job) is None  # redone
+
+    sweep = tmp_path / "sweep"
+    hand_made_job(sweep, 0, jitter(100, 5))
+    lost = hand_made_job(sweep, 1, jitter(100, 5), repeat=2)
+    record = json.loads((lost / "metrics.json").read_text())
+    record.update(timed_error=error, timed_us_per_step=None, timed_samples_us=None)
+    (lost / "metrics.json").write_text(json.dumps(record))
+    problems = analyse_sweep(sweep).problems
+    assert problems == [(lost.name, f"no un-profiled timing ({error}): its grid point's step time comes from its "
+                                    "other processes; rerun the same command to redo it")]
+
+
 def _as_a_user(command: list[str]) -> list[str] | None:
     """`command` as a user whom permissions bind: root runs it without the capabilities that read
     any file (setpriv); None where neither is possible."""

@@ -105,6 +105,25 @@ def test_a_killed_sweep_leaves_no_job_running_and_a_second_sweep_is_refused_whil
                 os.kill(pid, signal.SIGKILL)
 
 
+def test_a_stop_before_the_sweep_has_its_own_handlers_is_said_and_exits_130(tmp_path):
+    """SIGTERM while the sweep made its folder or wrote environment.json ended in a traceback and
+    exit 1 (a reviewer's finding). An audit hook stands in for the signal: a KeyboardInterrupt
+    from the folder's first mkdir, where the stop landed."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    sweep_dir = tmp_path / "sweep"
+    (hook / "sitecustomize.py").write_text(
+        "import sys\n"
+        f"def stop(event, args, target={str(sweep_dir)!r}):\n"
+        "    if event == 'os.mkdir' and str(args[0]) == target:\n"
+        "        raise KeyboardInterrupt('signal 15')\n"
+        "sys.addaudithook(stop)\n")
+    done = run_cli("-m", "size=8,16", "device=cpu", f"hydra.sweep.dir={sweep_dir}", env={"PYTHONPATH": str(hook)},
+                   timeout=300)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "interrupted: rerun the same command" in done.stdout
+
+
 def test_an_output_folder_that_cannot_be_created_is_refused_naming_the_key(tmp_path):
     done = run_cli("size=8", "device=cpu", "hydra.run.dir=/proc/profsweep/x")
     assert done.returncode == 2

@@ -279,6 +279,14 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
         used.add(partner["job"])
         pairs.append(_pair(base, partner, new, job, columns, band))
     unmatched_base = [j["job"] for j in base.points if j["job"] not in used]
+    # a grid point one side measured and the other has, failed: never a point "without a partner"
+    failed_new = _failed(base.points, unmatched_base, new.failed, columns)
+    failed_base = _failed(new.points, unmatched_new, base.failed, columns)
+    unmatched_base = [j for j in unmatched_base if j not in {f["measured_job"] for f in failed_new}]
+    unmatched_new = [j for j in unmatched_new if j not in {f["measured_job"] for f in failed_base}]
+    if not pairs and failed_new:
+        raise CompareError(f"every grid point of {new.folder} that {base.folder} measured failed: "
+                           f"{failed_new[0]['failed_job']}: {failed_new[0]['error']}")
     if not pairs:
         raise CompareError(f"{base.folder} and {new.folder} have nothing in common: no job of one measured "
                            f"what a job of the other did (paired by {', '.join(columns)}){_apart(base, new, columns)}; "
@@ -287,8 +295,23 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
     pairs.sort(key=lambda p: (VERDICT_ORDER.get(p["verdict"], 9), -(p["step_ratio"] or 0)))
     environment = [{"key": k, "base": a, "new": b} for k, a, b in environment_diff(base.environment, new.environment)]
     return {"columns": columns, "pairs": pairs, "unmatched_base": unmatched_base,
-            "unmatched_new": unmatched_new, "environment": environment, "fdr": fdr, "band": band,
+            "unmatched_new": unmatched_new, "failed_new": failed_new, "failed_base": failed_base,
+            "environment": environment, "fdr": fdr, "band": band,
             "tested": sum(1 for p in pairs if p.get("p_value") is not None)}
+
+
+def _failed(measured: list[GridPoint], unmatched: list[str], failed: list[GridPoint],
+            columns: list[str]) -> list[dict[str, Any]]:
+    """The points of `measured` left without a partner whose partner on the other side failed:
+    (measured_job: the measured one's first job, failed_job: the failed one's, error: why it failed)."""
+    by_key = {f.identity(columns): f for f in failed}
+    found = []
+    for point in measured:
+        other = by_key.get(point.identity(columns)) if point["job"] in unmatched else None
+        if other is not None:
+            found.append({"measured_job": point["job"], "failed_job": other["job"],
+                          "error": str(other.get("error") or other.get("status") or "failed")})
+    return found
 
 
 def _apart(base: Side, new: Side, columns: list[str]) -> str:

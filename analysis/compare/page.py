@@ -189,9 +189,14 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
                             rows, left=2))
         for p in chosen:
             parts.append(_diff_tables(p))
-    for side, key in (("BASE", "unmatched_base"), ("NEW", "unmatched_new")):
+    for side, other, key in (("NEW", "BASE", "failed_new"), ("BASE", "NEW", "failed_base")):
+        if result.get(key):
+            parts.append(f"<h2>Grid points that failed in {side} (measured in {other})</h2><ul>"
+                         + "".join(f"<li>{escape(f['failed_job'])} (measured in {other}: {escape(f['measured_job'])}): "
+                                   f"{escape(f['error'])}</li>" for f in result[key]) + "</ul>")
+    for side, other, key in (("BASE", "NEW", "unmatched_base"), ("NEW", "BASE", "unmatched_new")):
         if result[key]:
-            parts.append(f"<h2>Jobs of {side} without a partner</h2><ul>"
+            parts.append(f"<h2>Measured in {side} only (no such grid point in {other})</h2><ul>"
                          + "".join(f"<li>{escape(j)}</li>" for j in result[key]) + "</ul>")
     parts.append("<h2>What differs in the environment</h2>")
     parts.append(table(["", "base", "new"], ([escape(e["key"]), escape(e["base"]), escape(e["new"])]

@@ -42,6 +42,7 @@ class Side:
     environment: dict[str, Any]
     jobs: dict[str, Job] = field(default_factory=dict)  # job -> its row (repeats.csv), usable ones
     read_from: str = "tables"  # "tables": the written analysis; "traces": analysed here, in memory
+    failed: list[GridPoint] = field(default_factory=list)  # the grid points without a usable repeat
 
 
 def op_uses(ops: Iterable[dict[str, Any]]) -> list[tuple[str, float, float]]:
@@ -67,7 +68,8 @@ def load_side(folder: Path) -> Side:
             for j in rows["repeats"]]
     if not jobs:
         raise CompareError(f"{folder}: not a sweep or a run: no job folder with a metrics.json in it")
-    points = [p for p in map(GridPoint, rows["summary"]) if p.usable]
+    every = list(map(GridPoint, rows["summary"]))
+    points = [p for p in every if p.usable]
     if not points:
         raise CompareError(f"{folder}: no job finished with a readable trace ({amount(len(jobs), 'job')})")
     on_cpu = {str(j["job"]) for j in jobs if j.get("platform") == "cpu"}
@@ -76,7 +78,7 @@ def load_side(folder: Path) -> Side:
     environment = environment_of(folder)
     return Side(folder, points, _by_job(rows["steps"]), {j: op_uses(o) for j, o in _by_job(rows["ops"]).items()},
                 {j: kernel_uses(k) for j, k in kernels.items()}, environment if isinstance(environment, dict) else {},
-                {str(j["job"]): j for j in jobs if j.usable}, read_from)
+                {str(j["job"]): j for j in jobs if j.usable}, read_from, [p for p in every if not p.usable])
 
 
 def _by_job(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
