@@ -74,6 +74,7 @@ def test_a_side_measured_on_a_loaded_machine_gets_no_verdict(tmp_path, capsys):
     row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
     assert row["verdict"] == "inconclusive"
     assert "NEW noisy: other processes used 1.8 CPUs" in row["verdict_why"] and "quiet machine" in row["verdict_why"]
+    assert row["processes_needed"] == 3 and "3 processes a side would decide it" in row["verdict_why"]
 
 
 def test_a_change_the_machines_speed_probe_made_too_gets_no_verdict(tmp_path, capsys):
@@ -86,6 +87,7 @@ def test_a_change_the_machines_speed_probe_made_too_gets_no_verdict(tmp_path, ca
     assert row["verdict"] == "inconclusive" and row["interval_high"] < 1 / 1.05  # faster as measured
     assert "speed probe" in row["verdict_why"] and "13 -> 6.5 µs" in row["verdict_why"], row["verdict_why"]
     assert row["speed_probe_ratio"] == pytest.approx(0.5) and row["speed_probe_us_base"] == 13.0
+    assert row["processes_needed"] == 3
     assert "(0 slower, 0 faster, 0 same, 1 inconclusive)" in out and "took 0.50x as long in NEW's processes" in out
     # a change beyond what the machine did stands: a third of the step for half the probe
     hand_made_point(tmp_path / "third", 0, processes(43), speed_probe_us=6.5)
@@ -130,6 +132,7 @@ def test_a_change_the_allocators_state_made_gets_no_verdict(tmp_path, capsys):
     assert "BASE's processes faulted a median 247 pages a step and NEW's 991" in row["verdict_why"], row["verdict_why"]
     assert "1 of BASE's 9 faulted NEW's way (976) and took what NEW's did (6.27 ms against 6.06 ms a step)" \
         in row["verdict_why"] and "rerun BASE and NEW with run.allocator=fixed" in row["verdict_why"]
+    assert row["processes_needed"] == 3
     # a process that faults none at all is of the other way too
     timed_point(tmp_path / "none", [(6267, 976), *[(5050 + 20 * k, 0) for k in range(8)]])
     compare(tmp_path / "none", tmp_path / "new", capsys=capsys)

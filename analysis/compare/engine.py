@@ -30,7 +30,7 @@ slower or faster (`time_diff`). Annotations (`ProfilerStep#N`, record_function) 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -186,7 +186,8 @@ def against_the_machine(judged: Verdict, base: list[tuple[list[float], float]], 
            f"{pn / pb:.2f}x as long in NEW's processes as in BASE's ({pb:.3g} -> {pn:.3g} µs), and relative to it "
            f"the step is {shown}, not {judged.verdict}: another tenant of this machine's cores most likely slowed "
            "one side; rerun BASE and NEW when their probes agree")
-    return Verdict("inconclusive", judged.ratio, judged.low, judged.high, why, None, relative.processes_needed), probes
+    needed = relative.processes_needed or _as_many(judged, base, new)
+    return Verdict("inconclusive", judged.ratio, judged.low, judged.high, why, None, needed), probes
 
 
 def against_the_allocator(judged: Verdict, base: list[tuple[list[float], dict[str, Any]]],
@@ -237,8 +238,18 @@ def against_the_allocator(judged: Verdict, base: list[tuple[list[float], dict[st
                f"{typical[1]:,.0f}, and {len(their_way)} of {names[mixed]}'s {len(sides[mixed])} faulted "
                f"{names[other]}'s way ({', '.join(f'{f:,.0f}' for f, _ in their_way)}) and took what {names[other]}'s "
                f"did ({us(ours)} against {us(theirs)} a step): {cause}")
-        return Verdict("inconclusive", judged.ratio, judged.low, judged.high, why, None, judged.processes_needed)
+        return Verdict("inconclusive", judged.ratio, judged.low, judged.high, why, None,
+                       _as_many(judged, [g for g, _ in base], [g for g, _ in new]))
     return judged
+
+
+def _as_many(judged: Verdict, base: Sequence[Any], new: Sequence[Any]) -> int | None:
+    """How many processes a side would decide a pair that a cause other than the spread left
+    inconclusive (load, the machine's speed, the allocator's state): as many as decided it here,
+    once the cause is gone; or what the spread asked for, where it was undecided too."""
+    if judged.processes_needed is not None:
+        return judged.processes_needed
+    return min(len(base), len(new)) if judged.verdict in ("slower", "faster", "same") and base and new else None
 
 
 def _nan(value: Any) -> bool:
@@ -341,6 +352,7 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
     base_repeats, new_repeats = _samples(base, b, on), _samples(new, n, on)
     base_samples, new_samples = [g for g, _ in base_repeats], [g for g, _ in new_repeats]
     judged = verdict(base_samples, new_samples, band=band)
+    decided = judged.verdict != "inconclusive"  # by the spread: what follows can only take the verdict away
     loaded = [side for side, point in (("BASE", b), ("NEW", n)) if flag(point.get("noise_load"))]
     if loaded and judged.why != "identical samples":
         reasons = "; ".join(f"{side} noisy: {point.get('noise_reason')}" for side, point in (("BASE", b), ("NEW", n))
@@ -348,12 +360,16 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
         interval = (f"95% interval {judged.low:.3f}–{judged.high:.3f}; " if judged.low is not None
                     and judged.high is not None else "")
         judged = Verdict("inconclusive", judged.ratio, judged.low, judged.high,
-                         f"{interval}{reasons}; rerun {' and '.join(loaded)} on a quiet machine", None)
+                         f"{interval}{reasons}; rerun {' and '.join(loaded)} on a quiet machine", None,
+                         _as_many(judged, base_samples, new_samples))
     comparable = (same_probe(base.environment, new.environment)
                   and stats.number(b.get("torch_threads")) == stats.number(n.get("torch_threads")))
     judged, probes = against_the_machine(judged, _probed(base_repeats, on), _probed(new_repeats, on), band, comparable)
     if on == "timed":
         judged = against_the_allocator(judged, base_repeats, new_repeats, band)
+    if decided and judged.verdict == "inconclusive" and judged.processes_needed is not None:
+        judged = replace(judged, why=f"{judged.why}; once that cause is gone, {judged.processes_needed} processes a "
+                                     "side would decide it")
     row: dict[str, Any] = {c: n.get(c) if n.get(c) is not None else b.get(c) for c in columns}
     row.update({
         "base_job": b["job"], "new_job": n["job"], "variant": n.get("variant"),
