@@ -390,8 +390,10 @@ def noise_lines(rows: list[GridPoint]) -> list[str]:
                      f"{remedy(noisy, measured)}")
     single = [r for r in measured if (stats.number(r.get("repeats")) or 0) < 2]
     if single and len(single) == len(measured):
-        lines.append("one process per grid point: intervals cover its steps only, not the variation between "
-                     "processes (run.repeats=3 or more for that)")
+        planned = max((n for r in measured if (n := stats.number(r.get("repeats_planned"))) is not None), default=1)
+        lines.append("one process per grid point: intervals cover its steps only, not the variation between processes "
+                     + (f"(run.repeats={planned:g} was planned: rerun the same command into the same folder to finish)"
+                        if planned >= 2 else "(run.repeats=3 or more for that)"))
     auto = [r for r in measured if r.get("repeats_planned") == "auto"]
     unmet = [r for r in auto if (stats.number(r.get("interval_width")) or 0) > (stats.number(r.get("precision")) or 1)]
     if unmet:

@@ -87,6 +87,12 @@ def make_step(workload: Workload, *, train: bool, optimizer: str, name: str,
         module.train(train)
     parameters = _parameters(fn, modules, workload.inputs) if train else []
     if train and not parameters:
+        frozen = len(unique(p for m in modules for p in m.parameters()))
+        if frozen:
+            raise StepError(
+                f"train=true needs parameters to train: the {type(fn).__name__} that {name} returned has {frozen}, "
+                "all with requires_grad=False (frozen); unfreeze those to train (p.requires_grad_(True)), "
+                "or profile it with train=false")
         raise StepError(
             f"train=true needs parameters: {name} returned a {type(fn).__name__} with none and no "
             "floating-point tensor arguments; return an nn.Module with parameters, or a callable "

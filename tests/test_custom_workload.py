@@ -184,6 +184,11 @@ def test_a_failure_no_process_can_change_runs_one_process_per_grid_point(user_co
                for d in dirs)
     assert "done: 2 jobs (0 ok, 2 failed) in" in done.stdout and "missing" not in done.stdout
     assert done.stdout.count("not run: the later repeats of 2 grid points") == 1
+    # one process per grid point asked for: there are no later repeats to name
+    done = run_cli("-m", "workload=custom", "workload._target_=mybench.blocks:returns_int", "size=8",
+                   "run.repeats=1", f"hydra.sweep.dir={tmp_path / 'one'}", env={"PYTHONPATH": str(user_code)},
+                   repeats=None)
+    assert "done: 1 job (0 ok, 1 failed) in" in done.stdout and "not run" not in done.stdout, done.stdout
 
 
 @pytest.mark.slow

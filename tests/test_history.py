@@ -305,9 +305,13 @@ def test_a_newest_sweep_whose_jobs_failed_is_named_and_fails_the_gate(tmp_path, 
         points = {16: noisy(160, rng), 32: noisy(320, rng) if i < 3 else [None, None, None]}  # the build broke
         write_sweep(tmp_path / "n" / f"s{i}", i + 1, points)
     code, out, _ = history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)
-    assert "3 of 6 jobs failed in s3" in out
+    assert "in s3: 3 of 6 jobs failed" in out and "planned" not in out
     assert "not measured in the newest sweep (s3), measured before: matmul_add size=32 bf16 warm eager" in out
     assert code == 1 and "failed in the newest sweep: 3 jobs of s3, 1 grid points measured before" in out
+    # a sweep stopped early: its sweep.json planned more jobs than ran
+    (tmp_path / "n" / "s3" / "sweep.json").write_text(json.dumps({"jobs": 8}))
+    code, out, _ = history(tmp_path / "n", capsys=capsys)
+    assert "in s3: 3 of 6 jobs failed; 2 of the 8 planned never ran (stopped early)" in out, out
 
 
 # --- the store ------------------------------------------------------------------------------------------

@@ -264,6 +264,15 @@ def test_noise_from_other_processes_and_time_slices():
     assert "(2 points)" not in grid_points.noise_lines([twice, row.replace(job="x")])[0]
 
 
+def test_one_process_per_grid_point_says_whether_more_were_planned():
+    one = points_of([_job("0", "h", 1, [100.0] * 5, repeats_planned=1)])
+    assert grid_points.noise_lines(one)[-1].endswith("(run.repeats=3 or more for that)")
+    # a sweep of run.repeats=2 stopped after its first round: finishing it is the remedy, not 3
+    stopped = points_of([_job("0", "h", 1, [100.0] * 5, repeats_planned=2)])
+    assert grid_points.noise_lines(stopped)[-1].endswith(
+        "(run.repeats=2 was planned: rerun the same command into the same folder to finish)")
+
+
 # --- claims and expectations over intervals ------------------------------------------------------------
 
 

@@ -35,6 +35,9 @@ def test_training_without_parameters_is_refused_with_what_to_do():
     with pytest.raises(StepError, match="train=true needs parameters"):
         make_step(Workload(lambda x: x * 2, (torch.ones(2, dtype=torch.int64),)), train=True, optimizer="sgd",
                   name="double")
+    frozen = nn.Linear(4, 1).requires_grad_(False)  # a model whose every parameter is frozen
+    with pytest.raises(StepError, match=r"the Linear that frozen returned has 2, all with requires_grad=False"):
+        make_step(Workload(frozen, (torch.randn(8, 4),)), train=True, optimizer="sgd", name="frozen")
 
 
 @pytest.mark.parametrize("output, expected", [

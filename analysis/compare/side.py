@@ -114,6 +114,9 @@ def written_tables(folder: Path) -> dict[str, list[dict[str, Any]]] | None:
         return None
     if any((status == "missing") == records[str(job)].exists() for job, status in said.items()):
         return None  # a record gone since, or one that came (copied with its old time)
+    placed = {r.get("config_hash") for r in rows["summary"]}
+    if any(r.get("config_hash") is not None and r.get("config_hash") not in placed for r in rows["repeats"]):
+        return None  # a job of no grid point in summary.csv: a summary emptied or cut since
     return rows
 
 

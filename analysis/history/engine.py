@@ -27,7 +27,7 @@ from analysis.text import us
 from analysis.history.page import write_page
 from analysis.store import Store, StoreError, SweepFolder
 from profsweep import stats
-from profsweep.contract import PAIR_DEFAULTS, GridPoint, amount, usable_sql
+from profsweep.contract import PAIR_DEFAULTS, GridPoint, amount, read_plan, usable_sql
 from profsweep.decide import ABOVE, BAND, BELOW, FDR, decide
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
@@ -511,13 +511,23 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
 def failures(history: History) -> list[str]:
     """The sweeps with failed jobs, and the grid points measured before that the newest sweep
     has no usable repeat of (failed there, or left out of its grid)."""
-    out = [f"  {int(sw['jobs_failed'])} of {int(sw.get('jobs') or 0)} jobs failed in {sw['name']}"
-           for sw in history.sweeps if sw.get("jobs_failed")]
+    out = [line for sw in history.sweeps if (line := _jobs_lost(sw))]
     gone = newest_missing(history)
     if gone:
         out.append(f"  not measured in the newest sweep ({history.sweeps[-1]['name']}), measured before: "
                    + ", ".join(ln.label for ln in gone[:6]) + (f" and {len(gone) - 6} more" if len(gone) > 6 else ""))
     return out
+
+
+def _jobs_lost(sweep: dict[str, Any]) -> str:
+    """What a sweep lost: its failed jobs, and the jobs its sweep.json planned that never ran (a
+    sweep stopped early); '' where none."""
+    failed, ran = int(sweep.get("jobs_failed") or 0), int(sweep.get("jobs") or 0)
+    planned = read_plan(Path(str(sweep.get("folder") or ""))).get("jobs") if sweep.get("folder") else None
+    unrun = planned - ran if isinstance(planned, int) and not isinstance(planned, bool) and planned > ran else 0
+    said = ([f"{failed} of {amount(ran, 'job')} failed"] if failed else []) + (
+        [f"{unrun} of the {planned} planned never ran (stopped early)"] if unrun else [])
+    return f"  in {sweep['name']}: {'; '.join(said)}" if said else ""
 
 
 def newest_missing(history: History) -> list[Line]:

@@ -500,8 +500,9 @@ def _where_time_goes(points: list[dict[str, Any]], top: list[dict[str, Any]]) ->
                      if r["kind"] == kind][:SAID]
             if found:
                 outside = 1 - (stats.number(found[0].get("all_ops_share")) or 1)
-                rest = (f" (ops {100 - outside * 100:.0f}% of the step; the rest is Python and the profiler's "
-                        "annotations)" if kind == "op" and outside >= 0.2 else "")
+                rest = (f" (ops {100 - outside * 100:.0f}% of the step; the rest ran outside any op: Python, "
+                        "waiting (sleep, I/O, locks), the profiler's annotations)" if kind == "op" and outside >= 0.2
+                        else "")
                 said.append(f"at {p['size']} " + ", ".join(
                     f"{short_name(r['name'])} {r['share'] * 100:.0f}% ({us(r['us_per_step'])})" for r in found) + rest)
         if said:

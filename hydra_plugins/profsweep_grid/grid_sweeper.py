@@ -164,12 +164,12 @@ class Repeats:
         self.samples: Dict[int, List[Any]] = {}  # auto: each grid point's ok jobs' timed samples
         # grid points whose job failed for a reason no other process can change (the record's
         # failure_is_final: a factory's return value, a refused setting), with that error: their
-        # later repeats are not run
+        # later repeats are not run (none where there are none: one round)
         self.settled: Dict[int, str] = {}
 
     def add(self, point: int, record: Any) -> None:
         """A job's record (auto repeats keep what they judge precision by; the rest is on disk)."""
-        if isinstance(record, dict) and record.get("status") == "failed" and record.get(FINAL) is True:
+        if self.many and isinstance(record, dict) and record.get("status") == "failed" and record.get(FINAL) is True:
             self.settled.setdefault(point, str(record.get("error")))
         if not self.auto:
             return
