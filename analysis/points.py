@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 from profsweep import stats
 from profsweep import contract
 from profsweep.columns import SETTING_PREFIXES, flat_key
-from profsweep.contract import SERIES_KEYS, TIMED, TIMED_SAMPLES, GridPoint, Job, amount, flag, timed_samples
+from profsweep.contract import COPY, SERIES_KEYS, TIMED, TIMED_SAMPLES, GridPoint, Job, amount, flag, timed_samples
 
 # summary column -> (where each repeat's samples are, the key there): "steps" = the job's
 # per-step rows (steps.csv), "record" = a list in its metrics.json, "value" = one value a repeat.
@@ -113,8 +113,8 @@ def group(jobs: list[Job]) -> list[list[Job]]:
     points: dict[str, list[Job]] = {}
     for row in jobs:
         key = row.get("config_hash")
-        if not key and any(row.get(k) is None for k in REQUIRED):
-            continue  # no record, or one that cannot say what it measured: a problem, not a point
+        if not key and any(row.get(k) is None for k in REQUIRED) or row.get("status") == COPY:
+            continue  # no record, or one that cannot say what it measured, or a copy of another: a problem, not a point
         points.setdefault(str(key) if isinstance(key, str) and key else f"job:{row['job']}", []).append(row)
     for rows in points.values():
         rows.sort(key=lambda r: (stats.number(r.get("repeat")) or 1, str(r["job"])))

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from profsweep.columns import TEXT_COLUMNS
-from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SUMMARY_FILE, amount, usable_sql
+from profsweep.contract import COPY, ENVIRONMENT_FILE, PLAN_FILE, SUMMARY_FILE, amount, usable_sql
 
 STORE_FILE = "history.duckdb"
 STORE_SCHEMA = 1
@@ -345,14 +345,19 @@ class Store:
             for table, name in TABLE_FILES.items():
                 self._load(table, [(ids[s], s.folder / name) for s in new if _has_rows(s.folder / name)])
             wanted = ", ".join(str(ids[s]) for s in new)
-            ok = usable_sql(self.columns("repeats"), "r")  # a failed job: one whose figures cannot be used
+            have = self.columns("repeats")
+            ok = usable_sql(have, "r")  # a failed job: one whose figures cannot be used ...
+            # ... that was meant to measure (not one left out on purpose); a copy of another is no job
+            meant = "coalesce(CAST(r.status AS VARCHAR), '')" if "status" in have else "''"
+            ok = f"({ok}) OR {meant} = 'skipped'"
             c.execute(f"""CREATE OR REPLACE TEMP TABLE _counts AS
                 SELECT s.sweep_id, coalesce(p.n, 0) AS points, coalesce(j.n, 0) AS jobs, coalesce(j.failed, 0) AS failed
                 FROM (SELECT sweep_id FROM sweeps WHERE sweep_id IN ({wanted})) s
                 LEFT JOIN (SELECT sweep_id, count(*) AS n FROM history WHERE sweep_id IN ({wanted}) GROUP BY sweep_id) p
                   USING (sweep_id)
                 LEFT JOIN (SELECT r.sweep_id, count(*) AS n, count(*) FILTER (WHERE NOT coalesce({ok}, false)) AS failed
-                           FROM repeats r WHERE r.sweep_id IN ({wanted}) GROUP BY r.sweep_id) j USING (sweep_id)""")
+                           FROM repeats r WHERE r.sweep_id IN ({wanted}) AND {meant} <> '{COPY}'
+                           GROUP BY r.sweep_id) j USING (sweep_id)""")
             c.execute("""UPDATE sweeps SET grid_points = x.points, jobs = x.jobs, jobs_failed = x.failed
                          FROM _counts x WHERE sweeps.sweep_id = x.sweep_id""")
             c.execute("DROP TABLE _counts")

@@ -43,6 +43,7 @@ class SweepTables:
     memory: list[dict[str, Any]] = field(default_factory=list)  # memory over each job's last step (profile_memory)
     provenance: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # job -> kernel -> its source nodes
     ceilings: Ceilings = field(default_factory=lambda: Ceilings("table"))  # environment.json's
+    processes: dict[tuple[str, ...], str] = field(default_factory=dict)  # a finished process's marks -> its job
 
     @property
     def problems(self) -> list[tuple[str, str]]:
@@ -51,6 +52,9 @@ class SweepTables:
         out = []
         for row in self.jobs:
             if row.get("status") == "skipped":  # left out on purpose (run.unavailable=skip)
+                continue
+            if row.get("status") == contract.COPY:
+                out.append((row["job"], str(row.get("error"))))
                 continue
             if row.get("status") != "ok":
                 out.append((row["job"], f"{row.get('status')}: {row.get('error') or 'its record says no error'}"))
@@ -268,6 +272,13 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
         return
     row, bad = untrusted(record)
     row["job"] = job_dir.name
+    original = _copy_of(tables, row)
+    if original is not None:
+        tables.jobs.append({"job": job_dir.name, "status": contract.COPY, "trace_error": None, "record_error": None,
+                            "config_hash": row.get("config_hash"), "repeat": row.get("repeat"),
+                            "error": f"a copy of {original} (the same grid point, started and finished at the same "
+                                     "millisecond): one process, counted once"})
+        return
     if row.get("status") is None:
         row["status"] = "failed"
     row["trace_error"] = None
@@ -297,6 +308,20 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
         if not row["trace_error"] and not contract.leads_out(job_dir / PROVENANCE_FILE, tables.folder):
             tables.provenance[row["job"]] = kernel_sources(job_dir / PROVENANCE_FILE)
     tables.jobs.append(row)
+
+
+def _copy_of(tables: SweepTables, row: dict[str, Any]) -> str | None:
+    """The job whose record this one repeats (a job folder copied by hand, two sweeps merged): the
+    same grid point, started and finished at the same millisecond, with the same un-profiled
+    step. One process measured once; as a second repeat it would narrow every interval of its
+    grid point for nothing. None for the first of them, and for a record without those marks."""
+    if row.get("config_hash") is None or row.get("started_at") is None or row.get("finished_at") is None:
+        return None
+    marks = tuple(str(row.get(k)) for k in ("config_hash", "started_at", "finished_at", TIMED, "status"))
+    if marks in tables.processes:
+        return tables.processes[marks]
+    tables.processes[marks] = str(row["job"])
+    return None
 
 
 def environment_of(folder: Path) -> Any:

@@ -353,6 +353,31 @@ def test_impossible_numbers_and_a_record_without_its_settings_are_named_not_anal
     assert (samples["us"] > 0).all()
 
 
+def test_a_job_folder_copied_by_hand_is_one_process_not_another_repeat(tmp_path):
+    """A copy (cp -r of a job folder, two sweep folders merged) would be a fourth repeat of three
+    processes, narrowing the grid point's interval for nothing: it is named and counted once."""
+    from tests.conftest import hand_made_job, jitter
+
+    for k, median in enumerate((100.0, 130.0, 160.0)):
+        hand_made_job(tmp_path, k, jitter(median, 5), repeat=k + 1, config_hash="one point",
+                      timed_us_per_step=median, started_at=f"2026-12-06T01:0{k}:00.000+00:00",
+                      finished_at=f"2026-12-06T01:0{k}:09.000+00:00")
+    # a fourth process that started in the same millisecond as the first but ended elsewhere: a repeat
+    hand_made_job(tmp_path, 3, jitter(190, 5), repeat=4, config_hash="one point", timed_us_per_step=190.0,
+                  started_at="2026-12-06T01:00:00.000+00:00", finished_at="2026-12-06T01:03:09.000+00:00")
+    first = next(tmp_path.glob("0_*"))
+    shutil.copytree(first, tmp_path / f"9_{first.name[2:]}_r5")
+    said = dict(analyse_folder(tmp_path, progress=lambda line: None))
+    copy = f"9_{first.name[2:]}_r5"
+    assert said[copy].startswith(f"a copy of {first.name} (the same grid point, started and finished"), said
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert len(summary) == 1 and summary.loc[0, "repeats"] == 4 and summary.loc[0, "repeats_failed"] == 0
+    assert copy not in summary.loc[0, "jobs"]
+    repeats = pd.read_csv(tmp_path / "repeats.csv").set_index("job")
+    assert repeats.loc[copy, "status"] == "copy" and len(repeats) == 5
+    assert "5 jobs: 4 ok, 0 failed, 1 copy of another job" in (tmp_path / "report.html").read_text()
+
+
 def test_a_reader_that_goes_away_is_not_an_error(tmp_path):
     """`python -m analysis trace F --json | head -c 100`: no BrokenPipeError traceback."""
     from tests.conftest import hand_made_job

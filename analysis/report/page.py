@@ -15,7 +15,7 @@ from analysis.html import CSS, image, table
 from analysis.report.conclusions import Conclusion, job_warnings
 from analysis.text import count, fmt, nbytes, too_wide, us
 from profsweep import stats
-from profsweep.contract import METRICS_FILE, REPORT_FILE, read_plan, amount, flag, table_files, trace_files
+from profsweep.contract import COPY, METRICS_FILE, REPORT_FILE, read_plan, amount, flag, table_files, trace_files
 from analysis.files import atomic_write_text
 from analysis.tables import SweepTables
 
@@ -252,7 +252,9 @@ def _header(page: Page) -> list[str]:
     jobs, points = page.tables.jobs, page.tables.points
     ok = sum(1 for j in jobs if j.usable)  # finished, and its trace read
     skipped = sum(1 for j in jobs if j.get("status") == "skipped")
-    text = f"{amount(len(jobs), 'job')}: {ok} ok, {len(jobs) - ok - skipped} failed" + (f", {skipped} skipped" if skipped else "")
+    copies = sum(1 for j in jobs if j.get("status") == COPY)
+    text = (f"{amount(len(jobs), 'job')}: {ok} ok, {len(jobs) - ok - skipped - copies} failed"
+            + (f", {skipped} skipped" if skipped else "") + (f", {copies} {'copy' if copies == 1 else 'copies'} of another job's folder (not counted)" if copies else ""))
     if len(points) != len(jobs):
         most = max((int(p.get('repeats') or 0) for p in points), default=0)
         text += (f", measuring {amount(len(points), 'grid point')}"
