@@ -113,8 +113,9 @@ def group(jobs: list[Job]) -> list[list[Job]]:
     points: dict[str, list[Job]] = {}
     for row in jobs:
         key = row.get("config_hash")
-        if not key and any(row.get(k) is None for k in REQUIRED) or row.get("status") == COPY:
-            continue  # no record, or one that cannot say what it measured, or a copy of another: a problem, not a point
+        if (not key and (any(row.get(k) is None for k in REQUIRED) or row.get("status") != "ok")
+                or row.get("status") == COPY):
+            continue  # no record, one that cannot say what it measured, a copy of another: a problem, not a point
         points.setdefault(str(key) if isinstance(key, str) and key else f"job:{row['job']}", []).append(row)
     for rows in points.values():
         rows.sort(key=lambda r: (stats.number(r.get("repeat")) or 1, str(r["job"])))

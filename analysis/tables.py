@@ -44,6 +44,7 @@ class SweepTables:
     provenance: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # job -> kernel -> its source nodes
     ceilings: Ceilings = field(default_factory=lambda: Ceilings("table"))  # environment.json's
     processes: dict[tuple[str, ...], str] = field(default_factory=dict)  # a finished process's marks -> its job
+    settings: dict[str, dict[str, str]] = field(default_factory=dict)  # job -> the settings its record says it ran
 
     @property
     def problems(self) -> list[tuple[str, str]]:
@@ -131,6 +132,7 @@ def analyse_sweep(folder: Path, progress: Callable[[str], None] | None = None) -
             report(f"analysed {i}/{len(dirs)} jobs")
             last = now
     name_variants(tables)
+    disagreeing(tables.jobs, tables.settings)
     tables.jobs = [Job(row) for row in tables.jobs]  # complete: from here on read-only
     points = grid_points.points(tables.jobs, tables.steps)
     for point in points:
@@ -289,6 +291,8 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
         said = (f"{job_dir / METRICS_FILE}: schema {_shown(version)} (this analysis reads "
                 f"schema {SCHEMA_VERSION}); analysed as far as its fields allow")
         row["record_error"] = f"{row['record_error']}; {said}" if row["record_error"] else said
+    tables.settings[row["job"]] = {k: _shown(v) for k, v in row.items() if v is not None and (
+        k in grid_points.PAIR_KEYS or k.startswith(grid_points.PAIR_PREFIXES))}  # (before the trace adds columns)
     if row["status"] == "ok":
         names = trace_files(row)
         try:
@@ -308,6 +312,34 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
         if not row["trace_error"] and not contract.leads_out(job_dir / PROVENANCE_FILE, tables.folder):
             tables.provenance[row["job"]] = kernel_sources(job_dir / PROVENANCE_FILE)
     tables.jobs.append(row)
+
+
+def disagreeing(jobs: list[dict[str, Any]], settings: dict[str, dict[str, str]]) -> None:
+    """Fail the records whose settings are not those of the other processes of their grid point
+    (one config_hash: the same settings, by how records are made): one record edited, or a
+    stranger's with a hash that is not its own. What such a job measured is unclear; it is named,
+    and placed in no grid point (its label would be taken from whichever job came first). The
+    settings most of the point's processes agree on stand; with no majority, none does."""
+    by_point: dict[str, list[dict[str, Any]]] = {}
+    for row in jobs:
+        if isinstance(row.get("config_hash"), str) and row.get("status") in ("ok", "failed"):
+            by_point.setdefault(row["config_hash"], []).append(row)
+    for rows in by_point.values():
+        if len(rows) < 2:
+            continue
+        said = [settings.get(str(r["job"]), {}) for r in rows]
+        for row, mine in zip(rows, said):
+            others = [theirs for theirs, r in zip(said, rows) if r is not row]
+            wrong = {k: v for k, v in mine.items()
+                     if sum(1 for t in others if t.get(k, v) != v) * 2 > len(others)}
+            if not wrong:
+                continue
+            k, v = sorted(wrong.items())[0]
+            theirs = sorted({t[k] for t in others if k in t and t[k] != v})
+            row.update(status="failed", config_hash=None, error=(
+                f"its record says {k}={v} where the other {len(others)} of its grid point's processes say "
+                f"{' or '.join(theirs)}" + (f" (and {len(wrong) - 1} more settings)" if len(wrong) > 1 else "")
+                + ": what it measured is unclear, left out"))
 
 
 def _copy_of(tables: SweepTables, row: dict[str, Any]) -> str | None:

@@ -378,6 +378,28 @@ def test_a_job_folder_copied_by_hand_is_one_process_not_another_repeat(tmp_path)
     assert "5 jobs: 4 ok, 0 failed, 1 copy of another job" in (tmp_path / "report.html").read_text()
 
 
+def test_a_record_whose_settings_are_not_its_grid_points_is_left_out(tmp_path):
+    """Three processes of one grid point (one config_hash), one record edited to dtype 'int3': the
+    point keeps its label and its two processes, the stranger is named; with two processes
+    that disagree, neither stands."""
+    from tests.conftest import hand_made_point, jitter
+
+    jobs = hand_made_point(tmp_path / "three", 0, [jitter(100, 5)] * 3)
+    record = json.loads((jobs[1] / "metrics.json").read_text())
+    (jobs[1] / "metrics.json").write_text(json.dumps({**record, "dtype": "int3"}))
+    said = dict(analyse_folder(tmp_path / "three", progress=lambda line: None))
+    assert said[jobs[1].name] == ("failed: its record says dtype='int3' where the other 2 of its grid point's "
+                                  "processes say 'bf16': what it measured is unclear, left out"), said
+    summary = pd.read_csv(tmp_path / "three" / "summary.csv")
+    assert len(summary) == 1 and summary.loc[0, "dtype"] == "bf16" and summary.loc[0, "repeats"] == 2
+    jobs = hand_made_point(tmp_path / "two", 0, [jitter(100, 5)] * 2)
+    record = json.loads((jobs[0] / "metrics.json").read_text())
+    (jobs[0] / "metrics.json").write_text(json.dumps({**record, "size": 4096}))
+    said = dict(analyse_folder(tmp_path / "two", progress=lambda line: None))
+    assert all("what it measured is unclear" in said[j.name] for j in jobs)
+    assert (tmp_path / "two" / "summary.csv").read_text().strip() == ""  # no grid point: neither process stands
+
+
 def test_a_reader_that_goes_away_is_not_an_error(tmp_path):
     """`python -m analysis trace F --json | head -c 100`: no BrokenPipeError traceback."""
     from tests.conftest import hand_made_job
