@@ -31,6 +31,7 @@ import numpy as np
 from profsweep import decide as deciding
 from profsweep.stats import LEVEL, RESAMPLES
 
+CROSSOVER_SPAN = 3.0  # a crossover is located when its 95% interval's high end is at most 3x its low end
 MIN_RELATIVE = 0.02  # a grid point's standard error is taken as at least 2% of its value
 MISFIT = 0.25  # a size more than 25% off the fitted line (and outside its interval) breaks the fit
 Z = 1.959963984540054  # the normal quantile of a 95% interval
@@ -53,6 +54,7 @@ class Fit:
     fits: bool
     check: str
     ratios: list[deciding.Decision] = field(default_factory=list)  # b * work / a at each size
+    crossover_processes_needed: int | None = None  # a grid point, to locate the crossover (None: located, or unknown)
 
     def columns(self) -> dict[str, object]:
         """crossovers.csv's fit_* columns."""
@@ -64,7 +66,7 @@ class Fit:
             "fit_throughput_high": self.throughput_high,
             "fit_crossover_size": self.crossover_size, "fit_crossover_size_low": self.crossover_size_low,
             "fit_crossover_size_high": self.crossover_size_high,
-            "fit_check": self.check,
+            "fit_check": self.check, "fit_crossover_processes_needed": self.crossover_processes_needed,
         }
 
 
@@ -117,9 +119,25 @@ def fit_series(sizes: Sequence[float], work: Sequence[float], steps_us: Sequence
             up = lo_ > 1 + band
             ratios.append(deciding.Decision(deciding.ABOVE if up else deciding.INCONCLUSIVE, math.inf, lo_, hi_, band,
                                             why="no overhead floor" if up else "no overhead floor at the fit"))
+    c_low = None if c_low is None else min(crossover, c_low)  # type: ignore[type-var]
+    c_high = None if c_high is None else max(crossover, c_high)  # type: ignore[type-var]
     return Fit(kind, a, min(a, a_low), max(a, a_high), 1e6 / b, min(1e6 / b, tp_low), max(1e6 / b, tp_high),
-               crossover, None if c_low is None else min(crossover, c_low),
-               None if c_high is None else max(crossover, c_high), fits, check, ratios)
+               crossover, c_low, c_high, fits, check, ratios, processes_to_locate(c_low, c_high, min(reps)))
+
+
+def processes_to_locate(low: float | None, high: float | None, repeats: int) -> int | None:
+    """The processes a grid point that would narrow a crossover's interval to CROSSOVER_SPAN at the
+    spread observed: an interval from the processes' spread narrows as one over the square root
+    of their number (at least 3: one process says nothing of that spread). None where it is
+    located already, or where nothing can be said (no crossover, an interval without a low end or
+    with no high end: a draw with no floor or no growth, which more processes may or may not
+    remove)."""
+    if low is None or high is None or not (0 < low <= high) or not math.isfinite(high):
+        return None
+    span = math.log(high / low)
+    if span <= math.log(CROSSOVER_SPAN):
+        return None
+    return max(3, math.ceil(max(1, repeats) * (span / math.log(CROSSOVER_SPAN)) ** 2))
 
 
 ONE_PROCESS = 0.25  # the standard error on log scale of a point measured in one process (its steps say little)

@@ -61,6 +61,7 @@ def test_one_repeat_per_side_is_inconclusive_and_says_what_to_do(tmp_path, capsy
     assert "inconclusive matmul_add size=8 bf16 cold eager: 3.000x" in out and "run.repeats=3" in out
     row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
     assert row["verdict"] == "inconclusive" and "1 repeat per side" in row["verdict_why"]
+    assert row["processes_needed"] == 3  # what the reason tells them to rerun with
     html = (tmp_path / "new" / "compare" / "compare.html").read_text()
     assert "one repeat on a side" in html and "run.repeats=3" in html
 

@@ -55,3 +55,24 @@ def test_no_floor_when_time_is_proportional_to_work():
 def test_one_size_or_no_work_is_no_fit():
     assert fit_series([64], [1.0], [5.0], [4.0], [6.0], [3]) is None
     assert fit_series([64, 128], [0, 0], [5.0, 6.0], [4.0, 5.0], [6.0, 7.0], [3, 3]) is None
+
+
+def test_an_unlocated_crossover_says_how_many_processes_would_locate_it():
+    """A crossover whose interval spans more than 3x says how many processes a grid point would
+    narrow it to 3x at the spread observed; with that many (each point's interval narrowed as one
+    over the square root of its processes), it is located."""
+    from analysis.fit import CROSSOVER_SPAN, processes_to_locate
+
+    work = [float(n) for n in SIZES]  # work in proportion to the size: its interval is the crossover's
+    t = [A + A / 256 * w for w in work]  # crossing at 256
+    assert fit_series(SIZES, work, *_points(t, 0.03)).crossover_processes_needed is None  # located
+    rel = 0.5
+    loose = fit_series(SIZES, work, *_points(t, rel))
+    assert loose.crossover_size_high / loose.crossover_size_low > CROSSOVER_SPAN
+    needed = loose.crossover_processes_needed
+    assert needed is not None and needed > 3
+    steps, lows, highs, _ = _points(t, rel * (3 / needed) ** 0.5)
+    located = fit_series(SIZES, work, steps, lows, highs, [needed] * len(t))
+    assert located.crossover_size_high / located.crossover_size_low <= CROSSOVER_SPAN * 1.1
+    assert processes_to_locate(10.0, 90.0, 3) == 12  # log 9 / log 3 = 2: four times the 3 processes
+    assert processes_to_locate(10.0, 20.0, 3) is None and processes_to_locate(10.0, float("inf"), 3) is None

@@ -74,7 +74,8 @@ def verdict(base: Sequence[Sequence[float]], new: Sequence[Sequence[float]], see
     if test.low is None or test.high is None:
         return Verdict("inconclusive", test.ratio, None, None,
                        f"{'1 repeat per side' if reps == (1, 1) else f'{reps[0]} vs {reps[1]} repeats'}: one process "
-                       f"says nothing of the variation between processes; rerun both with run.repeats={MORE_REPEATS}")
+                       f"says nothing of the variation between processes; rerun both with run.repeats={MORE_REPEATS}",
+                       None, MORE_REPEATS)
     d = decide_test(test, min(reps), band)
     interval = f"95% interval {test.low:.3f}–{test.high:.3f}"
     if d.outcome == ABOVE:

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from analysis import points as grid_points
+from analysis.fit import CROSSOVER_SPAN
 from analysis.tables import FITTED
 from analysis.text import count, fmt, interval, nbytes, rate, short_name, times, too_wide, us
 from analysis.trace import is_op
 from profsweep import stats
 from profsweep.contract import SERIES_KEYS, TIMED, GridPoint, Job, amount, flag, point_jobs, series_key, timed_samples
-from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide_test
+from profsweep.decide import ABOVE, BELOW, MAX_PROCESSES, SAME, Decision, decide_test
 
 TOP = 10  # ops and kernels per grid point in top_ops.csv
 SAID = 3  # of which the conclusions name
@@ -256,8 +257,13 @@ def _crossing(name: str, crossover: dict[str, Any], rows: list[dict[str, Any]], 
         where = ("between the sizes swept" if sizes[0] <= size <= sizes[-1] else
                  f"below the smallest size swept ({sizes[0]})" if size < sizes[0] else
                  f"above the largest size swept ({sizes[-1]})")
+        needed = stats.number(crossover.get("fit_crossover_processes_needed"))
+        locate = ("" if needed is None else f"; {needed:,.0f} processes a grid point would locate it within "
+                  f"{CROSSOVER_SPAN:g}x at the spread observed" if needed <= MAX_PROCESSES else
+                  f"; more than {MAX_PROCESSES} processes a grid point would be needed to locate it within "
+                  f"{CROSSOVER_SPAN:g}x")
         return (f"{said}; the work costs more than the overhead from size ≈{fmt(size)}"
-                f"{interval(crossover, 'fit_crossover_size', fmt, always=True)}, {where} ({check}).")
+                f"{interval(crossover, 'fit_crossover_size', fmt, always=True)}, {where}{locate} ({check}).")
     size = stats.number(crossover.get("crossover_size"))
     status = str(crossover.get("status") or "")
     misfit = f" The model of the un-profiled steps {check}." if check.startswith("does not fit") else ""
