@@ -26,7 +26,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     from analysis.report.expect import EXPECTATIONS_FILE, check_expectations
     from analysis.fusion import FUSION_COLUMNS, fusion_rows
     from analysis.points import noise_lines
-    from profsweep.contract import amount
+    from profsweep.contract import COPY, amount
     from analysis.report.plots import PLOT_NAMES, write_plots
     from analysis.report.page import write_report
     from analysis.tables import analyse_sweep, frame, frames, write_tables
@@ -71,7 +71,8 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
                  + (f", {unsure} inconclusive (their intervals straddle the value)" if unsure else "")
                  + (f", {na} n/a (no such value)" if na else ""))
     points = len(tables.points)
-    progress(f"analysis: {amount(len(tables.jobs), 'job')}" + (f", {amount(points, 'grid point')}" if points != len(tables.jobs) else "")
+    jobs = sum(1 for j in tables.jobs if j.get("status") != COPY)  # a copied job folder is no job
+    progress(f"analysis: {amount(jobs, 'job')}" + (f", {amount(points, 'grid point')}" if points != jobs else "")
              + f" -> {report}")
     said = [c for c in found if c.topic != "noise"]  # the noise lines come last, as before
     if short:

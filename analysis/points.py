@@ -391,10 +391,12 @@ def noise_lines(rows: list[GridPoint]) -> list[str]:
                      f"{remedy(noisy, measured)}")
     single = [r for r in measured if (stats.number(r.get("repeats")) or 0) < 2]
     if single and len(single) == len(measured):
-        planned = max((n for r in measured if (n := stats.number(r.get("repeats_planned"))) is not None), default=1)
+        said = [r.get("repeats_planned") for r in measured]
+        most = max((n for x in said if (n := stats.number(x)) is not None), default=1)
+        planned = "auto" if "auto" in said else f"{most:g}" if most >= 2 else None
         lines.append("one process per grid point: intervals cover its steps only, not the variation between processes "
-                     + (f"(run.repeats={planned:g} was planned: rerun the same command into the same folder to finish)"
-                        if planned >= 2 else "(run.repeats=3 or more for that)"))
+                     + (f"(run.repeats={planned} was planned: rerun the same command into the same folder to finish)"
+                        if planned else "(run.repeats=3 or more for that)"))
     auto = [r for r in measured if r.get("repeats_planned") == "auto"]
     unmet = [r for r in auto if (stats.number(r.get("interval_width")) or 0) > (stats.number(r.get("precision")) or 1)]
     if unmet:

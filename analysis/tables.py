@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -178,6 +179,10 @@ POSITIVE = (TIMED, "speed_probe_us", "speed_probe_before_us", "speed_probe_after
 BIGGEST = 2 ** 62  # a count or a measurement beyond this is not one (and would overflow a float's use)
 
 
+def _cut(text: str) -> str:
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -291,8 +296,8 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
         said = (f"{job_dir / METRICS_FILE}: schema {_shown(version)} (this analysis reads "
                 f"schema {SCHEMA_VERSION}); analysed as far as its fields allow")
         row["record_error"] = f"{row['record_error']}; {said}" if row["record_error"] else said
-    tables.settings[row["job"]] = {k: _shown(v) for k, v in row.items() if v is not None and (
-        k in grid_points.PAIR_KEYS or k.startswith(grid_points.PAIR_PREFIXES))}  # (before the trace adds columns)
+    tables.settings[row["job"]] = {k: ADDRESS.sub("", json.dumps(v, sort_keys=True, default=repr))
+                                   for k, v in row.items() if v is not None and configured(k)}
     if row["status"] == "ok":
         names = trace_files(row)
         try:
@@ -312,6 +317,16 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
         if not row["trace_error"] and not contract.leads_out(job_dir / PROVENANCE_FILE, tables.folder):
             tables.provenance[row["job"]] = kernel_sources(job_dir / PROVENANCE_FILE)
     tables.jobs.append(row)
+
+
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # an object's memory address in its repr: another in every process
+RAN_WITH = ("allocator", "device")  # set by the job to what its process ran with, which may not be what was asked
+
+
+def configured(key: str) -> bool:
+    """A record's field that holds a setting as configured, the same in every process of a grid
+    point: not what the job found (RAN_WITH), nor a column the trace adds (read before it)."""
+    return (key in grid_points.PAIR_KEYS or key.startswith(grid_points.PAIR_PREFIXES)) and key not in RAN_WITH
 
 
 def disagreeing(jobs: list[dict[str, Any]], settings: dict[str, dict[str, str]]) -> None:
@@ -335,9 +350,9 @@ def disagreeing(jobs: list[dict[str, Any]], settings: dict[str, dict[str, str]])
             if not wrong:
                 continue
             k, v = sorted(wrong.items())[0]
-            theirs = sorted({t[k] for t in others if k in t and t[k] != v})
+            theirs = sorted({_cut(t[k]) for t in others if k in t and t[k] != v})
             row.update(status="failed", config_hash=None, error=(
-                f"its record says {k}={v} where the other {len(others)} of its grid point's processes say "
+                f"its record says {k}={_cut(v)} where the other {len(others)} of its grid point's processes say "
                 f"{' or '.join(theirs)}" + (f" (and {len(wrong) - 1} more settings)" if len(wrong) > 1 else "")
                 + ": what it measured is unclear, left out"))
 

@@ -271,6 +271,9 @@ def test_one_process_per_grid_point_says_whether_more_were_planned():
     stopped = points_of([_job("0", "h", 1, [100.0] * 5, repeats_planned=2)])
     assert grid_points.noise_lines(stopped)[-1].endswith(
         "(run.repeats=2 was planned: rerun the same command into the same folder to finish)")
+    stopped = points_of([_job("0", "h", 1, [100.0] * 5, repeats_planned="auto")])
+    assert grid_points.noise_lines(stopped)[-1].endswith("(run.repeats=auto was planned: rerun the same command "
+                                                         "into the same folder to finish)")
 
 
 # --- claims and expectations over intervals ------------------------------------------------------------

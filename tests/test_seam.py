@@ -28,6 +28,11 @@ def positional(size, dtype, device):
 def needs_width(*, size, dtype, device, width):
     return (lambda x: x), (torch.ones(width),)
 
+_UNSET = object()
+
+def with_objects(*, size, dtype, device, act=torch.relu, marker=_UNSET):
+    return (lambda x: x), (torch.ones(1),)
+
 NOT_A_FUNCTION = 3
 '''
 
@@ -47,6 +52,9 @@ def test_targets_are_found_by_colon_or_dotted_path(user_module):
     assert seam.locate("experiments.workloads.matmul_add").__name__ == "matmul_add"
     assert seam.short_name("mybench.blocks:make_block") == "make_block"
     assert seam.defaults("mybench.blocks:make_block") == {"hidden": 32, "scale": 1.0}
+    # an object's default is its text without the memory address, the same in every process
+    assert seam.defaults("mybench.blocks:with_objects") == {"act": "<built-in method relu of type object>",
+                                                            "marker": "<object object>"}
 
 
 @pytest.mark.parametrize(

@@ -253,8 +253,9 @@ def _header(page: Page) -> list[str]:
     ok = sum(1 for j in jobs if j.usable)  # finished, and its trace read
     skipped = sum(1 for j in jobs if j.get("status") == "skipped")
     copies = sum(1 for j in jobs if j.get("status") == COPY)
-    text = (f"{amount(len(jobs), 'job')}: {ok} ok, {len(jobs) - ok - skipped - copies} failed"
-            + (f", {skipped} skipped" if skipped else "") + (f", {copies} {'copy' if copies == 1 else 'copies'} of another job's folder (not counted)" if copies else ""))
+    text = (f"{amount(len(jobs) - copies, 'job')}: {ok} ok, {len(jobs) - ok - skipped - copies} failed"
+            + (f", {skipped} skipped" if skipped else "")
+            + (f" (and {amount(copies, 'job folder')} copied from another's, not counted)" if copies else ""))
     if len(points) != len(jobs):
         most = max((int(p.get('repeats') or 0) for p in points), default=0)
         text += (f", measuring {amount(len(points), 'grid point')}"
