@@ -23,7 +23,7 @@ from experiments import seam
 from profsweep.columns import flat_key
 # The contract's names and writes, used through this module by the job side.
 from profsweep.contract import (  # noqa: F401
-    METRICS_FILE, SCHEMA_VERSION, atomic_write_text, disk_full, write_json,
+    METRICS_FILE, SCHEMA_VERSION, UNFINISHED, atomic_write_text, disk_full, write_json,
 )
 from experiments.config import SWEEP_ONLY, JobConfig, config_to_dict
 
@@ -31,9 +31,6 @@ CONFIG_FILE = "job_config.json"
 LOG_FILE = "job.log"
 DISK_FULL = "disk full"  # how a job's error starts when a write failed for lack of space
 LOCK_WAIT_ENV = "PROFSWEEP_LOCK_WAIT_S"  # how long the sweep waited for a job's device slot (its record says)
-# A job's record from before it starts, which its own replaces: a sweep killed while the job ran
-# (kill -9 reaches no handler) leaves this failure with the job's settings, not a folder without one.
-UNFINISHED = "unfinished"
 EXIT_DISK_FULL = 28  # (ENOSPC) the job process's exit code then (it may not have written metrics.json)
 
 

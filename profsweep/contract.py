@@ -35,6 +35,9 @@ SCHEMA_VERSION = 1  # of metrics.json
 # --- the record -----------------------------------------------------------------------------------
 TIMED = "timed_us_per_step"  # a job's un-profiled median step (metrics.json) ...
 TIMED_SAMPLES = "timed_samples_us"  # ... and its samples
+# A job's record from before it starts, which its own replaces: a sweep killed while the job ran
+# (kill -9 reaches no handler) leaves this failure with the job's settings, not a folder without one.
+UNFINISHED = "unfinished"
 COPY = "copy"  # a job's status in repeats.csv (never in metrics.json): its record is another job folder's, copied
 FINAL = "failure_is_final"  # a failed record's flag: no other process of its grid point can change it
 # A series: the grid points that differ only in size (crossovers, plots, conclusions).

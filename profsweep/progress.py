@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-from profsweep.contract import METRICS_FILE, PLAN_FILE
+from profsweep.contract import METRICS_FILE, PLAN_FILE, UNFINISHED
 
 
 def planned_jobs(sweep_dir: Path) -> int | None:
@@ -51,7 +51,7 @@ def reported_from_disk(sweep_dir: Path, numbers: range, every_s: float = 1.0) ->
     reported: set[str] = set()
     stop = threading.Event()
 
-    def scan() -> None:
+    def scan(last: bool = False) -> None:
         for name in _job_folders(sweep_dir, numbers):
             path = sweep_dir / name / METRICS_FILE
             stamp = _mtime(path)
@@ -61,6 +61,8 @@ def reported_from_disk(sweep_dir: Path, numbers: range, every_s: float = 1.0) ->
                 record = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue  # not there yet, or not whole: the next look
+            if isinstance(record, dict) and record.get(UNFINISHED) is True and not last:
+                continue  # the record from before the job started: its own is to come
             reported.add(name)
             print(f"[{int(name.split('_', 1)[0]) + 1}/{total or '?'}] {name} {_outcome(record)}", flush=True)
 
@@ -75,7 +77,7 @@ def reported_from_disk(sweep_dir: Path, numbers: range, every_s: float = 1.0) ->
     finally:
         stop.set()
         watcher.join()
-        scan()
+        scan(last=True)  # the launcher has returned: a record still unfinished is the job's last word
 
 
 def _job_folders(sweep_dir: Path, numbers: range) -> list[str]:
