@@ -76,6 +76,13 @@ def test_a_side_measured_on_a_loaded_machine_gets_no_verdict(tmp_path, capsys):
     assert row["verdict"] == "inconclusive"
     assert "NEW noisy: other processes used 1.8 CPUs" in row["verdict_why"] and "quiet machine" in row["verdict_why"]
     assert row["processes_needed"] == 3 and "3 processes a side would decide it" in row["verdict_why"]
+    # a pair the spread left undecided on a loaded side says how many would decide it too
+    hand_made_point(tmp_path / "wide", 0, processes(110, between=0.3), other_cpus=1.8, cpu_count=2, torch_threads=2)
+    compare(tmp_path / "base", tmp_path / "wide", capsys=capsys)
+    row = pd.read_csv(tmp_path / "wide" / "compare" / "compare.csv").iloc[0]
+    assert row["verdict"] == "inconclusive" and "quiet machine" in row["verdict_why"], row["verdict_why"]
+    assert row["processes_needed"] > 3
+    assert f"{row['processes_needed']} processes a side would decide it at the spread observed" in row["verdict_why"]
 
 
 def test_a_change_the_machines_speed_probe_made_too_gets_no_verdict(tmp_path, capsys):

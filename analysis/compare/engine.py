@@ -40,7 +40,7 @@ from analysis.compare.side import CompareError, Side, kernel_uses, op_uses
 from analysis.text import us
 from profsweep import stats
 from profsweep.contract import GridPoint, flag, point_jobs, timed_samples
-from profsweep.decide import ABOVE, BAND, BELOW, FDR, SAME, decide_test
+from profsweep.decide import ABOVE, BAND, BELOW, FDR, MAX_PROCESSES, SAME, decide_test
 
 MARGIN = BAND  # what counts as the same: within 5% (profsweep.decide, the one rule)
 VERDICT_ORDER = {"slower": 0, "faster": 1, "inconclusive": 2, "same": 3}
@@ -368,9 +368,13 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
     judged, probes = against_the_machine(judged, _probed(base_repeats, on), _probed(new_repeats, on), band, comparable)
     if on == "timed":
         judged = against_the_allocator(judged, base_repeats, new_repeats, band)
-    if decided and judged.verdict == "inconclusive" and judged.processes_needed is not None:
-        judged = replace(judged, why=f"{judged.why}; once that cause is gone, {judged.processes_needed} processes a "
-                                     "side would decide it")
+    if (judged.verdict == "inconclusive" and judged.processes_needed is not None
+            and "processes a side" not in judged.why):  # every undecided pair says how many would decide it
+        need = judged.processes_needed
+        judged = replace(judged, why=f"{judged.why}; " + (
+            f"once that cause is gone, {need} processes a side would decide it" if decided else
+            f"more than {MAX_PROCESSES} processes a side would be needed at the spread observed"
+            if need > MAX_PROCESSES else f"{need} processes a side would decide it at the spread observed"))
     row: dict[str, Any] = {c: n.get(c) if n.get(c) is not None else b.get(c) for c in columns}
     row.update({
         "base_job": b["job"], "new_job": n["job"], "variant": n.get("variant"),
