@@ -5,10 +5,10 @@ folder and a CPU sweep of the GeGLU MLP."""
 
 from __future__ import annotations
 
-
 import json
 import logging
 import os
+import re
 import shutil
 
 import pandas as pd
@@ -252,3 +252,6 @@ def test_the_geglu_mlp_compiled_on_the_cpu_fuses_gelu_and_mul(sweep_dir):
     covered = row["eager_ops"].split("; ")
     assert row["eager_us_per_step"] == pytest.approx(eager_ops.loc[covered, "self_host_us_step_median"].sum())
     assert "compile fused" in done.stdout and "id='fusion'" in (sweep_dir / "report.html").read_text()
+    # the times said are the ops' and the kernel's, not the step's (which compile may make slower)
+    assert re.search(r"compile fused .*: those ops took [\d.]+ .?s a profiled step eager, the kernel [\d.]+ .?s "
+                     "compiled", done.stdout), done.stdout

@@ -397,7 +397,8 @@ def _fused(fusion: list[dict[str, Any]]) -> list[Conclusion]:
         r = max(rows, key=lambda row: (str(row["eager_ops"]).count("aten::"), stats.number(row["compiled_us_per_step"]) or 0))
         ops = [o for o in str(r["eager_ops"]).split("; ") if o]
         eager, compiled = stats.number(r["eager_us_per_step"]), stats.number(r["compiled_us_per_step"])
-        took = f": {us(eager)} eager → {us(compiled)} compiled per step" if eager is not None else ""
+        took = (f": those ops took {us(eager)} a profiled step eager, the kernel {us(compiled)} compiled"
+                if eager is not None else "")
         out.append(Conclusion("compile", f"compile fused {_sizes(ops)} into one kernel ({short_name(str(r['kernel']))}) "
                               f"in {series} at {r['size']}{took}.", "fusion"))
     return out
