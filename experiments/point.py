@@ -49,15 +49,19 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
         SWEEP.resumed += 1
         return previous
     job_dir.mkdir(parents=True, exist_ok=True)
-    # A metrics.json left by an earlier run must not pass for this run's.
-    (job_dir / records.METRICS_FILE).unlink(missing_ok=True)
+    # A metrics.json left by an earlier run must not pass for this run's: each record below replaces
+    # it in one step (atomic), so a kill at any moment leaves the old record or the new, never none.
     if skip:
         return _skipped(config, job_dir, tag, skip)
     _quiet_sweep()
     start = time.perf_counter()
     holder = f"pid {os.getpid()}, sweep {job_dir.parent if job_dir.parent != job_dir else job_dir}"
     try:
-        unfinished_record(config, job_dir)
+        try:
+            unfinished_record(config, job_dir)
+        except OSError:
+            (job_dir / records.METRICS_FILE).unlink(missing_ok=True)  # not the earlier run's, then
+            raise
         with held_slot(slots_for(config.device, visible_gpus()), on_wait=_waiting(tag), holder=holder) \
                 as (slot, slot_fd), _inductor_cache(config) as env:
             env.update(_job_environment(config, lock_wait_s=time.perf_counter() - start))

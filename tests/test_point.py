@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 from experiments.config import JobConfig
 from experiments.point import run_task
+from tests.conftest import ROOT
 
 
 def test_a_killed_job_process_is_recorded_as_failed(tmp_path, monkeypatch, capsys):
@@ -32,15 +36,38 @@ def test_a_killed_job_process_is_recorded_as_failed(tmp_path, monkeypatch, capsy
 
 
 def test_a_stale_metrics_file_never_passes_for_a_new_result(tmp_path, monkeypatch):
+    """The earlier run's record is replaced, in one step, by the unfinished one before the job's
+    process starts (a kill at any moment leaves one or the other, never a folder without a
+    record), and that by the job's failure."""
+    job_dir = tmp_path / "0_job"
     hook = tmp_path / "hook"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text("import os\nos._exit(3)\n")
+    (hook / "sitecustomize.py").write_text(
+        "import json, os\n"
+        f"seen = json.load(open({str(job_dir / 'metrics.json')!r}))\n"
+        f"open({str(tmp_path / 'seen')!r}, 'w').write(json.dumps(seen))\n"
+        "os._exit(3)\n")
     monkeypatch.setenv("PYTHONPATH", str(hook))
-    job_dir = tmp_path / "0_job"
     job_dir.mkdir()
     (job_dir / "metrics.json").write_text(json.dumps({"status": "ok"}))
     record = run_task(JobConfig(size=8, device="cpu"), job_dir, 1, 1)
     assert record["status"] == "failed" and "exit code 3" in record["error"]
+    seen = json.loads((tmp_path / "seen").read_text())  # what the job's process found on disk
+    assert seen["unfinished"] is True and seen["status"] == "failed" and seen["size"] == 8
+    # and never removed first (a kill right after would leave the folder without a record)
+    code = ("import sys\n"
+            "from pathlib import Path\n"
+            "def hook(event, args):\n"
+            "    if event == 'os.remove' and str(args[0]).endswith('metrics.json'):\n"
+            "        raise SystemExit('metrics.json removed: ' + str(args[0]))\n"
+            "sys.addaudithook(hook)\n"
+            f"import os; os.environ['PYTHONPATH'] = {str(hook)!r}  # the job's process dies at once, as above\n"
+            "from experiments.config import JobConfig\n"
+            "from experiments.point import run_task\n"
+            f"run_task(JobConfig(size=8, device='cpu'), Path({str(job_dir)!r}), 1, 1)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and "removed" not in done.stderr, done.stderr
 
 
 def test_a_long_job_log_keeps_its_first_and_last_part_and_says_what_was_cut(tmp_path):
