@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -184,8 +183,7 @@ def _cut(text: str) -> str:
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return _cut(repr(value))
 
 
 def untrusted(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -296,7 +294,7 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
         said = (f"{job_dir / METRICS_FILE}: schema {_shown(version)} (this analysis reads "
                 f"schema {SCHEMA_VERSION}); analysed as far as its fields allow")
         row["record_error"] = f"{row['record_error']}; {said}" if row["record_error"] else said
-    tables.settings[row["job"]] = {k: ADDRESS.sub("", json.dumps(v, sort_keys=True, default=repr))
+    tables.settings[row["job"]] = {k: contract.without_address(json.dumps(v, sort_keys=True, default=repr))
                                    for k, v in row.items() if v is not None and configured(k)}
     if row["status"] == "ok":
         names = trace_files(row)
@@ -319,7 +317,6 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
     tables.jobs.append(row)
 
 
-ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # an object's memory address in its repr: another in every process
 RAN_WITH = ("allocator", "device")  # set by the job to what its process ran with, which may not be what was asked
 
 

@@ -28,11 +28,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import re
 import sys
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
+
+from profsweep.contract import without_address
 
 GRID_ARGUMENTS = ("size", "dtype", "device")  # what every factory is given besides its settings
 
@@ -185,15 +186,6 @@ def defaults(target: str) -> dict[str, Any]:
             for name, p in parameters.items()
             if name not in GRID_ARGUMENTS and p.default is not inspect.Parameter.empty
             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-
-
-def without_address(text: str) -> str:
-    """An object's repr less its memory address ('<object object at 0x7f82...>' -> '<object
-    object>'): the same default in every process, and in every record of a grid point."""
-    return ADDRESS.sub("", text)
-
-
-ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def short_name(target: str) -> str:

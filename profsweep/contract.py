@@ -286,6 +286,16 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def without_address(text: str) -> str:
+    """An object's repr less its memory address ('<object object at 0x7f82...>' -> '<object
+    object>'): the same in every process, as a setting's text must be in every record of a grid
+    point."""
+    return _ADDRESS.sub("", text)
+
+
 def write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
