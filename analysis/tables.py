@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from analysis import points as grid_points
-from analysis.fit import FIT_COLUMNS, fit_series
+from profsweep.fit import FIT_COLUMNS, fit_series
 from analysis.fusion import kernel_sources
 from analysis.peaks import Ceilings
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
@@ -465,7 +465,7 @@ def derive(row: dict[str, Any], ceilings: Ceilings | None = None) -> None:
 
 
 # Where a grid point's regime comes from (`regime_source`).
-FITTED = "fit of the un-profiled steps"  # the series' model (analysis.fit): b * work / a at its size
+FITTED = "fit of the un-profiled steps"  # the series' model (profsweep.fit): b * work / a at its size
 PROFILED_SPLIT = "split of the profiled steps"  # work / host within each profiled step (one size, or no fit)
 
 
@@ -551,7 +551,7 @@ def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _fit(rows: list[dict[str, Any]]) -> Any:
-    """The series' model (analysis.fit) over its un-profiled steps and their work: FLOPs, or the
+    """The series' model (profsweep.fit) over its un-profiled steps and their work: FLOPs, or the
     bytes moved where the roofline calls it memory-bound (or no FLOPs were counted). Where the
     model fits, each grid point's regime is the model's (`regime_source`); else the profiled
     steps' split stays."""

@@ -1,11 +1,11 @@
-"""The model per series (analysis.fit): synthetic points with a known floor and throughput, a
+"""The model per series (profsweep.fit): synthetic points with a known floor and throughput, a
 misfit found, and, end to end, a custom step that spins for a known time plus a matmul."""
 
 from __future__ import annotations
 
 import pytest
 
-from analysis.fit import fit_series
+from profsweep.fit import fit_series
 from profsweep.decide import ABOVE, BELOW
 
 A, B = 20.0, 1e-4  # a 20 µs floor; 1e-4 µs a FLOP: 10 GFLOP/s
@@ -61,7 +61,7 @@ def test_an_unlocated_crossover_says_how_many_processes_would_locate_it():
     """A crossover whose interval spans more than 3x says how many processes a grid point would
     narrow it to 3x at the spread observed; with that many (each point's interval narrowed as one
     over the square root of its processes), it is located."""
-    from analysis.fit import CROSSOVER_SPAN, processes_to_locate
+    from profsweep.fit import CROSSOVER_SPAN, processes_to_locate
 
     work = [float(n) for n in SIZES]  # work in proportion to the size: its interval is the crossover's
     t = [A + A / 256 * w for w in work]  # crossing at 256

@@ -137,6 +137,53 @@ def test_adaptive_repeats_go_on_where_compile_against_eager_is_undecided(tmp_pat
     assert entry["why"] == {"compile against eager undecided": [0, 1]} and entry["points"] == [0, 1]
 
 
+def test_adaptive_repeats_go_on_where_a_series_crossover_is_not_located(tmp_path):
+    """auto stops by the report's model too (profsweep.fit): a series whose line fits but whose
+    crossover's interval spans more than CROSSOVER_SPAN gets more rounds for all its points, up to
+    the processes a grid point that would locate it; none where that is beyond max_repeats, where
+    the model does not fit, or where size is not swept."""
+    from profsweep.fit import CROSSOVER_SPAN, fit_series
+    from profsweep.stats import estimate
+
+    series = grid.Series(grid.axes(["size=16,64,256"]))
+    assert [series.of(g) for g in range(3)] == [(0, 1, 2)] * 3
+    assert [grid.Series(grid.axes(["size=16,64", "compile=true,false"])).of(g) for g in range(4)] == \
+        [(0, 2), (1, 3), (0, 2), (1, 3)]
+    assert not grid.Series(grid.axes(["size=64", "compile=true,false"]))
+
+    sizes, floor, per_flop = (16, 64, 256), 20.0, 20.0 / (2 * 64**3)  # the work costs the floor at 64
+
+    def process(median):
+        return [median * (1 + 0.001 * k) for k in (-1, 0, 1)] * 5
+
+    def plan(spreads, max_repeats=10, bend=1.0):
+        p = Repeats("auto", 10.0, max_repeats, tmp_path, None, series)  # precision 10: every interval is narrow enough
+        for g, n in enumerate(sizes):
+            step = (floor + per_flop * 2 * n**3) * (bend if n == 64 else 1.0)
+            for s in spreads:
+                p.add(g, {"status": "ok", "timed_samples_us": process(step * s), "size": n,
+                          "flops_per_call": 2 * n**3, "bytes_per_call": 6 * n * n})
+        return p
+
+    spreads = [1.0, 1.4, 0.7]  # processes 2x apart
+    found = [estimate([process((floor + per_flop * 2 * n**3) * s) for s in spreads]) for n in sizes]
+    fit = fit_series(sizes, [2 * n**3 for n in sizes], [e.value for e in found], [e.low for e in found],
+                     [e.high for e in found], [3] * 3)
+    assert fit.fits and fit.crossover_size_high > CROSSOVER_SPAN * fit.crossover_size_low  # the report's own fit
+    assert 3 < fit.crossover_processes_needed <= 10
+    p = plan(spreads)
+    assert p.points(3, 3) == [0, 1, 2]
+    assert p.why == {"the series' crossover or regime undecided": [0, 1, 2]}
+    assert plan(spreads, max_repeats=3).points(3, 3) == []  # more than max_repeats would be needed: none
+    assert plan([1.0, 1.05, 0.97]).points(3, 3) == []  # located, and every regime decided (at 64 it is on the edge)
+    assert plan(spreads, bend=10.0).points(3, 3) == []  # the model does not fit: the report judges size by size
+    unseries = Repeats("auto", 10.0, 10, tmp_path)
+    for g, n in enumerate(sizes):
+        for s in spreads:
+            unseries.add(g, {"status": "ok", "timed_samples_us": process(100.0 * s), "size": n, "flops_per_call": 1})
+    assert unseries.points(3, 3) == []
+
+
 # --- machine readings and noise ---------------------------------------------------------------------
 
 

@@ -286,7 +286,7 @@ def part1(d: _Data) -> list[Claim]:
 
 
 def _fits(crossing: pd.Series) -> bool:
-    """A series whose model of the un-profiled steps fits (analysis.fit; crossovers.csv's fit_*)."""
+    """A series whose model of the un-profiled steps fits (profsweep.fit; crossovers.csv's fit_*)."""
     return pd.notna(crossing.get("fit_overhead_us")) and not str(crossing.get("fit_check") or "").startswith("does not")
 
 

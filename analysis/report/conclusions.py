@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from analysis import points as grid_points
-from analysis.fit import CROSSOVER_SPAN
+from profsweep.fit import CROSSOVER_SPAN
 from analysis.tables import FITTED
 from analysis.text import count, fmt, interval, nbytes, rate, short_name, times, too_wide, us
 from analysis.trace import is_op
@@ -197,7 +197,7 @@ def _uncounted(rows: list[dict[str, Any]]) -> list[Conclusion]:
 
 
 def _regime(rows: list[dict[str, Any]], crossover: dict[str, Any] | None) -> list[Conclusion]:
-    """The regime at each size and the crossover size. Where the series' model fits (analysis.fit:
+    """The regime at each size and the crossover size. Where the series' model fits (profsweep.fit:
     the un-profiled step as an overhead floor plus a cost per unit of work), both come from it:
     the fitted work cost over the floor at each size; else from the split of the profiled steps
     (host or framework overhead against device or compute time within a step)."""

@@ -512,7 +512,7 @@ def _series_rows(data: pd.DataFrame, crossovers: pd.DataFrame) -> Iterator[tuple
 
 
 def _fitted(c: pd.Series) -> bool:
-    """A series whose model of the un-profiled steps fits (analysis.fit)."""
+    """A series whose model of the un-profiled steps fits (profsweep.fit)."""
     return pd.notna(c.get("fit_overhead_us")) and not str(c.get("fit_check") or "").startswith("does not fit")
 
 

@@ -153,6 +153,31 @@ class Pairs:
         return (point, other) if first == self.eager_first else (other, point)
 
 
+SERIES_AXIS = "size"  # the axis a series runs along: the grid points that differ only in size
+
+
+class Series:
+    """The grid points that differ only in `size` (the report's series, whose model and crossover
+    profsweep.fit gives), found by index arithmetic as Pairs are: the size axis's values sit
+    `stride` jobs apart. None where size is not swept over two values or more."""
+
+    def __init__(self, grid: Sequence[Axis]) -> None:
+        self.stride, self.length = 0, 0
+        for i, axis in enumerate(grid):
+            if axis.key.lstrip("+") == SERIES_AXIS and len(axis.values) >= 2:
+                self.stride, self.length = size(grid[i + 1:]), len(axis.values)
+
+    def __bool__(self) -> bool:
+        return self.stride > 0
+
+    def of(self, point: int) -> tuple[int, ...] | None:
+        """The grid points of `point`'s series, smallest index first, or None."""
+        if not self.stride:
+            return None
+        first = point - ((point // self.stride) % self.length) * self.stride
+        return tuple(first + k * self.stride for k in range(self.length))
+
+
 def first_rounds(repeats: Any) -> int:
     """How many rounds over the whole grid a sweep plans from the start."""
     return AUTO_ROUNDS if repeats == "auto" else int(repeats)

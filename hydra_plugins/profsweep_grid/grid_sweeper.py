@@ -67,7 +67,7 @@ class GridSweeper(Sweeper):
         target = str(self.config.hydra.launcher.get("_target_"))
         run = self.config.get("run") or {}
         repeats = Repeats(run.get("repeats", 1), run.get("precision", 0.025), run.get("max_repeats", 10), sweep_dir,
-                          grid.Pairs(axes))
+                          grid.Pairs(axes), grid.Series(axes))
         self.left = len(jobs) * repeats.count
         try:
             self._launch(jobs, target, repeats)
@@ -147,14 +147,16 @@ def progress_from_disk(target: str, sweep_dir: Path, first: int, count: int) -> 
 class Repeats:
     """How many times each grid point is measured: a fixed number of rounds over the grid, or
     (auto) two rounds and then more, up to max_repeats, for the points whose interval is still
-    wider than the precision and for those whose compile against eager the one rule
-    (profsweep.decide) leaves inconclusive where more processes would decide it. Each round is
-    recorded in sweep.json, with why its points were added."""
+    wider than the precision, for those whose compile against eager the one rule
+    (profsweep.decide) leaves inconclusive where more processes would decide it, and for the
+    series whose model (profsweep.fit) fits but whose crossover is not located within
+    CROSSOVER_SPAN, or whose regime at a size is undecided, where more processes would locate or
+    decide it. Each round is recorded in sweep.json, with why its points were added."""
 
     def __init__(self, repeats: Any, precision: float, max_repeats: int, sweep_dir: Path,
-                 pairs: grid.Pairs | None = None) -> None:
+                 pairs: grid.Pairs | None = None, series: grid.Series | None = None) -> None:
         self.auto = repeats == "auto"
-        self.pairs = pairs
+        self.pairs, self.series = pairs, series
         self.why: Dict[str, List[int]] = {}  # auto: the last round's points by why they were added
         self.count = grid.first_rounds(repeats)
         self.precision, self.max_repeats, self.sweep_dir = float(precision), int(max_repeats), sweep_dir
@@ -162,6 +164,7 @@ class Repeats:
         self.planned = 0
 
         self.samples: Dict[int, List[Any]] = {}  # auto: each grid point's ok jobs' timed samples
+        self.work: Dict[int, Dict[str, Any]] = {}  # auto: each grid point's size and work (its first ok record's)
         # grid points whose job failed for a reason no other process can change (the record's
         # failure_is_final: a factory's return value, a refused setting), with that error: their
         # later repeats are not run (none where there are none: one round)
@@ -177,6 +180,8 @@ class Repeats:
 
         ok = isinstance(record, dict) and record.get("status") == "ok"
         self.samples.setdefault(point, []).append(timed_samples(record) if ok else None)
+        if ok and point not in self.work:
+            self.work[point] = {k: record.get(k) for k in ("size", "flops_per_call", "bytes_per_call")}
 
     def points(self, round_number: int, count: int) -> Sequence[int]:
         """The grid points of a round: all of them in the planned rounds, then (auto) those whose
@@ -198,9 +203,11 @@ class Repeats:
                 wide.append(g)
             elif self._undecided(g, len(ok), needed):
                 undecided.append(g)
+        unlocated = self._unlocated(count, set(wide + undecided))
         self.why = {k: v for k, v in (("interval wider than the precision", wide),
-                                      ("compile against eager undecided", undecided)) if v}
-        return sorted(wide + undecided)
+                                      ("compile against eager undecided", undecided),
+                                      ("the series' crossover or regime undecided", unlocated)) if v}
+        return sorted(wide + undecided + unlocated)
 
     def _ok(self, point: int) -> List[Any]:
         return [samples for samples in self.samples.get(point, []) if samples is not None]
@@ -229,6 +236,51 @@ class Repeats:
 
         d = decide_test(ratio_test(eager, compiled), min(len(eager), len(compiled)))
         return None if d.decided else d.processes_needed
+
+    def _unlocated(self, count: int, chosen: set[int]) -> List[int]:
+        """The grid points (not in `chosen`) of each series whose model fits and whose crossover
+        is not located, or whose regime at a size is undecided, where more processes (up to
+        max_repeats) would locate or decide it at the spread observed: the report's fit
+        (profsweep.fit), over FLOPs where every point counted them, else the bytes moved (the
+        report also takes the bytes where the roofline calls the series memory-bound)."""
+        if not self.series:
+            return []
+        out: List[int] = []
+        seen: set[tuple[int, ...]] = set()
+        for g in range(count):
+            members = self.series.of(g)
+            if members is None or members in seen:
+                continue
+            seen.add(members)
+            if any(m in self.settled for m in members):
+                continue
+            needs = self._to_locate([m for m in members if self._ok(m) and m in self.work])
+            if needs:
+                out += [m for m in members if m not in chosen and self._ok(m)]
+        return out
+
+    def _to_locate(self, members: List[int]) -> List[int]:
+        """The processes a grid point that would locate the series' crossover or decide a size's
+        regime, each above what its points have and at most max_repeats ([]: none would, or the
+        model does not fit)."""
+        from profsweep.fit import fit_series
+        from profsweep.stats import estimate, number
+
+        if len(members) < 2:
+            return []
+        kind = "flops" if all((number(self.work[m].get("flops_per_call")) or 0) > 0 for m in members) else "bytes"
+        work = [number(self.work[m].get(f"{kind}_per_call")) for m in members]
+        sizes = [number(self.work[m].get("size")) for m in members]
+        if any(w is None or w <= 0 for w in work) or any(s is None for s in sizes):
+            return []
+        found = [estimate(self._ok(m)) for m in members]
+        fit = fit_series(sizes, work, [e.value for e in found], [e.low for e in found], [e.high for e in found],
+                         [e.repeats for e in found], kind=kind)  # type: ignore[arg-type]
+        if fit is None or not fit.fits:
+            return []
+        have = min(e.repeats for e in found)
+        needs = [fit.crossover_processes_needed, *(d.processes_needed for d in fit.ratios if not d.decided)]
+        return [n for n in needs if n is not None and have < n <= self.max_repeats]
 
     def later(self, round_number: int, points: int) -> int:
         """Jobs of the rounds planned after this one (not started when the sweep stops)."""
