@@ -66,13 +66,15 @@ PRELOAD = ("torch", "torch.profiler", "experiments.records", "experiments.seam",
 # imported, and the job's own module (it runs as __main__, as under `python -m`).
 FIRST_USE_MODULES = ("triton", "experiments.job")
 # Dynamo and Inductor: about 2 s to import on 2 cores, and every job imports them (the profiler
-# looks for torch._inductor). Importing them starts no thread, touches no device and chooses no
-# cache folder (cache_dir() reads TORCHINDUCTOR_CACHE_DIR at each call); what they read from the
-# environment while importing is the sweep's, the same for every job (the template restarts when
-# it changes). Preloaded only by a torch without a GPU build: with CUDA or ROCm, an import that
-# asked the driver anything before the fork would leave every child without a usable device, and
-# that has not been checked on a GPU yet.
-COMPILER_MODULES = ("torch._dynamo", "torch._inductor")
+# looks for torch._inductor); and Inductor's compile_fx, which torch.compile imports when called
+# (0.6 s on 2 cores, paid by every compiled job and again by its twin before this). Importing
+# them starts no thread or process, touches no device and chooses no cache folder (cache_dir()
+# reads TORCHINDUCTOR_CACHE_DIR at each call: a graph compiled after the import is cached where
+# the job's environment says); what they read from the environment while importing is the sweep's,
+# the same for every job (the template restarts when it changes). Preloaded only by a torch
+# without a GPU build: with CUDA or ROCm, an import that asked the driver anything before the fork
+# would leave every child without a usable device, and that has not been checked on a GPU yet.
+COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._inductor.compile_fx")
 FRESH = "every job starts a fresh interpreter"
 START_TIMEOUT_S = 300.0  # importing torch from a cold disk
 REPLY_TIMEOUT_S = 30.0  # a fork, or a kill and reap
