@@ -274,11 +274,14 @@ class Repeats:
         if any(w is None or w <= 0 for w in work) or any(s is None for s in sizes):
             return []
         found = [estimate(self._ok(m)) for m in members]
-        fit = fit_series(sizes, work, [e.value for e in found], [e.low for e in found], [e.high for e in found],
-                         [e.repeats for e in found], kind=kind)  # type: ignore[arg-type]
+        try:
+            fit = fit_series(sizes, work, [e.value for e in found], [e.low for e in found], [e.high for e in found],
+                             [e.repeats for e in found], kind=kind)  # type: ignore[arg-type]
+        except (ArithmeticError, ValueError):  # numbers no fit can take: the report says so, the sweep goes on
+            return []
         if fit is None or not fit.fits:
             return []
-        have = min(e.repeats for e in found)
+        have = min(e.repeats for e in found if e.value is not None)  # the points the fit used
         needs = [fit.crossover_processes_needed, *(d.processes_needed for d in fit.ratios if not d.decided)]
         return [n for n in needs if n is not None and have < n <= self.max_repeats]
 
