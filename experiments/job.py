@@ -485,7 +485,15 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
     from experiments.steps import optimizer_slots
 
     step = job.step
-    flops, uncounted = counting.count_flops(step.eager)
+    try:
+        flops, uncounted = counting.count_flops(step.eager)
+    except Exception as exc:  # noqa: BLE001 (torch's counter, after every measurement: the job stays ok)
+        flops, uncounted = None, []
+        said = (f"FLOPs not counted: torch.utils.flop_counter failed on one eager call ({type(exc).__name__}: "
+                f"{_first_line(exc)}); achieved FLOP/s and intensity are left out and the series' model uses the "
+                "bytes moved: a cost model gives the FLOPs (docs/own-model.md)")
+        out["warnings"].append(said)
+        print(f"warning: {said}", file=sys.stderr, flush=True)
     out["flops_per_call"] = flops if not uncounted else None
     if uncounted:  # a count without their matrix products would make every FLOP figure wrong, not just low
         out["flops_uncounted"] = ", ".join(uncounted)
@@ -498,8 +506,14 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
     # Inputs read and the output written once; weights read once, and in training also
     # their gradients written and read, and the optimizer state read and written.
     reads = 1 + (2 + 2 * optimizer_slots(job.config.optimizer) if job.config.train else 0)
-    out["bytes_per_call"] = counting.moved_bytes(job.workload.inputs, [], step.eager()) + reads * weights
-    out["flops_source"] = "counted" if not uncounted else "not counted"
+    try:
+        out["bytes_per_call"] = counting.moved_bytes(job.workload.inputs, [], step.eager()) + reads * weights
+    except Exception as exc:  # noqa: BLE001 (a tensor whose storage cannot be read, e.g. a nested one)
+        out["bytes_per_call"] = None
+        said = f"bytes moved not counted: {type(exc).__name__}: {_first_line(exc)}"
+        out["warnings"].append(said)
+        print(f"warning: {said}", file=sys.stderr, flush=True)
+    out["flops_source"] = "counted" if flops is not None and not uncounted else "not counted"
 
 
 def _cycle_totals(config: JobConfig, device: str, cycles: list[dict[str, Any]], out: dict[str, Any]) -> None:
@@ -604,6 +618,12 @@ def _float(text: str | None) -> float | None:
         return float(text) if text is not None else None
     except ValueError:
         return None
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's message, its first line only (torch's may run to a page)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "no message"
 
 
 def _module_tensors(modules: list[Any]) -> list[Any]:

@@ -56,6 +56,17 @@ class TinyLM(nn.Module):
         return CausalLMOutput(loss=loss, logits=logits)
 
 
+def make_masked_encoder(*, size: int, dtype: torch.dtype, device: torch.device, dim: int = 16) -> seam.Workload:
+    """nn.TransformerEncoder for inference as it is usually called, with a padding mask: torch's
+    fast path then runs on nested tensors, whose sizes torch's FLOP counter cannot read."""
+    layer = nn.TransformerEncoderLayer(dim, 2, 2 * dim, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 2).to(device=device, dtype=dtype).eval()
+    mask = torch.zeros(2, size, dtype=torch.bool, device=device)
+    mask[:, size // 2:] = True
+    return seam.Workload(encoder, (torch.randn(2, size, dim, device=device, dtype=dtype),),
+                         kwargs={"src_key_padding_mask": mask})
+
+
 def make_lm(*, size: int, dtype: torch.dtype, device: torch.device, vocab: int = 64, hidden: int = 32,
             batch: int = 2) -> seam.Workload:
     """A causal LM with keyword inputs, as a Hugging Face model is called."""
@@ -288,3 +299,18 @@ def test_a_factory_that_ignores_dtype_is_warned_and_meta_tensors_fail(tmp_path):
     assert m["error"].startswith("JobError: meta tensors are refused: tests.test_own_model:make_meta returned "
                                  "2 of 2 parameters on device 'meta'")
     assert m["ran_device"] == "meta+cpu"  # bf16: 144 bytes of parameters on meta, 128 of input on the CPU
+
+
+def test_a_step_torch_cannot_count_is_measured_and_says_so(tmp_path):
+    """An encoder on nested tensors: the FLOP counter (an extra call after every measurement)
+    fails on it; the job stays ok with its times, and its record says what was not counted."""
+    from experiments.config import JobConfig, RunConfig, WorkloadConfig
+    from experiments.job import run_job
+
+    config = JobConfig(workload=WorkloadConfig(target="tests.test_own_model:make_masked_encoder", name="encoder"),
+                       size=8, dtype="fp32", device="cpu", run=RunConfig(isolation="none", compile_cache="shared"))
+    record = run_job(config, tmp_path)
+    assert record["status"] == "ok", record["error"]
+    assert record["timed_us_per_step"] > 0 and record["self_cpu_total_us"] > 0
+    assert record["flops_per_call"] is None and record["flops_source"] == "not counted"
+    assert any(w.startswith("FLOPs not counted: torch.utils.flop_counter failed") for w in record["warnings"])
