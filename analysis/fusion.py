@@ -10,7 +10,9 @@ descriptive names, `original_aten`): `cpp_fused_gelu_mul_split_0` on the CPU (in
 are matched, longest first, against the ops the paired eager grid point ran: `native_layer_norm`
 is one op, not three, where eager ran `aten::native_layer_norm`. A word no eager op has stays
 in `unmatched` (a view Inductor folded in has no op of its own in eager, such as `view`, or an op
-under another name); without an eager partner every word is named as the aten op it spells.
+under another name). Without an eager partner no op is named: a name's words are not op names
+(`native_layer_norm` would read as three) and a node's may be a Python variable's, so the words
+stay in `unmatched` (sweep `compile=false,true` to match them).
 
 Where the job read Inductor's own kernel-to-node provenance (provenance.json, experiments.provenance:
 the nodes of the captured graph each kernel was made from, `gelu` and `mul`), a kernel's eager ops
@@ -134,16 +136,13 @@ NOT_OPS = ("getitem", "getattr")  # Python's indexing and attributes: no aten op
 def source_ops(nodes: list[str], eager: Iterable[str] | None) -> tuple[list[str], list[str]]:
     """(eager ops covered, names left unmatched) of a kernel's source nodes: each node's name less
     its number (`linear_1` -> `linear`) as the aten ops of that name (NODE_OPS), where eager ran
-    them; without an eager run to match, the op of the node's name."""
+    them; without an eager run to match, none (every name unmatched)."""
     names = None if eager is None else set(eager)
     covered: list[str] = []
     unmatched: list[str] = []
     for node in nodes:
         base = re.sub(r"_\d+$", "", node)
-        if names is None:
-            found = [] if base in NOT_OPS else [f"aten::{base}"]
-        else:
-            found = [f"aten::{op}" for op in NODE_OPS.get(base, (base,)) if f"aten::{op}" in names]
+        found = [] if names is None else [f"aten::{op}" for op in NODE_OPS.get(base, (base,)) if f"aten::{op}" in names]
         covered += [op for op in found if op not in covered]
         if not found and base not in unmatched:
             unmatched.append(base)
@@ -152,9 +151,9 @@ def source_ops(nodes: list[str], eager: Iterable[str] | None) -> tuple[list[str]
 
 def name_cover(kernel: str, eager: Iterable[str] | None) -> tuple[list[str], list[str]]:
     """(eager ops covered, words left unmatched) of a generated kernel by its name's words (cover);
-    without an eager run to match, the ops its name spells."""
+    without an eager run to match, none (its words unmatched)."""
     words = fused_words(kernel) or []
-    return cover(words, eager) if eager is not None else ([f"aten::{w}" for w in _joined(words)], [])
+    return cover(words, eager) if eager is not None else ([], _joined(words))
 
 
 def provenance_cover(kernel: str, nodes: list[str], eager: Iterable[str] | None) -> tuple[list[str], list[str], bool]:
