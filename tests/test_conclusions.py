@@ -106,8 +106,12 @@ def test_a_change_whose_interval_holds_one_has_no_direction():
     other = [jitter(101, 30), jitter(97, 30), jitter(105, 30)]
     said, ratio = change(same, other, 100.0, 101.0)
     assert said.startswith("no clear difference") and 0.9 < ratio < 1.1
+    # no interval, no verdict: one process each (the one rule decides nothing without an interval)
     said, _ = change([jitter(100, 30)], [jitter(200, 30)], 100.0, 200.0)
-    assert said == "2.00× slower (one process each: no interval)"
+    assert said == ("undecided (2.00×; one process each: no interval; 3 processes a side or more (run.repeats=3) "
+                    "would show the spread between processes)")
+    said, _ = change([], [], 100.0, 50.0)
+    assert said == "undecided (0.50×; from the two medians: no interval)"
 
 
 def test_no_conclusion_from_failed_points_and_none_for_an_empty_sweep():

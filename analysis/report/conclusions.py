@@ -20,7 +20,7 @@ from analysis.text import count, fmt, interval, nbytes, rate, short_name, times,
 from analysis.trace import is_op
 from profsweep import stats
 from profsweep.contract import SERIES_KEYS, TIMED, GridPoint, Job, amount, flag, point_jobs, series_key, timed_samples
-from profsweep.decide import ABOVE, BELOW, MAX_PROCESSES, SAME, Decision, decide_test
+from profsweep.decide import ABOVE, BELOW, MAX_PROCESSES, SAME, Decision, decide, decide_test
 
 TOP = 10  # ops and kernels per grid point in top_ops.csv
 SAID = 3  # of which the conclusions name
@@ -100,7 +100,7 @@ def conclude(points: list[GridPoint], crossovers: list[dict[str, Any]], jobs: li
         out += _uncounted(rows)
         out += _regime(rows, crossing.get(key))
     out += _compile(points, jobs)
-    out += _fused(fusion or [])
+    out += _fused(fusion or [], points)
     out += _cold_warm(points)
     out += _where_time_goes(points, top)
     out += _training(points)
@@ -297,15 +297,18 @@ def change(base: list[list[float]], new: list[list[float]], base_value: float | 
     """`2.00× slower [1.81, 2.20]`, `1.30× faster (0.77× [0.70, 0.83])`, `the same within ±5%
     (0.98× [0.96, 1.02])`, `no clear difference (0.98× [0.80, 1.20]; 9 processes a side would
     decide it)`: NEW against BASE by the one rule (profsweep.decide), from the repeats' samples
-    where both have them, else from the two medians (said to have no interval)."""
+    where both have them; `undecided (1.36×; one process each: no interval; ...)` without an
+    interval (one process a side, or the two medians only), as the rule decides nothing then."""
     test = stats.ratio_test(base, new) if base and new else None
     ratio = test.ratio if test is not None and test.ratio is not None else (
         new_value / base_value if new_value and base_value else None)
     if ratio is None:
         return None
     if test is None or test.low is None or test.high is None:
-        word = f"{times(ratio)} slower" if ratio >= 1 else f"{times(1 / ratio)} faster ({times(ratio)})"
-        return f"{word} (one process each: no interval)", ratio
+        # no interval, no verdict (the one rule): one process a side says nothing of the spread between processes
+        repeats = min(len(base), len(new)) if base and new else None
+        why = "one process each: no interval" if repeats else "from the two medians: no interval"
+        return f"undecided ({times(ratio)}; {why}{_need(decide(ratio, None, None, repeats))})", ratio
     d = decide_test(test, min(len(base), len(new)))
     if too_wide(test.low, test.high):
         # not "no clear difference": the ratio may be far from 1 (0.0066x), only its interval says nothing
@@ -381,9 +384,11 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
     return out
 
 
-def _fused(fusion: list[dict[str, Any]]) -> list[Conclusion]:
+def _fused(fusion: list[dict[str, Any]], points: Sequence[dict[str, Any]] = ()) -> list[Conclusion]:
     """Per compiled series at its largest size, the generated kernel that covers the most eager ops
-    (the costliest of those), with what they took eager and what it takes compiled (fusion.csv)."""
+    (the costliest of those), with what they took eager and what it takes compiled (fusion.csv);
+    `noisy` where either grid point is (its profiled steps may be what was disturbed)."""
+    noisy = {job for p in points if flag(p.get("noisy")) for job in point_jobs(p)}
     largest: dict[str, dict[str, Any]] = {}
     for r in fusion:
         series = str(r["point"]).replace(f"size {r['size']} ", "")
@@ -399,6 +404,8 @@ def _fused(fusion: list[dict[str, Any]]) -> list[Conclusion]:
         eager, compiled = stats.number(r["eager_us_per_step"]), stats.number(r["compiled_us_per_step"])
         took = (f": those ops took {us(eager)} a profiled step eager, the kernel {us(compiled)} compiled"
                 if eager is not None else "")
+        if {str(r.get("compiled_job")), str(r.get("eager_job"))} & noisy:
+            took += " (noisy)"
         out.append(Conclusion("compile", f"compile fused {_sizes(ops)} into one kernel ({short_name(str(r['kernel']))}) "
                               f"in {series} at {r['size']}{took}.", "fusion"))
     return out
