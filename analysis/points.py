@@ -227,7 +227,34 @@ def noise_reasons(point: dict[str, Any], ok: list[dict[str, Any]],
     if slow >= 2 and slow >= stats.SLOW_SHARE * timed:
         reasons["time slices"] = (f"steps waited for a busy core in whole OS time slices ({slow:.0f} of "
                                   f"{timed:.0f} timed steps)")
+    disturbed = profiled_disturbed(point)
+    if disturbed:
+        reasons["profiled steps"] = disturbed
     return reasons
+
+
+# The profiled steps against the un-profiled ones: what the profiler adds is a few µs an op on the
+# CPU (a median of 22 µs an aten op over 190 grid points of this project's sweeps; a cold 4096
+# step's first-step excess is larger in all but about 1.2x the step), so a profiled step 20x the
+# un-profiled one and more than 100 µs an op slower was slowed by something else (8 such points in
+# those 190, each beside another sweep, at 116-300x; every other one at most 10.3x).
+PROFILED_APART = 20.0
+PROFILER_OP_US = 100.0
+
+
+def profiled_disturbed(point: dict[str, Any]) -> str:
+    """Why the point's profiled steps are not what the profiler makes of its step ('' when they
+    are): far slower than its un-profiled step, by more an op than the profiler costs."""
+    profiled, timed = stats.number(point.get("step_host_us_median")), stats.number(point.get(TIMED))
+    ops = stats.number(point.get("step_aten_ops_median"))
+    if not profiled or not timed or timed <= 0 or ops is None:
+        return ""
+    per_op = (profiled - timed) / max(ops, 1.0)
+    if profiled / timed <= PROFILED_APART or per_op <= PROFILER_OP_US:
+        return ""
+    return (f"its profiled steps took {profiled / timed:.0f}x its un-profiled step ({per_op / 1000:.2g} ms more an "
+            f"aten op, where the profiler costs microseconds): something else slowed them (another process, OS time "
+            "slices); their split, op and kernel times are not to be trusted, rerun on a quiet machine")
 
 
 MODES_GAP = 1.3  # sorted repeat medians this far apart (x) split into two modes
@@ -367,6 +394,7 @@ KIND_WORDS = (  # how the sweep's last line names each kind of noise, by the sta
     ("repeats disagree", "repeats disagree"), ("other processes", "other processes used CPUs while they measured"),
     ("runnable tasks", "runnable tasks waited for a CPU"),
     ("steps waited", "steps waited for a busy core in whole OS time slices"),
+    ("its profiled steps", "profiled steps far slower than the un-profiled step"),
 )
 
 

@@ -311,6 +311,24 @@ def test_noise_from_other_processes_and_time_slices():
     assert "(2 points)" not in grid_points.noise_lines([twice, row.replace(job="x")])[0]
 
 
+def test_profiled_steps_far_slower_than_the_unprofiled_step_are_noise():
+    """Measured grid points (summary.csv rows of this project's sweeps): a compiled BatchNorm model
+    whose profiled steps ran beside another sweep, 19.4 ms against a 64.6 µs un-profiled step, is
+    noisy (not load: compare's verdicts rest on the un-profiled steps); a cold first step at 16
+    (10x, microseconds an op), a cold 4096 step (1.2x) and a step of 100 tiny ops (80x, 4 µs an
+    op) are what the profiler makes of them."""
+    def point(timed, profiled, ops):
+        return {"timed_us_per_step": timed, "step_host_us_median": profiled, "step_aten_ops_median": ops}
+
+    said = grid_points.profiled_disturbed(point(64.6, 19368.9, 6))
+    assert said.startswith("its profiled steps took 300x its un-profiled step (3.2 ms more an aten op")
+    for timed, profiled, ops in ((6.1, 62.6, 6), (49811.4, 60857.1, 6), (5.0, 400.0, 100)):
+        assert grid_points.profiled_disturbed(point(timed, profiled, ops)) == ""
+    assert grid_points.profiled_disturbed(point(None, 100.0, 6)) == ""  # no un-profiled timing: nothing to hold it to
+    reasons = grid_points.noise_reasons(point(64.6, 19368.9, 6), [], {})
+    assert list(reasons) == ["profiled steps"] and not set(reasons) & grid_points.LOAD
+
+
 def test_one_process_per_grid_point_says_whether_more_were_planned():
     one = points_of([_job("0", "h", 1, [100.0] * 5, repeats_planned=1)])
     assert grid_points.noise_lines(one)[-1].endswith("(run.repeats=3 or more for that)")
