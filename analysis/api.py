@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from profsweep.columns import TEXT_COLUMNS
-from profsweep.contract import CONCLUSIONS_FILE, REPEATS_FILE, REPORT_FILE, SUMMARY_FILE
+from profsweep.contract import CONCLUSIONS_FILE, REPEATS_FILE, REPORT_FILE, SUMMARY_FILE, amount
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = {"summary": SUMMARY_FILE, "repeats": REPEATS_FILE, "steps": "steps.csv", "ops": "ops.csv",
@@ -52,8 +52,11 @@ class Sweep:
             raise ProfsweepError(f"table {name!r} is not one of the analysis's: choose one of {', '.join(TABLES)}")
         if name not in self._tables:
             path = self.folder / TABLES[name]
-            self._tables[name] = (pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS})  # a job named 7 is "7"
-                                  if path.is_file() and path.stat().st_size else pd.DataFrame())
+            try:
+                found = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS})  # a job named 7 is "7"
+            except (FileNotFoundError, pd.errors.EmptyDataError):  # none, or no row and no header (no job had any)
+                found = pd.DataFrame()
+            self._tables[name] = found
         return self._tables[name]
 
     @property
@@ -104,6 +107,11 @@ class Sweep:
         drawn afresh as a matplotlib Figure from the tables."""
         from analysis.report.plots import draw_figures
 
+        if not any(p.usable for p in self.points):
+            jobs = self.jobs
+            raise ProfsweepError(f"no figure: no job of {self.folder} finished with a readable trace "
+                                 f"({amount(len(jobs), 'job')}, {sum(1 for j in jobs if j.get('status') != 'ok')} "
+                                 "failed: repeats.csv and report.html say why)")
         memory = self.table("memory_timeline")
         drawn = draw_figures(self.summary, self.table("steps"), self.crossovers, memory if len(memory) else None)
         if name not in drawn:

@@ -79,6 +79,20 @@ def test_profsweep_run_runs_a_sweep_as_experiments_run_does(tmp_path):
     assert (folder / "report.html").is_file()
 
 
+def test_a_sweep_whose_every_job_failed_has_tables_and_no_figure(tmp_path):
+    """Every job failed (a timeout): the tables read as empty, and a figure is refused by name."""
+    from tests.conftest import hand_made_job
+
+    job = hand_made_job(tmp_path / "s", 0, [100.0])
+    record = json.loads((job / "metrics.json").read_text())
+    record.update(status="failed", error="timed out after 5 s (run.job_timeout_s)", trace_file=None)
+    (job / "metrics.json").write_text(json.dumps(record))
+    sweep = profsweep.load(tmp_path / "s")
+    assert sweep.table("steps").empty and sweep.table("kernels").empty and len(sweep.repeats) == 1
+    with pytest.raises(ProfsweepError, match=r"no figure: no job of .* finished with a readable trace \(1 job, 1 failed"):
+        sweep.figure("crossover")
+
+
 def test_names_stay_text_in_the_tables_a_notebook_reads(tmp_path):
     """Job folders named 0, 1, 2 (hydra.sweep.subdir=${hydra.job.num}) are names, not numbers."""
     from tests.conftest import hand_made_point, processes
