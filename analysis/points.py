@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 from profsweep import stats
 from profsweep import contract
 from profsweep.columns import SETTING_PREFIXES, flat_key
-from profsweep.contract import COPY, SERIES_KEYS, TIMED, TIMED_SAMPLES, GridPoint, Job, amount, flag, timed_samples
+from profsweep.contract import COPY, SERIES_KEYS, TIMED, TIMED_SAMPLES, GridPoint, Job, amount, flag, point_jobs, timed_samples
 
 # summary column -> (where each repeat's samples are, the key there): "steps" = the job's
 # per-step rows (steps.csv), "record" = a list in its metrics.json, "value" = one value a repeat.
@@ -190,6 +190,33 @@ def point_row(rows: list[Job], steps_of: dict[str, list[dict[str, Any]]],
     point["noise_load"] = bool(set(reasons) & LOAD)
     point["noisy"] = bool(reasons)
     return point
+
+
+def by_round(point: dict[str, Any], by_job: dict[str, dict[str, Any]]) -> dict[int, list[float]] | None:
+    """Each repeat's un-profiled step samples by its round (run.repeat); None where a repeat has no
+    round or two share one (jobs from elsewhere put in one folder)."""
+    found: dict[int, list[float]] = {}
+    for name in point_jobs(point):
+        job = by_job.get(name)
+        samples = timed_samples(job) if job is not None and contract.usable(job) else []
+        if not samples:
+            continue
+        r = stats.number(job.get("repeat")) if job is not None else None
+        if r is None or int(r) in found:
+            return None
+        found[int(r)] = samples
+    return found
+
+
+def rounds_paired(base: dict[str, Any], new: dict[str, Any], by_job: dict[str, dict[str, Any]]
+                  ) -> list[tuple[list[float], list[float]]] | None:
+    """The two grid points' processes in pairs by round, where they share two rounds or more (a
+    sweep measures its grid round by round, each point once a round): None otherwise."""
+    rounds = [by_round(p, by_job) for p in (base, new)]
+    if rounds[0] is None or rounds[1] is None:
+        return None
+    common = sorted(set(rounds[0]) & set(rounds[1]))
+    return [(rounds[0][k], rounds[1][k]) for k in common] if len(common) >= 2 else None
 
 
 def _main(point: dict[str, Any]) -> str:

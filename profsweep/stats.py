@@ -12,6 +12,10 @@ most is between processes. So:
   the number of repeats and widened by Student's t with Welch's degrees of freedom (a bootstrap
   over 3 processes alone is far too narrow), together with the bootstrap's own percentile
   interval, whichever is wider;
+- two grid points of one sweep measured round by round (compile against eager) are judged on
+  their processes in pairs, one of each from the same round, run close in time: Student's t over
+  the pairs' log ratios (paired_ratio_test), so that a burst of another tenant's load that slows
+  both processes of a round does not widen the interval;
 - false discoveries across the many cells of a grid are controlled with Benjamini–Hochberg.
 
 numpy only (no scipy): Student's t distribution is computed here from the regularised incomplete
@@ -240,6 +244,34 @@ def ratio_test(base: Iterable[Iterable[object] | None], new: Iterable[Iterable[o
     p = min(1.0, 2 * (1 - t_cdf((abs(d) - m) / se, df)))
     return RatioTest(ratio, _exp(low), _exp(high), p, df, low90=_exp(min(d - half90, p5)),
                      high90=_exp(max(d + half90, p95)))
+
+
+def paired_ratio_test(pairs: Sequence[tuple[Iterable[object] | None, Iterable[object] | None]], margin: float = 0.05,
+                      level: float = LEVEL) -> RatioTest:
+    """NEW / BASE over processes measured in pairs, each pair one process of each side run close in
+    time (one round of a sweep: a burst of another tenant's load slows both alike): the geometric
+    mean of the pairs' ratios of their medians, with the interval of Student's t over the pairs'
+    log ratios (n - 1 degrees of freedom, matched pairs), its 90% one, and the p-value of a change
+    beyond `margin` as ratio_test's. Fewer than two pairs with samples: no interval."""
+    logs = []
+    for base, new in pairs:
+        b, n = median(clean(base)), median(clean(new))
+        if b is not None and n is not None and b > 0 and n > 0:
+            logs.append(math.log(n / b))
+    if not logs:
+        return RatioTest(None, None, None, None, None, "no pair with samples on both sides")
+    d = float(np.mean(logs))
+    if len(logs) < 2:
+        return RatioTest(_exp(d), None, None, None, None, "one pair says nothing of the variation between processes")
+    df = float(len(logs) - 1)
+    se = float(np.std(logs, ddof=1)) / math.sqrt(len(logs))
+    m = math.log(1 + margin)
+    if se == 0:
+        return RatioTest(_exp(d), _exp(d), _exp(d), 0.0 if abs(d) > m else 1.0, df, low90=_exp(d), high90=_exp(d))
+    tail = (1 - level) / 2
+    half, half90 = t_quantile(1 - tail, df) * se, t_quantile(1 - 2 * tail, df) * se
+    p = min(1.0, 2 * (1 - t_cdf((abs(d) - m) / se, df)))
+    return RatioTest(_exp(d), _exp(d - half), _exp(d + half), p, df, low90=_exp(d - half90), high90=_exp(d + half90))
 
 
 def _sorted(groups: list[np.ndarray]) -> list[np.ndarray]:

@@ -4,7 +4,9 @@ compute overtakes overhead at size 256, compile is 2× slower at 64 and 1.3× fa
 from __future__ import annotations
 
 import json
+import math
 import re
+import statistics
 from html import unescape
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from analysis import analyse_folder
 from analysis.report.conclusions import change, conclude, top_ops
 from tests.conftest import CUDA_TRACES, jitter, job
 from profsweep.contract import GridPoint, Job
+from profsweep.decide import decide_test
 
 
 def known_sweep(folder: Path) -> Path:
@@ -256,3 +259,34 @@ def test_a_ratio_whose_interval_says_nothing_is_undecided_not_no_difference():
     new = [[45.0, 46.0, 44.0], [50.0, 51.0, 49.0]]
     said, ratio = change(base, new, 4050.0, 47.5)
     assert ratio < 0.1 and said.startswith("undecided (") and "too wide to read" in said
+
+
+def test_compile_against_eager_pairs_the_processes_of_each_round(tmp_path):
+    """A sweep measures its grid round by round: a burst of another tenant's load that slows the
+    machine 1.6x in round 2 slows both processes of that round. Compiled is 1.10x eager in every
+    round; over the processes unpaired the rounds' speeds widen the interval past the band, in
+    pairs by round they cancel and the verdict is decided (the sweeper's run.repeats=auto judges
+    it the same way)."""
+    from profsweep import stats as st
+
+    speed = {1: 1.0, 2: 1.6, 3: 0.8}
+    for r, f in speed.items():
+        job(tmp_path, 2 * r, size=64, compile=False, step_us=400, mm_us=200, timed_us=100 * f, repeat=r)
+        job(tmp_path, 2 * r + 1, size=64, compile=True, step_us=400, mm_us=200, timed_us=110 * f, repeat=r)
+    analyse_folder(tmp_path)
+    said = conclusions_html(tmp_path)
+    assert re.search(r"compile against eager, matmul_add bf16 cold \(each round's two processes paired\): "
+                     r"1\.1\d× slower \[1\.[01]\d×, 1\.1\d×\] at 64", said), said
+    metrics = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/metrics.json"))]
+    eager = [m["timed_samples_us"] for m in metrics if not m["compile"]]
+    compiled = [m["timed_samples_us"] for m in metrics if m["compile"]]
+    unpaired = decide_test(st.ratio_test(eager, compiled), 3)
+    assert unpaired.outcome == "inconclusive" and unpaired.high > 1.3  # the rounds' speeds, not the code
+    # by hand: the three pairs' log ratios, Student's t with 2 degrees of freedom
+    logs = [math.log(st.median(c) / st.median(e)) for e, c in zip(eager, compiled)]
+    half = st.t_quantile(0.975, 2) * statistics.stdev(logs) / math.sqrt(3)
+    test = st.paired_ratio_test(list(zip(eager, compiled)))
+    assert test.ratio == pytest.approx(math.exp(statistics.mean(logs)))
+    assert (test.low, test.high) == pytest.approx((math.exp(statistics.mean(logs) - half),
+                                                   math.exp(statistics.mean(logs) + half)))
+    assert test.df == 2 and st.paired_ratio_test(list(zip(eager, compiled))[:1]).low is None

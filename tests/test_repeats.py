@@ -131,6 +131,18 @@ def test_adaptive_repeats_go_on_where_compile_against_eager_is_undecided(tmp_pat
         for m in values:
             unpaired.add(point, process(m))
     assert unpaired.points(4, 2) == []
+    # as the report judges it: where both points' processes carry their rounds, in pairs by round.
+    # Compiled 1.2x eager in every round, the rounds' machine 1.0, 1.1, 0.95x as fast: unpaired that
+    # is undecided and asks for 7 processes, paired it is decided and none are added.
+    rounds = Repeats("auto", 0.5, 10, tmp_path, pairs)
+    speeds = (1.0, 1.1, 0.95)
+    for r, f in enumerate(speeds, 1):
+        rounds.add(1, {**process(100.0 * f), "repeat": r})
+        rounds.add(0, {**process(120.0 * f), "repeat": r})
+    unpaired = decide_test(ratio_test([process(100.0 * f)["timed_samples_us"] for f in speeds],
+                                      [process(120.0 * f)["timed_samples_us"] for f in speeds]), 3)
+    assert not unpaired.decided and 3 < unpaired.processes_needed <= 10
+    assert rounds.points(4, 2) == []
     # the round's entry in sweep.json says why its points were added
     p.record_round(4, "shuffled (seed 4)", [0, 1], 6, 18)
     entry = json.loads((tmp_path / "sweep.json").read_text())["rounds"][-1]

@@ -136,10 +136,7 @@ def in_short(points: list[GridPoint], crossovers: list[dict[str, Any]], jobs: li
     for name, pairs in _grouped(_pairs(points, "compile"), "compile").items():
         said = []
         for eager, compiled in pairs:
-            timed = all(stats.number(p.get(TIMED)) for p in (eager, compiled))
-            key = TIMED if timed else "host_us_per_step"
-            found = change(_samples(eager, by_job) if timed else [], _samples(compiled, by_job) if timed else [],
-                           stats.number(eager.get(key)), stats.number(compiled.get(key)))
+            found = compile_change(eager, compiled, by_job)
             if found is not None:
                 said.append(f"{_without_advice(found[0])} at {eager['size']}")
         if said:
@@ -292,14 +289,28 @@ def _samples(point: dict[str, Any], by_job: dict[str, dict[str, Any]]) -> list[l
     return found
 
 
+def compile_change(eager: dict[str, Any], compiled: dict[str, Any],
+                   by_job: dict[str, dict[str, Any]]) -> tuple[str, float, bool] | None:
+    """Compile against eager at one size (change), over their processes paired by round where the
+    sweep measured both in the same rounds, and whether it was paired."""
+    timed = all(stats.number(p.get(TIMED)) for p in (eager, compiled))
+    key = TIMED if timed else "host_us_per_step"
+    paired = grid_points.rounds_paired(eager, compiled, by_job) if timed else None
+    found = change(_samples(eager, by_job) if timed else [], _samples(compiled, by_job) if timed else [],
+                   stats.number(eager.get(key)), stats.number(compiled.get(key)), paired=paired)
+    return None if found is None else (*found, paired is not None)
+
+
 def change(base: list[list[float]], new: list[list[float]], base_value: float | None,
-           new_value: float | None) -> tuple[str, float] | None:
+           new_value: float | None, paired: list[tuple[list[float], list[float]]] | None = None
+           ) -> tuple[str, float] | None:
     """`2.00× slower [1.81, 2.20]`, `1.30× faster (0.77× [0.70, 0.83])`, `the same within ±5%
     (0.98× [0.96, 1.02])`, `no clear difference (0.98× [0.80, 1.20]; 9 processes a side would
     decide it)`: NEW against BASE by the one rule (profsweep.decide), from the repeats' samples
-    where both have them; `undecided (1.36×; one process each: no interval; ...)` without an
-    interval (one process a side, or the two medians only), as the rule decides nothing then."""
-    test = stats.ratio_test(base, new) if base and new else None
+    where both have them (`paired`: the processes in pairs by round, stats.paired_ratio_test);
+    `undecided (1.36×; one process each: no interval; ...)` without an interval (one process a
+    side, or the two medians only), as the rule decides nothing then."""
+    test = stats.paired_ratio_test(paired) if paired else stats.ratio_test(base, new) if base and new else None
     ratio = test.ratio if test is not None and test.ratio is not None else (
         new_value / base_value if new_value and base_value else None)
     if ratio is None:
@@ -309,7 +320,7 @@ def change(base: list[list[float]], new: list[list[float]], base_value: float | 
         repeats = min(len(base), len(new)) if base and new else None
         why = "one process each: no interval" if repeats else "from the two medians: no interval"
         return f"undecided ({times(ratio)}; {why}{_need(decide(ratio, None, None, repeats))})", ratio
-    d = decide_test(test, min(len(base), len(new)))
+    d = decide_test(test, len(paired) if paired else min(len(base), len(new)))
     if too_wide(test.low, test.high):
         # not "no clear difference": the ratio may be far from 1 (0.0066x), only its interval says nothing
         return f"undecided ({times(ratio)}; its interval too wide to read{_need(d)})", ratio
@@ -355,14 +366,13 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
     by_job = {str(j.get("job")): j for j in jobs}
     out = []
     for name, pairs in _grouped(_pairs(points, "compile"), "compile").items():
-        said, behind = [], []
+        said, behind, paired = [], [], False
         for eager, compiled in pairs:
-            timed = all(stats.number(p.get(TIMED)) for p in (eager, compiled))
-            key = TIMED if timed else "host_us_per_step"
-            found = change(_samples(eager, by_job) if timed else [], _samples(compiled, by_job) if timed else [],
-                           stats.number(eager.get(key)), stats.number(compiled.get(key)))
+            found = compile_change(eager, compiled, by_job)
             if found is None:
                 continue
+            key = TIMED if all(stats.number(p.get(TIMED)) for p in (eager, compiled)) else "host_us_per_step"
+            paired = paired or found[2]
             noisy = ", noisy" if flag(eager.get("noisy")) or flag(compiled.get("noisy")) else ""
             said.append(f"{found[0]} at {eager['size']} ({us(stats.number(eager.get(key)))} → "
                         f"{us(stats.number(compiled.get(key)))} per step{noisy})")
@@ -380,7 +390,8 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
             behind.append(f"top {'kernel' if gpu else 'compute op'} {short_name(eager['top_kernel'])} → "
                           f"{short_name(compiled['top_kernel'])}")
         tail = f" Behind it (size {eager['size']}): {'; '.join(behind)}." if behind else ""
-        out.append(Conclusion("compile", f"compile against eager, {name}: {'; '.join(said)}.{tail}", "summary"))
+        how = " (each round's two processes paired)" if paired else ""
+        out.append(Conclusion("compile", f"compile against eager, {name}{how}: {'; '.join(said)}.{tail}", "summary"))
     return out
 
 

@@ -165,6 +165,7 @@ class Repeats:
 
         self.samples: Dict[int, List[Any]] = {}  # auto: each grid point's ok jobs' timed samples
         self.work: Dict[int, Dict[str, Any]] = {}  # auto: each grid point's size and work (its first ok record's)
+        self.rounds: Dict[int, Dict[int, List[float]]] = {}  # auto: each grid point's ok samples by round (run.repeat)
         # grid points whose job failed for a reason no other process can change (the record's
         # failure_is_final: a factory's return value, a refused setting), with that error: their
         # later repeats are not run (none where there are none: one round)
@@ -180,6 +181,8 @@ class Repeats:
 
         ok = isinstance(record, dict) and record.get("status") == "ok"
         self.samples.setdefault(point, []).append(timed_samples(record) if ok else None)
+        if ok and isinstance(record.get("repeat"), int) and timed_samples(record):
+            self.rounds.setdefault(point, {})[record["repeat"]] = timed_samples(record)
         if ok and point not in self.work:
             self.work[point] = {k: record.get(k) for k in ("size", "flops_per_call", "bytes_per_call")}
 
@@ -232,9 +235,15 @@ class Repeats:
         if min(len(eager), len(compiled)) < 2:
             return None
         from profsweep.decide import decide_test
-        from profsweep.stats import ratio_test
+        from profsweep.stats import paired_ratio_test, ratio_test
 
-        d = decide_test(ratio_test(eager, compiled), min(len(eager), len(compiled)))
+        # as the report judges it: the processes in pairs by round where they share two rounds or more
+        by_round = [self.rounds.get(g, {}) for g in (eager_point, compiled_point)]
+        common = sorted(set(by_round[0]) & set(by_round[1]))
+        if len(common) >= 2:
+            d = decide_test(paired_ratio_test([(by_round[0][k], by_round[1][k]) for k in common]), len(common))
+        else:
+            d = decide_test(ratio_test(eager, compiled), min(len(eager), len(compiled)))
         return None if d.decided else d.processes_needed
 
     def _unlocated(self, count: int, chosen: set[int]) -> List[int]:
