@@ -210,13 +210,14 @@ def by_round(point: dict[str, Any], by_job: dict[str, dict[str, Any]]) -> dict[i
 
 def rounds_paired(base: dict[str, Any], new: dict[str, Any], by_job: dict[str, dict[str, Any]]
                   ) -> list[tuple[list[float], list[float]]] | None:
-    """The two grid points' processes in pairs by round, where they share two rounds or more (a
-    sweep measures its grid round by round, each point once a round): None otherwise."""
+    """The two grid points' processes in pairs by round, where both were measured in the same two
+    rounds or more (a sweep measures its grid round by round, each point once a round): None
+    otherwise, so that no process of either is left out (a round one side lost, a point that
+    run.repeats=auto measured more often: the processes are then judged unpaired)."""
     rounds = [by_round(p, by_job) for p in (base, new)]
-    if rounds[0] is None or rounds[1] is None:
+    if rounds[0] is None or rounds[1] is None or set(rounds[0]) != set(rounds[1]) or len(rounds[0]) < 2:
         return None
-    common = sorted(set(rounds[0]) & set(rounds[1]))
-    return [(rounds[0][k], rounds[1][k]) for k in common] if len(common) >= 2 else None
+    return [(rounds[0][k], rounds[1][k]) for k in sorted(rounds[0])]
 
 
 def _main(point: dict[str, Any]) -> str:

@@ -68,10 +68,14 @@ FIRST_USE_MODULES = ("triton", "experiments.job")
 # Dynamo and Inductor: about 2 s to import on 2 cores, and every job imports them (the profiler
 # looks for torch._inductor); and Inductor's compile_fx, which torch.compile imports when called
 # (0.6 s on 2 cores, paid by every compiled job and again by its twin before this). Importing
-# them starts no thread or process, touches no device and chooses no cache folder (cache_dir()
-# reads TORCHINDUCTOR_CACHE_DIR at each call: a graph compiled after the import is cached where
-# the job's environment says); what they read from the environment while importing is the sweep's,
-# the same for every job (the template restarts when it changes). Preloaded only by a torch
+# them starts no thread or process and touches no device. Dynamo's import calls Inductor's
+# cache_dir() once, which makes the default folder (/tmp/torchinductor_<user>) and sets
+# TORCHINDUCTOR_CACHE_DIR in the template's own environment; every child takes the job's
+# environment in its place (LAZY_ENV), and cache_dir() reads it at each call: a graph compiled in a
+# job is cached where the job's environment says (checked). What they read from the environment
+# while importing is the sweep's, the same for every job (the template restarts when it changes).
+# A forked eager job holds these modules, a fresh eager one does not (job._settle_process imports
+# them for compiled jobs only): its heap differs by what they allocated. Preloaded only by a torch
 # without a GPU build: with CUDA or ROCm, an import that asked the driver anything before the fork
 # would leave every child without a usable device, and that has not been checked on a GPU yet.
 COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._inductor.compile_fx")

@@ -113,6 +113,8 @@ def test_a_change_whose_interval_holds_one_has_no_direction():
     said, _ = change([jitter(100, 30)], [jitter(200, 30)], 100.0, 200.0)
     assert said == ("undecided (2.00×; one process each: no interval; 3 processes a side or more (run.repeats=3) "
                     "would show the spread between processes)")
+    said, _ = change([jitter(100, 30)] * 3, [jitter(150, 30)], 100.0, 150.0)  # two of one side's jobs failed
+    assert said.startswith("undecided (1.50×; 3 vs 1 processes: no interval; ")
     said, _ = change([], [], 100.0, 50.0)
     assert said == "undecided (0.50×; from the two medians: no interval)"
 
@@ -290,3 +292,9 @@ def test_compile_against_eager_pairs_the_processes_of_each_round(tmp_path):
     assert (test.low, test.high) == pytest.approx((math.exp(statistics.mean(logs) - half),
                                                    math.exp(statistics.mean(logs) + half)))
     assert test.df == 2 and st.paired_ratio_test(list(zip(eager, compiled))[:1]).low is None
+    # a fourth eager process (run.repeats=auto measured it more often): the rounds differ, so the
+    # processes are judged unpaired, every one of them
+    job(tmp_path, 8, size=64, compile=False, step_us=400, mm_us=200, timed_us=100, repeat=4)
+    analyse_folder(tmp_path)
+    said = conclusions_html(tmp_path)
+    assert "compile against eager, matmul_add bf16 cold: " in said and "paired" not in said, said

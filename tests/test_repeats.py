@@ -143,6 +143,22 @@ def test_adaptive_repeats_go_on_where_compile_against_eager_is_undecided(tmp_pat
                                       [process(120.0 * f)["timed_samples_us"] for f in speeds]), 3)
     assert not unpaired.decided and 3 < unpaired.processes_needed <= 10
     assert rounds.points(4, 2) == []
+    # a round one side lost (its job failed): the rounds differ, so the pair is judged unpaired, as
+    # the report judges it (grid_points.rounds_paired), and every process counts
+    lost = Repeats("auto", 0.5, 10, tmp_path, pairs)
+    for r, f in enumerate(speeds, 1):
+        lost.add(1, {**process(100.0 * f), "repeat": r})
+        lost.add(0, {**process(120.0 * f), "repeat": r} if r < 3 else {"status": "failed", "repeat": r})
+    assert lost._processes_needed(1, 0) == decide_test(ratio_test(
+        [process(100.0 * f)["timed_samples_us"] for f in speeds],
+        [process(120.0 * f)["timed_samples_us"] for f in speeds[:2]]), 2).processes_needed
+    # a point added for its own reason brings its pair's other point into the round
+    wide = Repeats("auto", 0.025, 10, tmp_path, pairs)
+    for point, values in {0: [100.0, 130.0, 80.0], 1: same}.items():
+        for m in values:
+            wide.add(point, process(m))
+    assert wide.points(4, 2) == [0, 1]
+    assert wide.why == {"interval wider than the precision": [0], "its compile pair's other point runs in this round": [1]}
     # the round's entry in sweep.json says why its points were added
     p.record_round(4, "shuffled (seed 4)", [0, 1], 6, 18)
     entry = json.loads((tmp_path / "sweep.json").read_text())["rounds"][-1]

@@ -318,7 +318,8 @@ def change(base: list[list[float]], new: list[list[float]], base_value: float | 
     if test is None or test.low is None or test.high is None:
         # no interval, no verdict (the one rule): one process a side says nothing of the spread between processes
         repeats = min(len(base), len(new)) if base and new else None
-        why = "one process each: no interval" if repeats else "from the two medians: no interval"
+        why = ("from the two medians: no interval" if not repeats else "one process each: no interval"
+               if len(base) == len(new) == 1 else f"{len(base)} vs {len(new)} processes: no interval")
         return f"undecided ({times(ratio)}; {why}{_need(decide(ratio, None, None, repeats))})", ratio
     d = decide_test(test, len(paired) if paired else min(len(base), len(new)))
     if too_wide(test.low, test.high):
@@ -366,16 +367,18 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
     by_job = {str(j.get("job")): j for j in jobs}
     out = []
     for name, pairs in _grouped(_pairs(points, "compile"), "compile").items():
-        said, behind, paired = [], [], False
+        said, behind, found_all = [], [], []
         for eager, compiled in pairs:
             found = compile_change(eager, compiled, by_job)
-            if found is None:
-                continue
+            if found is not None:
+                found_all.append((eager, compiled, found))
+        every = bool(found_all) and all(found[2] for *_, found in found_all)  # all paired: said once, in the heading
+        for eager, compiled, found in found_all:
             key = TIMED if all(stats.number(p.get(TIMED)) for p in (eager, compiled)) else "host_us_per_step"
-            paired = paired or found[2]
             noisy = ", noisy" if flag(eager.get("noisy")) or flag(compiled.get("noisy")) else ""
+            how = ", the two processes of each round paired" if found[2] and not every else ""
             said.append(f"{found[0]} at {eager['size']} ({us(stats.number(eager.get(key)))} → "
-                        f"{us(stats.number(compiled.get(key)))} per step{noisy})")
+                        f"{us(stats.number(compiled.get(key)))} per step{noisy}{how})")
         if not said:
             continue
         eager, compiled = pairs[-1]
@@ -390,7 +393,7 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
             behind.append(f"top {'kernel' if gpu else 'compute op'} {short_name(eager['top_kernel'])} → "
                           f"{short_name(compiled['top_kernel'])}")
         tail = f" Behind it (size {eager['size']}): {'; '.join(behind)}." if behind else ""
-        how = " (each round's two processes paired)" if paired else ""
+        how = " (each round's two processes paired)" if every else ""
         out.append(Conclusion("compile", f"compile against eager, {name}{how}: {'; '.join(said)}.{tail}", "summary"))
     return out
 

@@ -207,10 +207,15 @@ class Repeats:
             elif self._undecided(g, len(ok), needed):
                 undecided.append(g)
         unlocated = self._unlocated(count, set(wide + undecided))
+        chosen = set(wide + undecided + unlocated)
+        # a compile pair's two points run in the same rounds, so that the report can pair them by round
+        partners = sorted({other for g in chosen for other in (self.pairs.of(g) if self.pairs else None) or ()
+                           if other not in chosen and other not in self.settled and self._ok(other)})
         self.why = {k: v for k, v in (("interval wider than the precision", wide),
                                       ("compile against eager undecided", undecided),
-                                      ("the series' crossover or regime undecided", unlocated)) if v}
-        return sorted(wide + undecided + unlocated)
+                                      ("the series' crossover or regime undecided", unlocated),
+                                      ("its compile pair's other point runs in this round", partners)) if v}
+        return sorted(chosen | set(partners))
 
     def _ok(self, point: int) -> List[Any]:
         return [samples for samples in self.samples.get(point, []) if samples is not None]
@@ -237,11 +242,13 @@ class Repeats:
         from profsweep.decide import decide_test
         from profsweep.stats import paired_ratio_test, ratio_test
 
-        # as the report judges it: the processes in pairs by round where they share two rounds or more
+        # as the report judges it: the processes in pairs by round where both were measured in the
+        # same rounds (points() runs a pair's two points in the same rounds), else unpaired
         by_round = [self.rounds.get(g, {}) for g in (eager_point, compiled_point)]
-        common = sorted(set(by_round[0]) & set(by_round[1]))
-        if len(common) >= 2:
-            d = decide_test(paired_ratio_test([(by_round[0][k], by_round[1][k]) for k in common]), len(common))
+        same = set(by_round[0]) == set(by_round[1]) and len(by_round[0]) == len(eager) == len(compiled)
+        if same and len(by_round[0]) >= 2:
+            rounds = sorted(by_round[0])
+            d = decide_test(paired_ratio_test([(by_round[0][k], by_round[1][k]) for k in rounds]), len(rounds))
         else:
             d = decide_test(ratio_test(eager, compiled), min(len(eager), len(compiled)))
         return None if d.decided else d.processes_needed
