@@ -192,13 +192,15 @@ def point_row(rows: list[Job], steps_of: dict[str, list[dict[str, Any]]],
     return point
 
 
-def by_round(point: dict[str, Any], by_job: dict[str, dict[str, Any]]) -> dict[int, list[float]] | None:
-    """Each repeat's un-profiled step samples by its round (run.repeat); None where a repeat has no
-    round or two share one (jobs from elsewhere put in one folder)."""
+def by_round(point: dict[str, Any], by_job: dict[str, dict[str, Any]], key: str = TIMED) -> dict[int, list[float]] | None:
+    """Each repeat's samples of `key` (the un-profiled steps, or the one value a repeat has of a
+    figure such as dead_window_us) by its round (run.repeat); None where a repeat has no round or
+    two share one (jobs from elsewhere put in one folder)."""
     found: dict[int, list[float]] = {}
     for name in point_jobs(point):
         job = by_job.get(name)
-        samples = timed_samples(job) if job is not None and contract.usable(job) else []
+        samples = ((timed_samples(job) if key == TIMED else stats.clean([job.get(key)]))
+                   if job is not None and contract.usable(job) else [])
         if not samples:
             continue
         r = stats.number(job.get("repeat")) if job is not None else None
@@ -208,13 +210,13 @@ def by_round(point: dict[str, Any], by_job: dict[str, dict[str, Any]]) -> dict[i
     return found
 
 
-def rounds_paired(base: dict[str, Any], new: dict[str, Any], by_job: dict[str, dict[str, Any]]
+def rounds_paired(base: dict[str, Any], new: dict[str, Any], by_job: dict[str, dict[str, Any]], key: str = TIMED
                   ) -> list[tuple[list[float], list[float]]] | None:
     """The two grid points' processes in pairs by round, where both were measured in the same two
     rounds or more (a sweep measures its grid round by round, each point once a round): None
     otherwise, so that no process of either is left out (a round one side lost, a point that
     run.repeats=auto measured more often: the processes are then judged unpaired)."""
-    rounds = [by_round(p, by_job) for p in (base, new)]
+    rounds = [by_round(p, by_job, key) for p in (base, new)]
     if rounds[0] is None or rounds[1] is None or set(rounds[0]) != set(rounds[1]) or len(rounds[0]) < 2:
         return None
     return [(rounds[0][k], rounds[1][k]) for k in sorted(rounds[0])]

@@ -396,6 +396,26 @@ def test_a_comparison_is_decided_by_the_one_rule_on_the_ratio_over_processes():
     assert _more(data(), plain, pd.Series({"dead_window_us": 15.3}), "dead_window_us") == "inconclusive"
 
 
+def test_cold_against_warm_pairs_the_processes_of_each_round():
+    """Part 1's dead window at 16 (this project's CPU, 2026-12-06): cold 20.8, 25.5, 20.4 µs and warm
+    13.4, 14.1, 13.8 µs in rounds 1-3. Over the processes unpaired that is inconclusive (1.51x
+    [0.94, 2.42] in the report); in pairs by round (each round's two processes ran seconds apart)
+    the three ratios 1.56, 1.81, 1.48 decide it."""
+    cold, warm = [20.828, 25.545, 20.428], [13.362, 14.102, 13.810]
+
+    def point(name):
+        return pd.Series({"jobs": ";".join(f"{name}{r}" for r in (1, 2, 3))})
+
+    def data(rounds):
+        jobs = [{"job": f"{name}{r}", "dead_window_us": v, "status": "ok", "trace_error": None,
+                 **({"repeat": r} if rounds else {})}
+                for name, values in (("c", cold), ("w", warm)) for r, v in zip((1, 2, 3), values)]
+        return _Data(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), jobs)
+
+    assert _more(data(rounds=False), point("c"), point("w"), "dead_window_us") == "inconclusive"
+    assert _more(data(rounds=True), point("c"), point("w"), "dead_window_us") == "true"
+
+
 def test_an_expectation_on_a_measured_interval_can_be_inconclusive():
     job = {"job": "0_a", "status": "ok", "trace_error": None, "host_us_per_step": 150.0,
            "host_us_per_step_low": 120.0, "host_us_per_step_high": 260.0, "regime": "overhead-bound",

@@ -69,12 +69,12 @@ def _more(d: "_Data", a: pd.Series, b: pd.Series, key: str) -> str:
 
 
 def _ratio(d: "_Data", base: pd.Series, new: pd.Series, key: str) -> Decision:
-    """NEW / BASE of `key` over the two grid points' processes, decided (the un-profiled step's in
-    pairs by round where both were measured in the same rounds). A side measured in one
+    """NEW / BASE of `key` over the two grid points' processes, decided (in pairs by round where
+    both were measured in the same rounds: compiled against eager, cold against warm). A side measured in one
     process has only its steps' interval (the summary's): the two are combined on log scale, and
     the claim says so; without any interval the values alone decide nothing."""
     b, n = d.groups(base, key), d.groups(new, key)
-    paired = grid_points.rounds_paired(base, new, d.jobs) if key == TIMED else None
+    paired = grid_points.rounds_paired(base, new, d.jobs, key)
     if paired:  # two grid points of one sweep, measured round by round: their processes in pairs (as conclusions)
         return decide_test(stats.paired_ratio_test(paired), len(paired))
     if len(b) >= 2 and len(n) >= 2:
