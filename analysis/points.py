@@ -199,11 +199,12 @@ def by_round(point: dict[str, Any], by_job: dict[str, dict[str, Any]], key: str 
     found: dict[int, list[float]] = {}
     for name in point_jobs(point):
         job = by_job.get(name)
-        samples = ((timed_samples(job) if key == TIMED else stats.clean([job.get(key)]))
-                   if job is not None and contract.usable(job) else [])
+        if job is None or not contract.usable(job):
+            continue
+        samples = timed_samples(job) if key == TIMED else stats.clean([job.get(key)])
         if not samples:
             continue
-        r = stats.number(job.get("repeat")) if job is not None else None
+        r = stats.number(job.get("repeat"))
         if r is None or int(r) in found:
             return None
         found[int(r)] = samples
@@ -217,9 +218,7 @@ def rounds_paired(base: dict[str, Any], new: dict[str, Any], by_job: dict[str, d
     otherwise, so that no process of either is left out (a round one side lost, a point that
     run.repeats=auto measured more often: the processes are then judged unpaired)."""
     rounds = [by_round(p, by_job, key) for p in (base, new)]
-    if rounds[0] is None or rounds[1] is None or set(rounds[0]) != set(rounds[1]) or len(rounds[0]) < 2:
-        return None
-    return [(rounds[0][k], rounds[1][k]) for k in sorted(rounds[0])]
+    return None if rounds[0] is None or rounds[1] is None else stats.pairs_by_round(rounds[0], rounds[1])
 
 
 def _main(point: dict[str, Any]) -> str:

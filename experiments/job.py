@@ -34,7 +34,7 @@ from profsweep import machine
 from experiments.config import AUTO, ConfigError, JobConfig, config_from_dict
 from experiments.lifeline import die_with_parent
 from experiments.records import JobError
-from profsweep.contract import FINAL
+from profsweep.contract import FINAL, first_line
 
 if TYPE_CHECKING:  # both import torch: the job imports them once it runs (_settle_process)
     from experiments.profiling import ProfilingSession
@@ -490,7 +490,7 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
     except Exception as exc:  # noqa: BLE001 (torch's counter, after every measurement: the job stays ok)
         flops, uncounted = None, []
         said = (f"FLOPs not counted: torch.utils.flop_counter failed on one eager call ({type(exc).__name__}: "
-                f"{_first_line(exc)}); achieved FLOP/s and intensity are left out and the series' model uses the "
+                f"{first_line(exc)}); achieved FLOP/s and intensity are left out and the series' model uses the "
                 "bytes moved: a cost model gives the FLOPs (docs/own-model.md)")
         out["warnings"].append(said)
         print(f"warning: {said}", file=sys.stderr, flush=True)
@@ -510,7 +510,7 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
         out["bytes_per_call"] = counting.moved_bytes(job.workload.inputs, [], step.eager()) + reads * weights
     except Exception as exc:  # noqa: BLE001 (a tensor whose storage cannot be read, e.g. a nested one)
         out["bytes_per_call"] = None
-        said = f"bytes moved not counted: {type(exc).__name__}: {_first_line(exc)}"
+        said = f"bytes moved not counted: {type(exc).__name__}: {first_line(exc)}"
         out["warnings"].append(said)
         print(f"warning: {said}", file=sys.stderr, flush=True)
     out["flops_source"] = "counted" if flops is not None and not uncounted else "not counted"
@@ -618,12 +618,6 @@ def _float(text: str | None) -> float | None:
         return float(text) if text is not None else None
     except ValueError:
         return None
-
-
-def _first_line(exc: BaseException) -> str:
-    """An exception's message, its first line only (torch's may run to a page)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else "no message"
 
 
 def _module_tensors(modules: list[Any]) -> list[Any]:

@@ -296,6 +296,13 @@ def without_address(text: str) -> str:
     return _ADDRESS.sub("", text)
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message in one line (torch's and Hydra's may run to a page); its type's name
+    where it has none."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
 def write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 

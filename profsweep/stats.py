@@ -246,6 +246,16 @@ def ratio_test(base: Iterable[Iterable[object] | None], new: Iterable[Iterable[o
                      high90=_exp(max(d + half90, p95)))
 
 
+def pairs_by_round(base: dict[int, list[float]], new: dict[int, list[float]]
+                   ) -> list[tuple[list[float], list[float]]] | None:
+    """Two grid points' samples by round ({round: samples}) as pairs, round by round, where both
+    were measured in the same two rounds or more; None otherwise, so that no process of either
+    is left out (a round one side lost, a point measured more often: judge them unpaired)."""
+    if set(base) != set(new) or len(base) < 2:
+        return None
+    return [(base[k], new[k]) for k in sorted(base)]
+
+
 def paired_ratio_test(pairs: Sequence[tuple[Iterable[object] | None, Iterable[object] | None]], margin: float = 0.05,
                       level: float = LEVEL) -> RatioTest:
     """NEW / BASE over processes measured in pairs, each pair one process of each side run close in

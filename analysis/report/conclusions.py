@@ -289,12 +289,18 @@ def _samples(point: dict[str, Any], by_job: dict[str, dict[str, Any]]) -> list[l
     return found
 
 
+def _step_key(eager: dict[str, Any], compiled: dict[str, Any]) -> str:
+    """The step compile against eager is judged on: the un-profiled one where both points have it,
+    else the host time of a profiled step."""
+    return TIMED if all(stats.number(p.get(TIMED)) for p in (eager, compiled)) else "host_us_per_step"
+
+
 def compile_change(eager: dict[str, Any], compiled: dict[str, Any],
                    by_job: dict[str, dict[str, Any]]) -> tuple[str, float, bool] | None:
     """Compile against eager at one size (change), over their processes paired by round where the
     sweep measured both in the same rounds, and whether it was paired."""
-    timed = all(stats.number(p.get(TIMED)) for p in (eager, compiled))
-    key = TIMED if timed else "host_us_per_step"
+    key = _step_key(eager, compiled)
+    timed = key == TIMED
     paired = grid_points.rounds_paired(eager, compiled, by_job) if timed else None
     found = change(_samples(eager, by_job) if timed else [], _samples(compiled, by_job) if timed else [],
                    stats.number(eager.get(key)), stats.number(compiled.get(key)), paired=paired)
@@ -374,7 +380,7 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
                 found_all.append((eager, compiled, found))
         every = bool(found_all) and all(found[2] for *_, found in found_all)  # all paired: said once, in the heading
         for eager, compiled, found in found_all:
-            key = TIMED if all(stats.number(p.get(TIMED)) for p in (eager, compiled)) else "host_us_per_step"
+            key = _step_key(eager, compiled)
             noisy = ", noisy" if flag(eager.get("noisy")) or flag(compiled.get("noisy")) else ""
             how = ", the two processes of each round paired" if found[2] and not every else ""
             said.append(f"{found[0]} at {eager['size']} ({us(stats.number(eager.get(key)))} → "

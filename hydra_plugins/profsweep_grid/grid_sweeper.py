@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from hydra_plugins.profsweep_grid import grid
-from profsweep.contract import FINAL
+from profsweep.contract import FINAL, first_line
 from profsweep.sweep_state import SWEEP
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class GridSweeper(Sweeper):
                 except (OmegaConfBaseException, HydraException) as exc:  # composing a job: never a traceback
                     if not SWEEP.stopped:  # (a stop that landed in the composition is a stop, said as one)
                         SWEEP.stop(compose_error=f"job {launched + 1} ({' '.join(batch[0])}) could not be "
-                                                 f"composed: {_first_line(exc)}")
+                                                 f"composed: {first_line(exc)}")
                     not_started(len(tagged) - done + repeats.later(round_number, len(jobs)))
                     return
                 for g, result in zip(order[done:done + len(batch)], results):
@@ -124,12 +124,6 @@ class GridSweeper(Sweeper):
                 done += len(batch)
                 launched += len(batch)
                 self.left = len(tagged) - done + repeats.later(round_number, len(jobs))
-
-
-def _first_line(exc: BaseException) -> str:
-    """An OmegaConf or Hydra error in one line: its message without the key and type listing."""
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def progress_from_disk(target: str, sweep_dir: Path, first: int, count: int) -> Any:
@@ -180,9 +174,10 @@ class Repeats:
         from profsweep.contract import timed_samples
 
         ok = isinstance(record, dict) and record.get("status") == "ok"
-        self.samples.setdefault(point, []).append(timed_samples(record) if ok else None)
-        if ok and isinstance(record.get("repeat"), int) and timed_samples(record):
-            self.rounds.setdefault(point, {})[record["repeat"]] = timed_samples(record)
+        samples = timed_samples(record) if ok else None
+        self.samples.setdefault(point, []).append(samples)
+        if samples and isinstance(record.get("repeat"), int):
+            self.rounds.setdefault(point, {})[record["repeat"]] = samples
         if ok and point not in self.work:
             self.work[point] = {k: record.get(k) for k in ("size", "flops_per_call", "bytes_per_call")}
 
@@ -240,15 +235,16 @@ class Repeats:
         if min(len(eager), len(compiled)) < 2:
             return None
         from profsweep.decide import decide_test
-        from profsweep.stats import paired_ratio_test, ratio_test
+        from profsweep.stats import paired_ratio_test, pairs_by_round, ratio_test
 
         # as the report judges it: the processes in pairs by round where both were measured in the
-        # same rounds (points() runs a pair's two points in the same rounds), else unpaired
+        # same rounds (points() runs a pair's two points in the same rounds), else unpaired; a
+        # process without a round (a record without run.repeat) leaves them unpaired
         by_round = [self.rounds.get(g, {}) for g in (eager_point, compiled_point)]
-        same = set(by_round[0]) == set(by_round[1]) and len(by_round[0]) == len(eager) == len(compiled)
-        if same and len(by_round[0]) >= 2:
-            rounds = sorted(by_round[0])
-            d = decide_test(paired_ratio_test([(by_round[0][k], by_round[1][k]) for k in rounds]), len(rounds))
+        paired = pairs_by_round(*by_round) if len(by_round[0]) == len(eager) and len(by_round[1]) == len(compiled) \
+            else None
+        if paired:
+            d = decide_test(paired_ratio_test(paired), len(paired))
         else:
             d = decide_test(ratio_test(eager, compiled), min(len(eager), len(compiled)))
         return None if d.decided else d.processes_needed
