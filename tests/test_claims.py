@@ -3,6 +3,7 @@ small Part 1 sweep on the CPU that tells the story with this machine's numbers."
 
 from __future__ import annotations
 
+import math
 import pandas as pd
 import pytest
 
@@ -306,3 +307,45 @@ def test_series_claims_pick_each_series_smallest_and_largest_size():
     rows = evaluate(one_size, ops, steps, kernels, crossovers).set_index("claim")
     assert rows.loc["the largest size is compute-bound", "measured"] == "needs eager matmul_add jobs at two sizes or more"
     assert rows.loc["the smallest size is overhead-bound", "holds"] == "true"
+
+
+# --- "a cold first step costs more than the later ones; a warm one does not" ----------------------
+
+_FIRST = "a cold first step costs more than the later ones; a warm one does not"
+
+
+def _first_step_verdict(cold: list[float], warm: list[float]) -> tuple[str, str]:
+    """The claim's verdict on three-step processes whose first step's body is `ratio` times the
+    later ones' (30 µs), one process per ratio, cold and warm eager matmul_add at size 16."""
+    rows, steps = [], []
+    for label, ratios in (("cold", cold), ("warm", warm)):
+        names = [f"{label}{i}" for i in range(len(ratios))]
+        rows.append({"job": names[0], "jobs": ";".join(names), "status": "ok", "workload": "matmul_add", "size": 16,
+                     "dtype": "bf16", "compile": False, "warmup": label == "warm", "device": "cpu", "steps": 3,
+                     "dead_window_us": 20.0, "host_us_per_step": 50.0})
+        for name, ratio in zip(names, ratios):
+            steps += [{"job": name, "step": s, "host_us": body + 20.0, "body_us": body}
+                      for s, body in enumerate((30.0 * ratio, 30.0, 30.0), start=1)]
+    claims = evaluate(pd.DataFrame(rows), pd.DataFrame(), pd.DataFrame(steps), pd.DataFrame(), pd.DataFrame())
+    row = claims[claims["claim"] == _FIRST].iloc[0]
+    return row["holds"], row["measured"]
+
+
+def test_first_step_claim_judges_each_side_on_its_own_processes():
+    # The article's picture: cold first steps 2.4x the later ones, warm ones even.
+    assert _first_step_verdict([2.4, 2.5, 2.3], [1.0, 1.01, 0.99])[0] == "true"
+    # This CPU's (Part 1 at 16, 2026-12-06): a warm process's first profiled step costs more too,
+    # 2.51, 1.59, 2.34 (geometric mean 2.11x [1.15, 3.87]): the claim does not hold, where comparing
+    # cold's ratio with warm's (1.04x [0.44, 2.45]) decided nothing.
+    warm = [2.51, 1.59, 2.34]
+    holds, measured = _first_step_verdict([2.39, 2.53, 2.29], warm)
+    assert holds == "false" and "a warm first step costs more too" in measured
+    logs = [math.log(r) for r in warm]  # by hand: Student's t, 2 degrees of freedom (t = 4.303)
+    mean, sd = sum(logs) / 3, math.sqrt(sum((x - sum(logs) / 3) ** 2 for x in logs) / 2)
+    half = 4.303 * sd / math.sqrt(3)
+    assert f"{math.exp(mean):.3g}× [{math.exp(mean - half):.3g}, {math.exp(mean + half):.3g}] warm" in measured
+    # Cold first steps no slower: does not hold either.
+    assert _first_step_verdict([1.0, 1.02, 0.98], [1.0, 1.01, 0.99])[0] == "false"
+    # Warm ratios that straddle the band: undecided, with the processes that would decide it.
+    holds, measured = _first_step_verdict([2.4, 2.5, 2.3], [0.9, 1.3, 1.05])
+    assert holds == "inconclusive" and "processes a side would decide it" in measured

@@ -92,6 +92,14 @@ def _ratio(d: "_Data", base: pd.Series, new: pd.Series, key: str) -> Decision:
     return replace(found, why=found.why + " (one process a side: the interval covers its steps only)")
 
 
+def _first_over_later(d: "_Data", row: pd.Series) -> Decision:
+    """A grid point's first profiled step over the median of its later ones, decided over its
+    processes: each process's ratio is one pair (later, first) of paired_ratio_test, so the
+    interval is Student's t over the processes' log ratios."""
+    ratios = d.first_step_ratios(row)
+    return decide_test(stats.paired_ratio_test([([1.0], r) for r in ratios]), len(ratios))
+
+
 def _holds(decision: Decision) -> str:
     """A claim that NEW exceeds BASE: holds above the band, does not below it or within it."""
     if decision.outcome == ABOVE:
@@ -155,15 +163,11 @@ class _Data:
     def job_ops(self, job: str) -> pd.DataFrame:
         return self.ops[self.ops["job"] == job].set_index("name") if len(self.ops) else pd.DataFrame()
 
-    def first_step_ratio(self, row: pd.Series) -> stats.Estimate:
-        """first_step_ratios as a value over the repeats with its interval."""
-        return stats.estimate(self.first_step_ratios(row))
-
     def first_step_ratios(self, row: pd.Series) -> list[list[float]]:
         """The first profiled step's body (the workload's annotation: the profiler's own part of
         the step left out, see first_step_outside) over the median of the later ones, in each
-        repeat of a grid point, as a value over the repeats with its interval. Steps without a
-        body (a trace from before it was kept) are compared whole."""
+        repeat of a grid point, one list of one value per repeat. Steps without a body (a trace
+        from before it was kept) are compared whole."""
         ratios = []
         for steps in self._job_steps(row):
             if len(steps) < 2:
@@ -250,23 +254,21 @@ def part1(d: _Data) -> list[Claim]:
         out.append(_na(P, c, e, "needs cold and warm eager matmul_add jobs at the same size"))
     else:
         size = both[0]
-        ratios = {}
-        for label, frame in (("cold", cold), ("warm", warm)):
-            row = frame[frame["size"] == size].iloc[0]
-            ratios[label] = d.first_step_ratio(row)
-        said = ", ".join(f"{ratios[k].value:.2f}" + (f" [{ratios[k].low:.2f}, {ratios[k].high:.2f}]"
-                                                      if ratios[k].repeats > 1 else "") + f" {k}" for k in ratios
-                         if ratios[k].value is not None)
-        if ratios["cold"].value is None or ratios["warm"].value is None:
+        # Each side on its own, over its processes: the first step's body over the median of the
+        # later ones in each process, their geometric mean with Student's t (one value a process).
+        found = {k: _first_over_later(d, frame[frame["size"] == size].iloc[0]) for k, frame in (("cold", cold), ("warm", warm))}
+        if any(f.ratio is None for f in found.values()):
             out.append(_na(P, c, e, "needs more than one profiled step per job"))
         else:
-            # the one rule on cold's ratio over warm's, over their processes
-            groups = {k: d.first_step_ratios(frame[frame["size"] == size].iloc[0])
-                      for k, frame in (("cold", cold), ("warm", warm))}
-            test = stats.ratio_test(groups["warm"], groups["cold"])
-            found = decide_test(test, min(len(groups["cold"]), len(groups["warm"])))
-            holds = _holds(found)
-            said += f" (cold / warm {_ratio_text(found)})"
+            cold_more, warm_more = (found[k].outcome == ABOVE for k in ("cold", "warm"))
+            decided = all(f.decided for f in found.values())
+            holds = "true" if cold_more and not warm_more and decided else \
+                "false" if warm_more or (found["cold"].decided and not cold_more) else INCONCLUSIVE
+            said = ", ".join(f"{_ratio_text(found[k])} {k}" for k in found)
+            if warm_more:
+                said += ": a warm first step costs more too"
+            elif found["cold"].decided and not cold_more:
+                said += ": a cold first step costs no more than the later ones"
             outside = {k: d.first_step_outside(frame[frame["size"] == size].iloc[0])
                        for k, frame in (("cold", cold), ("warm", warm))}
             own = "; ".join(f"{k} {_us(v[0])} first, {_us(v[1])} later" for k, v in outside.items() if v)
