@@ -36,7 +36,7 @@ def _rows():
         {"job": "a", "status": "ok", "trace_error": None, "size": 64, "regime": "overhead-bound",
          "step_kernels_median": 5, "device_us_per_step": None},
         {"job": "b", "status": "ok", "trace_error": None, "size": 4096, "regime": "compute-bound",
-         "step_kernels_median": 4, "device_us_per_step": 12.0},
+         "step_kernels_median": 4, "device_us_per_step": 12.0, "top_kernel_spread": 1.4731687143887233},
         {"job": "c", "status": "failed", "trace_error": None, "size": 4096},
     ]
     ops = {"a": {"aten::mm": 3, "aten::add": 3}, "b": {"aten::addmm": 3}}
@@ -47,7 +47,8 @@ def _rows():
 def test_checks_are_per_job_true_false_or_without_a_value():
     jobs, ops, kernels = _rows()
     rows = check([parse("step_kernels_median == 5"), parse("regime == compute-bound where size >= 1024"),
-                  parse("op aten::add absent"), parse("kernel *gemm* present"), parse("device_us_per_step < 20")],
+                  parse("op aten::add absent"), parse("kernel *gemm* present"), parse("device_us_per_step < 20"),
+                  parse("top_kernel_spread > 1.1 where size >= 1024")],
                  jobs, ops, kernels)
     got = {(r["expectation"], r["job"]): (r["measured"], r["holds"]) for r in rows}
     assert got == {
@@ -60,6 +61,7 @@ def test_checks_are_per_job_true_false_or_without_a_value():
         ("kernel *gemm* present", "b"): ("absent", "false"),
         ("device_us_per_step < 20", "a"): ("no value", "n/a"),  # a CPU job has no device time
         ("device_us_per_step < 20", "b"): ("12.0", "true"),
+        ("top_kernel_spread > 1.1 where size >= 1024", "b"): ("1.473", "true"),  # as its interval would be
     }
 
 

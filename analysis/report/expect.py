@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 from typing import Any, Mapping, Sequence
 
 from profsweep.expectations import (  # noqa: F401  (the grammar, used through this module by the analysis)
@@ -89,10 +90,18 @@ def _attribute(e: Expectation, matched: Mapping[str, Any]) -> tuple[bool | None,
         measured = row.get(e.column)
         expected = row.get(e.value) if isinstance(e.value, str) and e.value in columns else e.value
         verdicts.append(compare_values(measured, e.cmp, expected))
-        shown = show_value(measured) if measured is not None else "no value"
+        shown = _shown(measured) if measured is not None else "no value"
         seen.append(shown if expected is e.value else f"{shown}/{show_value(expected)}")
     verdict = False if False in verdicts else None if None in verdicts else True
     return verdict, f"{', '.join(seen)} in {amount(len(matched), e.kind)}"
+
+
+def _shown(value: Any) -> str:
+    """A measured value: 4 significant digits for a number with a fraction (1.473, not
+    1.4731687143887233), as its interval has; anything else as the expectation shows it."""
+    if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+        return f"{value:.4g}"
+    return show_value(value)
 
 
 def check(expectations: Sequence[Expectation], jobs: Sequence[GridPoint],
@@ -112,7 +121,7 @@ def check(expectations: Sequence[Expectation], jobs: Sequence[GridPoint],
                 numbers = [number_of(v) for v in values]
                 measured = values[0] if len(values) == 1 else (sum(numbers) if None not in numbers else None)
                 verdict = compare_values(measured, e.cmp, e.value)
-                shown = show_value(measured) if measured is not None else "no value"
+                shown = _shown(measured) if measured is not None else "no value"
                 interval = interval_of(job, e.terms or (e.subject,)) if measured is not None else None
                 if e.terms == ("regime",) and verdict is not None and flag(job.get("regime_uncertain")):
                     verdict = INCONCLUSIVE  # work / host may be either side of 1
@@ -120,7 +129,7 @@ def check(expectations: Sequence[Expectation], jobs: Sequence[GridPoint],
                 if interval is not None:
                     # measured over repeats: it holds only when its whole interval does
                     verdict = compare_interval(*interval, e.cmp, e.value) if e.cmp not in ("==", "!=") else verdict
-                    shown = f"{show_value(measured)} [{interval[0]:.4g}, {interval[1]:.4g}]"
+                    shown = f"{_shown(measured)} [{interval[0]:.4g}, {interval[1]:.4g}]"
             else:
                 calls = op_calls.get(name, {}) if e.kind == "op" else kernel_calls.get(name, {})
                 matched = {k: v for k, v in calls.items() if (k == e.subject if e.kind == "op"
