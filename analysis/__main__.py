@@ -174,15 +174,22 @@ def compare_main(argv: list[str]) -> int:
             raise CompareError(f"--band {args.band} is not allowed: give a fraction between 0 and 1, e.g. 0.05 (±5%)")
         base, new = load_side(args.base), load_side(args.new)
         result = compare_sides(base, new, args.ignore, fdr=args.fdr, band=args.band)
-    except CompareError as exc:
+    except (CompareError, OSError) as exc:  # bad input, or a sweep it could not read: exit 2, not a verdict
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = args.out or args.new / "compare"
-    written = write_compare(result, base, new, out)
+    try:
+        written = write_compare(result, base, new, out)
+    except OSError as exc:  # an output it could not write: exit 2 (1 is the gate's: slower, or failed in NEW)
+        print(f"error: cannot write the comparison: {exc}" + ("" if args.out else "; --out DIR writes it elsewhere"),
+              file=sys.stderr)
+        return 2
     pairs = result["pairs"]
     counts = ", ".join(f"{sum(1 for p in pairs if p['verdict'] == v)} {v}"
                        for v in ("slower", "faster", "same", "inconclusive"))
     print(f"compare: {amount(len(pairs), 'pair')} ({counts}) -> {written[-1]}")
+    if not pairs:
+        print(f"  every grid point of {args.new} that {args.base} measured failed")
     print(f"  false discoveries controlled: Benjamini-Hochberg at {result['fdr']:g} over {result['tested']} "
           "pairs with an interval")
     for p in pairs:
@@ -257,7 +264,8 @@ def history_main(argv: list[str]) -> int:
             print(f"history: ingested {amount(new, 'new sweep')}, {len(sweeps) - new} already in "
                   f"the store -> {store.path}")
             found = history.load(store, [ids[s] for s in history.order(sweeps, args.order == "given")], args.ignore)
-            if len(sweeps) > 1 and not any(len(line.points) > 1 for line in found.lines):
+            broken = bool(found.sweeps and found.sweeps[-1].get("jobs_failed") and history.newest_missing(found))
+            if len(sweeps) > 1 and not any(len(line.points) > 1 for line in found.lines) and not broken:
                 raise StoreError(f"these {len(sweeps)} sweeps have nothing in common: no grid point was measured in "
                                  f"two of them (paired by {', '.join(found.columns)}); --ignore KEY pairs across a key")
             history.analyse(found)
@@ -266,18 +274,16 @@ def history_main(argv: list[str]) -> int:
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # an output it could not write: named, no traceback
+    except OSError as exc:  # a file it could not read or write: named, no traceback; exit 2 (1 is the gate's)
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2
     print("\n".join(history.lines_for_terminal(found)))
     print(f"  -> {', '.join(str(p) for p in written)}")
     if args.fail_on_change is not None:
-        from analysis.history.engine import newest_missing
-
         newest = found.sweeps[-1]
-        if newest.get("jobs_failed") and newest_missing(found):  # a broken build is the first regression
+        if newest.get("jobs_failed") and history.newest_missing(found):  # a broken build is the first regression
             print(f"failed in the newest sweep: {int(newest['jobs_failed'])} jobs of {newest['name']}, "
-                  f"{len(newest_missing(found))} grid points measured before")
+                  f"{len(history.newest_missing(found))} grid points measured before")
             return 1
         bad = [r for r in found.changes if r["status"] == "regression" and r["ratio"] > args.fail_on_change]
         for r in bad:

@@ -130,8 +130,8 @@ class Sweep:
 
         new = other if isinstance(other, Sweep) else load(other)
         try:
-            result = compare_sides(load_side(self.folder), load_side(new.folder), list(ignore))
-        except CompareError as exc:
+            result = compare_sides(load_side(self.folder), load_side(new.folder), _keys(ignore))
+        except (CompareError, OSError) as exc:
             raise ProfsweepError(str(exc)) from None
         return Comparison(self, new, result)
 
@@ -187,6 +187,10 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
     path = Path(folder)
     if not path.is_dir():
         raise ProfsweepError(f"{path}: no such folder (give a sweep folder, e.g. outputs/multirun/<date>/<time>)")
+    from analysis.tables import unreadable
+
+    if unreadable(path):
+        raise ProfsweepError(str(unreadable(path)))
     if not (path / SUMMARY_FILE).is_file() or not (path / CONCLUSIONS_FILE).is_file():
         if not analyse:
             raise ProfsweepError(f"{path}: not analysed yet (no {SUMMARY_FILE}): load(folder, analyse=True)")
@@ -199,17 +203,38 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
     return Sweep(path)
 
 
+def _keys(ignore: Sequence[str]) -> list[str]:
+    """`ignore` as a list of keys; a plain string is refused (it would be read letter by letter)."""
+    if isinstance(ignore, str):
+        raise ProfsweepError(f"ignore={ignore!r}: give a list of keys, e.g. [{ignore!r}]")
+    return [str(k) for k in ignore]
+
+
 def history(folders: Sequence[str | Path], out: str | Path | None = None, ignore: Sequence[str] = ()) -> History:
     """The history of these sweeps (python -m analysis history), its tables read back."""
     import pandas as pd
 
+    import contextlib
+    import io
+
     from analysis.__main__ import history_main
 
+    if isinstance(folders, (str, Path)) or not folders:
+        raise ProfsweepError(f"folders={folders!r}: give a list of sweep folders (or folders of them), "
+                             "e.g. ['outputs/multirun/2026-12-06']")
+    ignore = _keys(ignore)
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="profsweep-history-"))
     args = [str(f) for f in folders] + ["--out", str(out)] + [a for key in ignore for a in ("--ignore", key)]
-    code = history_main(args)
-    if code == 2:
-        raise ProfsweepError(f"history refused {', '.join(str(f) for f in folders)} (its message is above)")
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said):
+        code = history_main(args)
+    lines = said.getvalue().splitlines()
+    for line in lines:  # its warnings and progress, as the command prints them
+        if not line.startswith("error: "):
+            print(line, file=sys.stderr)
+    if code != 0:
+        error = next((line[len("error: "):] for line in lines if line.startswith("error: ")), f"exit {code}")
+        raise ProfsweepError(f"history refused {', '.join(str(f) for f in folders)}: {error}")
     read = {name: pd.read_csv(out / f"{name}.csv") if (out / f"{name}.csv").is_file() else pd.DataFrame()
             for name in ("regressions", "trends")}
     return History(out, read["regressions"], read["trends"])

@@ -97,24 +97,49 @@ def start_time(folder: Path, summary: Path) -> tuple[datetime.datetime, str]:
 
 def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[SweepFolder]:
     """The analysed sweeps named, or found in the folders named (up to DEPTH levels below, not
-    inside a sweep), each once. A named sweep that is not analysed, or that a live sweep still
-    writes, is refused; one found below a folder is skipped with a warning."""
-    from analysis.tables import job_folders
-    from profsweep.contract import live_sweep
+    inside a sweep), each once. A named sweep that is not analysed, that a live sweep still
+    writes, or that cannot be read, is refused; one found below a folder is skipped with a
+    warning. A sweep whose analysis is older than some of its job records (a job rerun since)
+    is taken as analysed, with a warning that says so."""
+    from analysis.tables import job_folders, unreadable
+    from profsweep.contract import METRICS_FILE, live_sweep
 
     def problem(folder: Path) -> str | None:
-        pid = live_sweep(folder)
-        if pid is not None:
-            return (f"{folder} is being written by a sweep that is still running"
-                    + (f" (pid {pid})" if pid > 0 else "") + ": history takes finished sweeps only")
-        summary = summary_file(folder)
-        if summary is None:
-            return (f"{folder} is not analysed (no summary.parquet or summary.csv): "
-                    f"python -m analysis {folder} writes them")
-        damaged = _damaged(summary, [folder / name for name in TABLE_FILES.values()])
-        if damaged:
-            return f"{damaged}: python -m analysis {folder} writes its tables anew"
+        try:
+            if unreadable(folder):
+                return unreadable(folder)
+            pid = live_sweep(folder)
+            if pid is not None:
+                return (f"{folder} is being written by a sweep that is still running"
+                        + (f" (pid {pid})" if pid > 0 else "") + ": history takes finished sweeps only")
+            summary = summary_file(folder)
+            if summary is None:
+                return (f"{folder} is not analysed (no summary.parquet or summary.csv): "
+                        f"python -m analysis {folder} writes them")
+            damaged = _damaged(summary, [folder / name for name in TABLE_FILES.values()])
+            if damaged:
+                return f"{damaged}: python -m analysis {folder} writes its tables anew"
+            with open(summary, "rb"):
+                pass
+        except OSError as exc:  # a file of it this user may not read
+            return f"{folder}: cannot read it ({exc.strerror or exc})"
         return None
+
+    def stale(folder: Path) -> None:
+        """Warn where job records were written after the analysis (a job rerun, a status changed)."""
+        summary = summary_file(folder)
+        try:
+            written = summary.stat().st_mtime_ns if summary is not None else None
+            newer = [] if written is None else \
+                [j.name for j in job_folders(folder) if (j / METRICS_FILE).is_file() and
+                 (j / METRICS_FILE).stat().st_mtime_ns > written]
+        except OSError:
+            return
+        if newer:
+            warn(f"warning: {folder}: its analysis is older than {amount(len(newer), 'job record')} "
+                 f"({', '.join(newer[:3])}{', ...' if len(newer) > 3 else ''}: rerun or changed since, or the folder "
+                 f"copied without its times); history reads the analysis as written: python -m analysis {folder} "
+                 "writes it anew")
 
     def is_sweep(folder: Path) -> bool:
         """Analysed, or job folders that are not themselves analysed runs (outputs/runs/<date>)."""
@@ -123,6 +148,28 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
         jobs = job_folders(folder)
         return bool(jobs) and not any(summary_file(j) is not None for j in jobs)
 
+    def children(folder: Path) -> list[Path]:
+        """The folders in `folder` that a walk goes into; one this user cannot read is skipped with
+        a warning (its sweeps cannot be taken)."""
+        out = []
+        try:
+            found = sorted(folder.iterdir())
+        except OSError as exc:
+            warn(f"warning: skipped: {folder}: cannot read it ({exc.strerror or exc})")
+            return []
+        for c in found:
+            try:
+                if not c.is_dir() or c.name.startswith(".") or (c / STORE_FILE).exists():
+                    continue
+            except OSError as exc:
+                warn(f"warning: skipped: {c}: cannot read it ({exc.strerror or exc})")
+                continue
+            if unreadable(c):
+                warn(f"warning: skipped: {unreadable(c)}")
+                continue
+            out.append(c)
+        return out
+
     found: dict[Path, SweepFolder] = {}
 
     def add(folder: Path) -> None:
@@ -130,11 +177,14 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
         if folder not in found:
             summary = summary_file(folder)
             assert summary is not None
+            stale(folder)
             found[folder] = SweepFolder(folder, *start_time(folder, summary), summary)
 
     for path in paths:
         if not path.is_dir():
             raise StoreError(f"{path}: no such folder")
+        if unreadable(path):
+            raise StoreError(str(unreadable(path)))
         if is_sweep(path):
             said = problem(path)
             if said:
@@ -144,9 +194,14 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
         below = []
         level = [path]
         for _ in range(DEPTH):
-            level = [c for p in level for c in sorted(p.iterdir()) if c.is_dir() and not c.name.startswith(".")
-                     and not (c / STORE_FILE).exists()]
-            sweeps = [c for c in level if is_sweep(c)]
+            level = [c for p in level for c in children(p)]
+            sweeps = []
+            for c in level:
+                try:
+                    if is_sweep(c):
+                        sweeps.append(c)
+                except OSError as exc:
+                    warn(f"warning: skipped: {c}: cannot read it ({exc.strerror or exc})")
             below += sweeps
             level = [c for c in level if c not in sweeps]
         if not below:

@@ -208,8 +208,9 @@ def untrusted(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
                 drop(key, "is not a list")
             elif not value:  # no sample in it: as a record that kept only the median
                 row[key] = None
-            elif len(kept := [x for x in stats.clean(value) if x > 0]) < len(value):
-                drop(key, f"holds {len(value) - len(kept)} of {len(value)} values that are not positive numbers")
+            elif len(kept := [x for x in stats.clean(value) if 0 < x <= BIGGEST]) < len(value):
+                drop(key, f"holds {len(value) - len(kept)} of {len(value)} values that are not positive numbers "
+                     "of a sensible size")
             continue
         if isinstance(value, (list, dict)):
             row[key] = json.dumps(value, sort_keys=True, default=str)[:1000]

@@ -689,3 +689,39 @@ def test_a_record_that_came_back_with_an_old_time_is_not_hidden_by_the_tables(tm
     os.utime(record, (stamp, stamp))
     side = load_side(tmp_path / "s")
     assert side.read_from == "traces" and len(side.jobs) == 3
+
+
+def test_a_new_sweep_whose_every_point_failed_fails_the_gate_not_the_input(tmp_path, capsys):
+    """Every job of NEW failed (a broken build): compare lists each as failed in NEW and the gate
+    exits 1, as for one failed point; before, it was refused as bad input (exit 2). BASE failing
+    everywhere is bad input: nothing to compare against, its first job's error named."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    for folder in (base, new):
+        hand_made_point(folder, 0, processes(100), size=8)
+        hand_made_point(folder, 1, processes(100), size=16)
+    for record_file in new.glob("*/metrics.json"):
+        record = json.loads(record_file.read_text())
+        record.update(status="failed", error="RuntimeError: boom")
+        record_file.write_text(json.dumps(record))
+    code, out, _ = compare(base, new, "--fail-if-slower", "1.10", capsys=capsys)
+    assert code == 1, out
+    assert out.count("failed in NEW (measured in BASE, ") == 2 and "every grid point of " in out
+    code, _, err = compare(new, base, capsys=capsys)
+    assert code == 2 and "no job finished with a readable trace" in err and "RuntimeError: boom" in err
+
+
+def test_an_output_compare_cannot_write_exits_2_not_the_gates_1(tmp_path, capsys):
+    hand_made_point(tmp_path / "a", 0, processes(100))
+    (tmp_path / "file").write_text("not a folder")
+    code, _, err = compare(tmp_path / "a", tmp_path / "a", "--out", tmp_path / "file" / "x", "--fail-if-slower", "1.10",
+                           capsys=capsys)
+    assert code == 2 and "cannot write the comparison" in err and "Traceback" not in err
+
+
+def test_samples_of_no_sensible_size_are_not_read(tmp_path):
+    from analysis import analyse_folder
+
+    hand_made_point(tmp_path, 0, processes(100), timed_us_per_step=49.4, timed_samples_us=[1e300] * 50)
+    said = " | ".join(v for _, v in analyse_folder(tmp_path, progress=lambda line: None))
+    assert "timed_samples_us" in said and "not positive numbers of a sensible size" in said
+    assert pd.read_csv(tmp_path / "summary.csv")["timed_us_per_step"].max() < 1e6

@@ -659,3 +659,41 @@ def test_a_one_sweep_spike_at_one_grid_point_does_not_hide_a_change_at_another()
     assert [s.confirmed for s in changes.after_unconfirmed(dip)] == [False, True]
     back = [dip[0], changes.Shift(2, 1, 4, 26.3, 31.5, 1.20, 1.1, 1.3, 0.01, True)]
     assert [s.confirmed for s in changes.after_unconfirmed(back)] == [False, False]
+
+
+def test_a_newest_sweep_whose_every_job_failed_fails_the_gate_not_the_input(tmp_path, capsys):
+    """Nothing in common because the newest sweep measured nothing: that is the broken build the
+    gate is for (exit 1), not two sweeps of different grids (exit 2)."""
+    rng = np.random.default_rng(6)
+    write_sweep(tmp_path / "n" / "s0", 1, {16: noisy(160, rng), 32: noisy(320, rng)})
+    write_sweep(tmp_path / "n" / "s1", 2, {16: [None, None, None], 32: [None, None, None]})
+    code, out, err = history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)
+    assert code == 1, err
+    assert "in s1: 6 of 6 jobs failed" in out and "failed in the newest sweep: 6 jobs of s1, 2 grid points" in out
+
+
+def test_an_analysis_older_than_a_job_record_is_said(tmp_path, capsys):
+    rng = np.random.default_rng(7)
+    for i in range(2):
+        write_sweep(tmp_path / "n" / f"s{i}", i + 1, {16: noisy(160, rng)})
+    record = next((tmp_path / "n" / "s1").glob("0_*")) / "metrics.json"
+    record.write_text("{}")
+    summary = (tmp_path / "n" / "s1" / "summary.csv").stat().st_mtime_ns
+    os.utime(record, ns=(summary + 10**9, summary + 10**9))  # rerun after the analysis
+    code, _, err = history(tmp_path / "n", capsys=capsys)
+    assert code == 0 and "s1: its analysis is older than 1 job record (0_matmul_add_16_bf16_warm_eager" in err
+    assert "s0: its analysis" not in err
+
+
+def test_the_api_refuses_a_folder_given_as_a_string_for_the_list(tmp_path):
+    import profsweep
+    from analysis.api import ProfsweepError
+
+    for bad in (str(tmp_path), tmp_path, []):
+        with pytest.raises(ProfsweepError, match="give a list of sweep folders"):
+            profsweep.history(bad)
+    write_sweep(tmp_path / "s0", 1, {16: [100.0, 101.0, 99.0]})
+    with pytest.raises(ProfsweepError, match=r"ignore='compile': give a list of keys"):
+        profsweep.history([tmp_path / "s0"], ignore="compile")
+    with pytest.raises(ProfsweepError, match="no such folder"):
+        profsweep.history([tmp_path / "missing"], out=tmp_path / "h")

@@ -270,6 +270,10 @@ def _ratio(a: Any, b: Any) -> float | None:
 def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float = FDR,
                   band: float = MARGIN) -> dict[str, Any]:
     """Pairs, their verdicts and diffs, the unmatched jobs of each side, the environment diff."""
+    if not base.points:  # nothing measured to compare against (NEW failing everywhere is the gate's: exit 1)
+        first = base.failed[0] if base.failed else None
+        raise CompareError(f"{base.folder}: no job finished with a readable trace"
+                           + (f" ({first['job']}: {first.get('error') or first.get('status') or 'failed'})" if first else ""))
     known = set(pairing_columns(base.points + new.points, ()))
     wanted = [pair_key_of(k) for k in ignore]
     unknown = [k for k, c in zip(ignore, wanted) if c not in known]
@@ -296,10 +300,7 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
     failed_base = _failed(new.points, unmatched_new, base.failed, columns)
     unmatched_base = [j for j in unmatched_base if j not in {f["measured_job"] for f in failed_new}]
     unmatched_new = [j for j in unmatched_new if j not in {f["measured_job"] for f in failed_base}]
-    if not pairs and failed_new:
-        raise CompareError(f"every grid point of {new.folder} that {base.folder} measured failed: "
-                           f"{failed_new[0]['failed_job']}: {failed_new[0]['error']}")
-    if not pairs:
+    if not pairs and not failed_new:
         raise CompareError(f"{base.folder} and {new.folder} have nothing in common: no job of one measured "
                            f"what a job of the other did (paired by {', '.join(columns)}){_apart(base, new, columns)}; "
                            "--ignore KEY pairs across a key")

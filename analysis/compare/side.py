@@ -70,7 +70,7 @@ def load_side(folder: Path) -> Side:
         raise CompareError(f"{folder}: not a sweep or a run: no job folder with a metrics.json in it")
     every = list(map(GridPoint, rows["summary"]))
     points = [p for p in every if p.usable]
-    if not points:
+    if not every:
         raise CompareError(f"{folder}: no job finished with a readable trace ({amount(len(jobs), 'job')})")
     on_cpu = {str(j["job"]) for j in jobs if j.get("platform") == "cpu"}
     # the CPU's "kernels" are its compute ops, already among the ops

@@ -480,8 +480,8 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
            f"{amount(len(history.lines), 'grid point')} paired by {', '.join(history.columns)}"
            + (f" (ignoring {', '.join(history.ignored)})" if history.ignored else "")
            + (f"; {once} measured in one sweep only" if once else "")]
-    if not measured:
-        return out
+    if not measured:  # nothing measured in two sweeps: what failed says why
+        return out + failures(history)
     on = sorted({METRIC_WORDS[ln.metric] for ln in measured if ln.metric})
     out.append(f"  changes of at least {changes.MIN_EFFECT:.0%} in the {' / '.join(on)}, false discoveries "
                f"controlled: Benjamini-Hochberg at {fdr:g} over {history.tested} tests")
