@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from profsweep.columns import (  # noqa: F401  (the columns an expectation may name)
     DERIVED_METRICS, GRID_KEYS, KERNEL_COLUMNS, OP_COLUMNS, RECORD_FIELDS, RECORD_METRICS, SETTING_PREFIXES,
-    is_known, known_metrics,
+    TEXT_COLUMNS, is_known, known_metrics,
 )
 from profsweep.contract import SERIES_KEYS, SUMMARY_FILE
 
@@ -57,6 +57,9 @@ COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, "<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt,
 }
 RELATIVE = ("smallest", "largest")  # condition values resolved per series
+REGIMES = ("overhead-bound", "compute-bound", "memory-bound")
+WORD_KEYS = frozenset({"regime", "workload", "dtype", "device", "optimizer"})  # text whatever the grid
+_WORD = re.compile(r"^[\w.:+\-*/@#%~]+$")  # an unquoted value: one token, no comparison or quote
 CUDA_ONLY = "CUDA only: needs the CUDA kernels' trace"
 _CMP = r"(==|!=|<=|>=|<|>)"
 _METRIC_FORM = re.compile(rf"^\s*([\w.]+(?:\s*\+\s*[\w.]+)*)\s*{_CMP}\s*(.+?)\s*$")
@@ -135,23 +138,50 @@ def _column(key: str) -> str:
     return "workload_" + key[len("workload."):] if key.startswith("workload.") else key
 
 
-def _value(text: str) -> Any:
-    text = text.strip()
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    low = text.lower()
+def _value(text: str, value: str) -> Any:
+    """One VALUE of expectation `text`: a number (finite), true/false, none, or a word; a value
+    with spaces or symbols in it must be quoted (`host_us_per_step == 5 5`, `=== 5`, `16 and` are
+    refused, not read as words)."""
+    value = value.strip()
+    if value[:1] in ("'", '"'):
+        if len(value) >= 2 and value[-1] == value[0]:
+            return value[1:-1]
+        raise ExpectationError(f"expect: {text!r}: the quote in {value!r} is never closed")
+    if not value or not _WORD.match(value):
+        raise ExpectationError(f"expect: {text!r}: {value!r} is not one value: give a number, true/false or a "
+                               "word (quote a value with spaces or symbols in it), and join conditions with 'and'")
+    low = value.lower()
     if low in ("true", "false"):
         return low == "true"
     if low in ("none", "null"):
         return None
     try:
-        return int(text)
+        return int(value)
     except ValueError:
         pass
     try:
-        return float(text)
+        number = float(value)
     except ValueError:
-        return text
+        return value
+    if not math.isfinite(number):
+        raise ExpectationError(f"expect: {text!r}: {value!r} is not a finite number")
+    return number
+
+
+def _comparable(text: str, keys: Sequence[str], cmp: str, value: Any, relative: bool = False) -> None:
+    """Refuse what can never be judged: an order (< <= > >=) against a word or on a text column,
+    a regime that is none of the three, a series' end (smallest, largest) outside a condition."""
+    ordering = cmp in ("<", "<=", ">", ">=")
+    if ordering and isinstance(value, (str, bool)) and not (relative and value in RELATIVE):
+        raise ExpectationError(f"expect: {text!r}: {cmp} needs a number, not {show_value(value)!r}")
+    text_keys = [k for k in keys if k in TEXT_COLUMNS or k in WORD_KEYS]
+    if ordering and text_keys:
+        raise ExpectationError(f"expect: {text!r}: {text_keys[0]} is text: compare it with == or !=")
+    if "regime" in keys and cmp in ("==", "!=") and value not in REGIMES:
+        raise ExpectationError(f"expect: {text!r}: {show_value(value)!r} is not a regime: use one of {', '.join(REGIMES)}")
+    if not relative and isinstance(value, str) and value in RELATIVE:
+        raise ExpectationError(f"expect: {text!r}: {value} names a series' end, which only a condition can use: "
+                               f"write e.g. 'regime == overhead-bound where size == {value}'")
 
 
 def show_value(value: Any) -> str:
@@ -169,8 +199,13 @@ def _condition(text: str, part: str, known: set[str]) -> Condition:
         raise ExpectationError(f"expect: {text!r}: unknown key {key!r} in the condition; use a grid key "
                                f"({', '.join(GRID_KEYS[:9])}, workload.<setting>) or a column of summary.csv")
     if within:
-        return Condition(_column(key), "in", tuple(_value(v) for v in within.group(2).split(",") if v.strip()))
-    return Condition(_column(key), m.group(2), _value(m.group(3)))
+        values = tuple(_value(text, v) for v in within.group(2).split(",") if v.strip())
+        if not values:
+            raise ExpectationError(f"expect: {text!r}: {part!r} names no value: write e.g. '{key} in 64,1024'")
+        return Condition(_column(key), "in", values)
+    value = _value(text, m.group(3))
+    _comparable(text, (_column(key),), m.group(2), value, relative=True)
+    return Condition(_column(key), m.group(2), value)
 
 
 def _op_name(text: str, subject: str) -> None:
@@ -203,7 +238,15 @@ def parse(text: str, known: set[str] | None = None) -> Expectation:
         if column is not None and column not in columns:
             raise ExpectationError(f"expect: {text!r}: {column!r} is not a column of {kind}s.csv; "
                                    f"use one of {', '.join(columns)}")
-        return Expectation(text, kind, subject, cmp, _value(value), conditions, column)
+        value = _value(text, value)
+        numeric = column is None or column not in TEXT_COLUMNS
+        if numeric and not isinstance(value, (int, float)) and not (column is not None and value in columns):
+            raise ExpectationError(f"expect: {text!r}: {column or 'calls per step'} is a number: compare it with a "
+                                   f"number{'' if column is None else f', true/false or another column of {kind}s.csv'}, "
+                                   f"not {show_value(value)!r}")
+        if not numeric:
+            _comparable(text, (column,), cmp, value)
+        return Expectation(text, kind, subject, cmp, value, conditions, column)
     m = _METRIC_FORM.match(head)
     if not m:
         raise ExpectationError(f"expect: {text!r} is not an expectation: write 'METRIC CMP VALUE', "
@@ -216,7 +259,9 @@ def parse(text: str, known: set[str] | None = None) -> Expectation:
             raise ExpectationError(f"expect: {text!r}: unknown metric {metric!r}; metrics are the columns of "
                                    f"{SUMMARY_FILE}" + (f" (e.g. {', '.join(close)})" if close else ""))
     terms = tuple(_column(t) for t in terms)
-    return Expectation(text, "metric", " + ".join(terms), m.group(2), _value(m.group(3)), conditions, terms=terms)
+    value = _value(text, m.group(3))
+    _comparable(text, terms, m.group(2), value)
+    return Expectation(text, "metric", " + ".join(terms), m.group(2), value, conditions, terms=terms)
 
 
 def is_claim(text: Any) -> bool:

@@ -25,6 +25,22 @@ def test_the_forms_of_the_issue_parse():
     ("op copy_ absent", "'copy_' is not an operator name"),
     ("size = 3", "is not an expectation"),
     ("", "is not an expectation"),
+    # once read as words or infinities, then judged false, true or never (a reviewer's list)
+    ("host_us_per_step === 5", "'= 5' is not one value"),
+    ("host_us_per_step == 5 5", "'5 5' is not one value"),
+    ("op aten::mm present where size == 16 and", "'16 and' is not one value"),
+    ("op aten::mm present where size == 16 where size == 32", "is not one value"),
+    ("op aten::mm present where size in ,,,", "names no value"),
+    ("host_us_per_step != 'abc", "never closed"),
+    ("host_us_per_step < 1e999", "'1e999' is not a finite number"),
+    ("host_us_per_step < nan", "'nan' is not a finite number"),
+    ("op aten::mm calls == abc", "calls is a number"),
+    ("op aten::mm > many", "calls per step is a number"),
+    ("regime < 5", "regime is text"),
+    ("dtype > 3 where size == 64", "dtype is text"),
+    ("host_us_per_step < fast", "< needs a number"),
+    ("regime == banana", "'banana' is not a regime: use one of overhead-bound, compute-bound, memory-bound"),
+    ("size == smallest", "only a condition can use"),
 ])
 def test_bad_expectations_name_what_is_wrong(text, needle):
     with pytest.raises(ExpectationError, match=needle):
