@@ -725,3 +725,19 @@ def test_samples_of_no_sensible_size_are_not_read(tmp_path):
     said = " | ".join(v for _, v in analyse_folder(tmp_path, progress=lambda line: None))
     assert "timed_samples_us" in said and "not positive numbers of a sensible size" in said
     assert pd.read_csv(tmp_path / "summary.csv")["timed_us_per_step"].max() < 1e6
+
+
+def test_a_repeat_lost_where_its_grid_point_has_others_is_named(tmp_path, capsys):
+    """A grid point judged on fewer processes than it ran says which one it lost and why (before:
+    only "2 vs 3 repeats", the failed job unnamed)."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    for folder in (base, new):
+        hand_made_point(folder, 0, processes(100))
+    lost = sorted(new.glob("*/metrics.json"))[-1]
+    record = json.loads(lost.read_text())
+    record.update(status="failed", error="RuntimeError: out of memory")
+    lost.write_text(json.dumps(record))
+    code, out, _ = compare(base, new, capsys=capsys)
+    assert code == 0 and f"a repeat failed in NEW (its grid point judged on the others): {lost.parent.name}: " \
+        "RuntimeError: out of memory" in out
+    assert "a repeat failed in BASE" not in out

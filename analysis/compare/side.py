@@ -43,6 +43,7 @@ class Side:
     jobs: dict[str, Job] = field(default_factory=dict)  # job -> its row (repeats.csv), usable ones
     read_from: str = "tables"  # "tables": the written analysis; "traces": analysed here, in memory
     failed: list[GridPoint] = field(default_factory=list)  # the grid points without a usable repeat
+    lost: list[tuple[str, str]] = field(default_factory=list)  # (job, why) of repeats lost by usable grid points
 
 
 def op_uses(ops: Iterable[dict[str, Any]]) -> list[tuple[str, float, float]]:
@@ -76,9 +77,13 @@ def load_side(folder: Path) -> Side:
     # the CPU's "kernels" are its compute ops, already among the ops
     kernels = _by_job(k for k in rows["kernels"] if str(k["job"]) not in on_cpu)
     environment = environment_of(folder)
+    failed = [p for p in every if not p.usable]
+    gone = {p.get("config_hash") for p in failed}
+    lost = [(str(j["job"]), str(j.get("error") or j.get("trace_error") or j.get("record_error") or j.get("status")
+                                or "failed")) for j in jobs if not j.usable and j.get("config_hash") not in gone]
     return Side(folder, points, _by_job(rows["steps"]), {j: op_uses(o) for j, o in _by_job(rows["ops"]).items()},
                 {j: kernel_uses(k) for j, k in kernels.items()}, environment if isinstance(environment, dict) else {},
-                {str(j["job"]): j for j in jobs if j.usable}, read_from, [p for p in every if not p.usable])
+                {str(j["job"]): j for j in jobs if j.usable}, read_from, failed, lost)
 
 
 def _by_job(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
