@@ -471,11 +471,14 @@ def test_order_given_keeps_the_command_lines_order(tmp_path, capsys):
     # started in this order: fast, fast, slow, slow, slow, fast ... but given slow ones first
     folders = [write_sweep(tmp_path / f"s{i}", i + 1, {8: noisy(100 * (3 if i in (2, 3, 4) else 1), rng)})
                for i in range(7)]
-    history(*folders, "--out", tmp_path / "by_time", capsys=capsys)
+    _, out, _ = history(*folders, "--out", tmp_path / "by_time", capsys=capsys)
+    assert "history: 7 sweeps from 2026-12-01 02:00 to 2026-12-07 02:00, 1 grid point" in out, out
     by_time = pd.read_csv(tmp_path / "by_time" / "regressions.csv")
     assert set(by_time["change_at"]) == {str(folders[2].resolve()), str(folders[5].resolve())}
     given = [folders[i] for i in (2, 3, 4, 0, 1, 5, 6)]
-    history(*given, "--order", "given", "--out", tmp_path / "given", capsys=capsys)
+    _, out, _ = history(*given, "--order", "given", "--out", tmp_path / "given", capsys=capsys)
+    # the span of their start times, not the first and last given (it read "from 12-03 to 12-07")
+    assert "history: 7 sweeps from 2026-12-01 02:00 to 2026-12-07 02:00, in the order given, " in out, out
     found = pd.read_csv(tmp_path / "given" / "regressions.csv")
     assert found[["change_at", "status"]].values.tolist() == [[str(folders[0].resolve()), "improvement"]]
 

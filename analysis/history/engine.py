@@ -476,7 +476,10 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
     measured = [ln for ln in history.lines if ln.series is not None]
     once = sum(1 for ln in history.lines if len(ln.points) < 2)
     s = history.sweeps
-    out = [f"history: {amount(len(s), 'sweep')} from {_when(s[0]['started_at'])} to {_when(s[-1]['started_at'])}, "
+    times = sorted((t for t in (sw["started_at"] for sw in s) if t is not None), key=str)
+    given = [sw["started_at"] for sw in s] != [sw["started_at"] for sw in sorted(s, key=lambda sw: str(sw["started_at"]))]
+    span = f"from {_when(times[0])} to {_when(times[-1])}" if times else "of unknown start"
+    out = [f"history: {amount(len(s), 'sweep')} {span}{', in the order given' if given else ''}, "
            f"{amount(len(history.lines), 'grid point')} paired by {', '.join(history.columns)}"
            + (f" (ignoring {', '.join(history.ignored)})" if history.ignored else "")
            + (f"; {once} measured in one sweep only" if once else "")]
