@@ -31,8 +31,8 @@ DEVICE_PER_STEP = {"device_us_per_step": "device_us", "step_device_us_median": "
 RATIO = "work_host_ratio"
 ONE_PER_REPEAT = ("first_call_ms", "dead_window_us", "warmup_ms", "profiler_overhead_ratio")
 # Summed or worst over the repeats, not a median: how much was measured and how busy it was.
-SUMMED = ("timed_steps", "timed_slow_steps", "trace_bytes", "lock_wait_s")
-WORST = ("other_cpus", "cpu_pressure", "loadavg_1m")
+SUMMED = ("timed_steps", "timed_slow_steps", "recompiles", "trace_bytes", "lock_wait_s")
+WORST = ("other_cpus", "cpu_pressure", "loadavg_1m", "recompile_limit")
 # Noise: repeats whose medians' logarithms have a standard deviation above this (processes more
 # than about 12% apart; TorchBench sees 5-9% run-to-run on one build), other processes using more
 # CPUs than the job left free plus OTHER_CPUS, runnable tasks waiting for a CPU this share of the
@@ -259,6 +259,14 @@ def noise_reasons(point: dict[str, Any], ok: list[dict[str, Any]],
     disturbed = profiled_disturbed(point)
     if disturbed:
         reasons["profiled steps"] = disturbed
+    recompiled = stats.number(point.get("recompiles")) or 0
+    limit = (stats.number(point.get("recompile_limit")) or 0) > 0
+    if recompiled > 0 or limit:  # not load: the step itself compiled while it was measured, or gave up
+        reasons["recompiled"] = (
+            f"the step was compiled again while it was measured ({recompiled:.0f} graphs over its processes, after "
+            "their first calls" + ("; Dynamo reached its recompile limit and ran the rest eagerly" if limit else "")
+            + "): its times hold compilations or eager code, not what a warm compiled step costs; job.log has "
+            "Dynamo's reasons (a Python number the step changes, a shape that changes)")
     return reasons
 
 

@@ -167,7 +167,7 @@ def name_variants(tables: SweepTables) -> None:
 
 # What a metrics.json's fields must be: the analysis reads every record as untrusted input.
 FLAG_FIELDS = ("compile", "warmup", "train", "failure_is_final")
-COUNT_FIELDS = ("size", "steps", "repeat", "schema_version", "timed_steps", "timed_slow_steps", "torch_threads",
+COUNT_FIELDS = ("size", "steps", "repeat", "schema_version", "timed_steps", "timed_slow_steps", "recompiles", "recompile_limit", "torch_threads",
                 "cpu_count", "warmup_iters")
 LIST_FIELDS = ("timed_samples_us",)
 NUMBER_SUFFIXES = ("_us", "_ms", "_s", "_bytes", "_per_s", "_ratio", "_per_call", "_per_step")

@@ -101,6 +101,11 @@ class Prepared:
     step: Step
     cost: seam.Cost | None
     sync: Callable[[], None]  # synchronise the device before reading a clock
+    graphs: int = 0  # Dynamo's graphs compiled in this process when the step was made, then once it was warm
+
+    def recompiles(self) -> int:
+        """The graphs Dynamo compiled since `graphs` was last set: recompilations of a warm step."""
+        return dynamo_graphs()[0] - self.graphs
 
     def grad_mode(self) -> Any:
         import torch
@@ -142,6 +147,7 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
             window_start = window_start or session.window_start
             if not config.warmup and twin is None:
                 _time_unprofiled(job, out, AFTER_PROFILER)  # before the export changes the process
+            out["recompiles"] = job.recompiles()  # during the profiled (and this process's timed) steps
             # what else the machine did while this process measured (a twin says its own)
             out.update(machine.between(window_start, machine.read()) if window_start else {})
             session.export()
@@ -155,6 +161,7 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
             _release(job)
             _twin_timing(twin, out)
             twin = None
+        _recompiled(out)
         out["loadavg_1m"] = machine.loadavg()
         provenance.finish(traced, job_dir, out)  # every measurement is done: read it, turn it off
         traced = None
@@ -201,9 +208,10 @@ def _time_in_twin(config: JobConfig) -> dict[str, Any]:
         for _ in range(TWIN_WARMUP_CALLS):
             job.step.call()
         job.sync()
+        job.graphs = dynamo_graphs()[0]
         start = machine.read()
         timed = _timed(job.step.call, job.sync)
-        return {**timed, "window": machine.between(start, machine.read())}
+        return {**timed, "window": machine.between(start, machine.read()), "timed_recompiles": job.recompiles()}
 
 
 def _twin_timing(twin: Any, out: dict[str, Any]) -> None:
@@ -214,6 +222,7 @@ def _twin_timing(twin: Any, out: dict[str, Any]) -> None:
     try:
         found = twin.result()
         window = found.pop("window", {})
+        out["recompiles"] = (out.get("recompiles") or 0) + int(found.pop("timed_recompiles", 0) or 0)
         out.update(found, timed_in=TWIN)
         # the machine over both windows: the job's profiled steps and the twin's timed ones
         for key in ("other_cpus", "cpu_pressure"):
@@ -273,7 +282,7 @@ def _prepare(config: JobConfig, out: dict[str, Any], quiet: bool = False) -> Pre
         _check_memory(out, config, device, free)
     step = make_step(workload, train=config.train, optimizer=config.optimizer, name=w.name,
                      compile_fn=_compiler(config, device))
-    return Prepared(config, device, free, workload, modules, step, cost, sync)
+    return Prepared(config, device, free, workload, modules, step, cost, sync, graphs=dynamo_graphs()[0])
 
 
 def _settle_process(config: JobConfig) -> None:
@@ -389,6 +398,12 @@ def _first_call(job: Prepared, out: dict[str, Any]) -> None:
         raise records.Refusal(f"meta tensors are refused: {config.workload.target}'s step returned a tensor on device "
                        "'meta' (no data: nothing ran); build the model and its inputs on the device the "
                        "factory is given")
+    inside = job.recompiles()
+    job.graphs += inside  # a warm step's recompilations count from here
+    if inside and not config.compile:
+        _warn(out, f"torch.compile ran inside the workload ({inside} graph{'s' if inside > 1 else ''} on its first "
+                   "call: a factory that returns a compiled model, or torch.compile in its code): this eager job "
+                   "measured compiled code, and compile against eager compares compiled with compiled")
     if config.compile:
         out.update(_compile_counters())
         if not config.warmup and out.get("inductor_cache_hits"):
@@ -404,6 +419,7 @@ def _warm_up(job: Prepared, out: dict[str, Any]) -> None:
         job.step.call()
     job.sync()
     out["warmup_ms"] = (time.perf_counter() - start) * 1e3
+    job.graphs = dynamo_graphs()[0]  # warm: what it compiles from here on is a recompilation
 
 
 def _profiled_steps(job: Prepared, job_dir: Path, out: dict[str, Any], first_in_profiler: bool
@@ -650,6 +666,40 @@ def _check_memory(out: dict[str, Any], config: JobConfig, device: str, free: int
             f"{', gradients, optimizer state' if config.train else ''} and live intermediates) but only "
             f"{_gib(free)} is available on {device}"
         )
+
+
+def dynamo_graphs() -> tuple[int, bool]:
+    """The graphs Dynamo has compiled in this process, and whether it gave up recompiling a frame
+    (its recompile limit: that code then runs eagerly). From Dynamo's counters, a private module
+    (torch has no public count of compilations); (0, False) where Dynamo was never imported."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None:
+        return 0, False
+    try:
+        graphs = int(counters["stats"]["unique_graphs"])
+        limit = any("recompile limit" in str(k).lower() or "recompile_limit" in str(k) for k in counters["unimplemented"])
+    except (KeyError, TypeError, ValueError):
+        return 0, False
+    return graphs, limit
+
+
+def _recompiled(out: dict[str, Any]) -> None:
+    """Say where the warm step compiled again while it was measured: its times then hold
+    compilations, or (past Dynamo's recompile limit) eager code under a compiled label."""
+    graphs, limit = out.get("recompiles") or 0, dynamo_graphs()[1]
+    if out.get("compile"):
+        out["recompile_limit"] = int(limit)  # 1: some of the step runs eagerly under a compiled label
+    if graphs > 0 or (limit and out.get("compile")):
+        _warn(out, f"the step was compiled again while it was measured ({graphs} graph{'' if graphs == 1 else 's'} "
+                   "after its first call" + ("; Dynamo reached its recompile limit and runs the rest eagerly" if limit
+                                             else "") + "): a guard failed on every call (a Python number the step "
+                   "changes, a shape that changes): its step times hold compilations; job.log has Dynamo's reasons")
+
+
+def _warn(out: dict[str, Any], said: str) -> None:
+    print(f"warning: {said}", file=sys.stderr, flush=True)
+    out.setdefault("warnings", []).append(said)
 
 
 def _compile_counters() -> dict[str, Any]:

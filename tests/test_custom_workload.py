@@ -52,6 +52,24 @@ NOT_A_FUNCTION = 42
 def returns_int(*, size, dtype, device):
     """A broken factory: returns a number, not (fn, args)."""
     return 7
+
+
+class Counting(nn.Module):
+    """Counts its calls in a Python int: torch.compile guards on it and compiles again every call."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.calls, self.lin = 0, nn.Linear(dim, dim)
+
+    def forward(self, x):
+        self.calls += 1
+        return self.lin(x) * self.calls
+
+
+def make_counting(*, size, dtype, device, precompiled: bool = False):
+    torch._dynamo.config.recompile_limit = 3  # a user's setting: fewer compilations before it gives up
+    module = Counting(16).to(device=device, dtype=dtype)
+    return (torch.compile(module) if precompiled else module), (torch.randn(size, 16, device=device, dtype=dtype),)
 '''
 
 
@@ -212,3 +230,29 @@ def test_a_target_without_workload_custom_is_refused(user_code, tmp_path, multir
     assert "workload._target_='mybench.blocks:make_geglu' is not allowed with workload=matmul_add" in done.stderr
     assert "add workload=custom" in done.stderr
     assert not where.exists() or not any(where.rglob("metrics.json"))
+
+
+@pytest.mark.slow
+def test_a_step_compiled_again_while_measured_is_said_and_noisy(user_code, tmp_path):
+    """A module that changes a Python int every call compiles again on every call (Dynamo's
+    guard on it) until its recompile limit: the job warns, the grid point is noisy for it; and an
+    'eager' job whose factory returned a compiled module says it measured compiled code. Before,
+    both were ok without a word and compile against eager was concluded from them."""
+    sweep = tmp_path / "s"
+    done = run_cli("-m", "workload=custom", "workload._target_=mybench.blocks:make_counting", "size=8",
+                   "compile=true", "warmup=true,false", f"hydra.sweep.dir={sweep}", env={"PYTHONPATH": str(user_code)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    for job in job_dirs(sweep):
+        record = read_metrics(job)
+        # cold: compiled again in the profiled steps; warm: its warm-up calls reached the limit of 3
+        assert record["status"] == "ok" and (record["recompiles"] >= 1 or record["recompile_limit"] == 1), record
+        assert any("compiled again while it was measured" in w for w in record["warnings"]), record["warnings"]
+    summary = pd.read_csv(sweep / "summary.csv")
+    assert summary["noise_reason"].str.contains("compiled again while it was measured").all()
+    eager = tmp_path / "e"
+    done = run_cli("-m", "workload=custom", "workload._target_=mybench.blocks:make_counting", "size=8",
+                   "+workload.precompiled=true", "compile=false", "warmup=true", f"hydra.sweep.dir={eager}",
+                   env={"PYTHONPATH": str(user_code)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = read_metrics(job_dirs(eager)[0])
+    assert any("torch.compile ran inside the workload" in w for w in record["warnings"]), record["warnings"]

@@ -167,14 +167,15 @@ def job_warnings(row: dict[str, Any]) -> list[str]:
 
 
 def _ran_otherwise(jobs: list[dict[str, Any]]) -> list[Conclusion]:
-    """Jobs that ran something other than the grid asked (another dtype or device): first, since
-    every figure of theirs is about something else."""
+    """Jobs that warned: most ran something other than the grid asked (another dtype or device, a
+    step compiled again while measured), others measured less (FLOPs not counted); first, since
+    their figures are about something else or lack something."""
     warned = [(str(j.get("job")), job_warnings(j)) for j in jobs]
     warned = [(name, w) for name, w in warned if w]
     if not warned:
         return []
     kinds = sorted({w for _, found in warned for w in found})
-    return [Conclusion("warnings", f"{len(warned)} of {amount(len(jobs), 'job')} did not run what the grid asked: "
+    return [Conclusion("warnings", f"{len(warned)} of {amount(len(jobs), 'job')} warned: "
                        + "; ".join(kinds[:3]) + (f"; and {len(kinds) - 3} more" if len(kinds) > 3 else "")
                        + f" (first: {warned[0][0]}).", "warnings")]
 
