@@ -34,7 +34,7 @@ from profsweep import machine
 from experiments.config import AUTO, ConfigError, JobConfig, config_from_dict
 from experiments.lifeline import die_with_parent
 from experiments.records import JobError
-from profsweep.contract import FINAL, first_line
+from profsweep.contract import FINAL, first_line, message
 
 if TYPE_CHECKING:  # both import torch: the job imports them once it runs (_settle_process)
     from experiments.profiling import ProfilingSession
@@ -69,12 +69,16 @@ def run_job(config: JobConfig, job_dir: Path, own_process: bool = False) -> dict
             print(f"error: {exc}", file=sys.stderr, flush=True)
         else:
             traceback.print_exc()
-        record["error"] = (f"{records.DISK_FULL}: {exc}" if records.disk_full(exc)
-                           else f"{'JobError' if type(exc) is records.Refusal else type(exc).__name__}: {exc}")
+        said = message(exc)[:ERROR_CHARS]  # the whole traceback is in job.log
+        record["error"] = (f"{records.DISK_FULL}: {said}" if records.disk_full(exc)
+                           else f"{'JobError' if type(exc) is records.Refusal else type(exc).__name__}: {said}")
         record[FINAL] = final_failure(exc)
     record["finished_at"] = records.now_iso()
     records.write_json(job_dir / records.METRICS_FILE, record)
     return record
+
+
+ERROR_CHARS = 4000  # of an exception's message in the record (a workload's may be megabytes)
 
 
 def final_failure(exc: BaseException) -> bool:
@@ -180,6 +184,9 @@ AFTER_PROFILER = "this process, after the profiled steps (no twin)"
 
 
 TWIN_WARMUP_CALLS = 2  # before the twin times: its first call (compiling, if compiled) and one more
+# What a twin may fail with that is not the workload's own failure: the job stays ok without
+# un-profiled timing (its memory guard, a refusal, running out of memory beside the job, Ctrl-C).
+TWIN_SOFT = ("JobError", "Refusal", "ConfigError", "MemoryError", "OutOfMemoryError", "KeyboardInterrupt")
 
 
 def _fork_twin(config: JobConfig) -> Any:
@@ -230,6 +237,10 @@ def _twin_timing(twin: Any, out: dict[str, Any]) -> None:
             out[key] = max(values) if values else None
         out["measured_s"] = (out.get("measured_s") or 0.0) + (window.get("measured_s") or 0.0)
     except TwinError as exc:
+        if exc.raised is not None and exc.raised not in TWIN_SOFT:
+            # the workload's own exception, in the same calls the job made: a failure of the job
+            raise JobError(f"the workload raised in the job's twin (the process that builds and calls it again to "
+                           f"time its un-profiled steps): {exc}") from None
         out["timed_error"] = str(exc)
         print(f"warning: no un-profiled timing: {exc}", file=sys.stderr, flush=True)
 

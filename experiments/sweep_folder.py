@@ -26,7 +26,7 @@ from experiments.preflight import Planned, cuda_visible
 from experiments.refusals import refuse
 from hydra_plugins.profsweep_grid import grid
 from hydra_plugins.profsweep_grid.grid import Axis
-from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SWEEP_LOCK_FILE, amount, read_plan
+from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SWEEP_LOCK_FILE, amount, one_line, read_plan
 from profsweep.sweep_state import SWEEP
 
 EXIT_FAILED_JOBS = 1
@@ -320,7 +320,7 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
               + (f"; {SWEEP.resumed} of them already ok, not run again (resume)" if SWEEP.resumed else ""))
     print(f"done: {amount(len(job_dirs), 'job')} ({counts}) in {folder}", flush=True)
     for name, error in failed:
-        print(f"  failed: {name}: {error}", flush=True)
+        print(f"  failed: {name}: {one_line(error)}", flush=True)
     settled = _not_run(folder)
     if settled:
         print(f"  not run: the later repeats of {amount(len(settled), 'grid point')} whose "

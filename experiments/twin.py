@@ -33,12 +33,19 @@ import threading
 import traceback
 from typing import Any, Callable
 
+from profsweep.contract import message
+
 _PR_SET_PDEATHSIG = 1
 _MAX_RESULT = 1 << 20
 
 
 class TwinError(RuntimeError):
-    """The twin failed or died: the message says how."""
+    """The twin failed or died: the message says how; `raised` names the exception its work raised
+    (None where it died without a result)."""
+
+    def __init__(self, message: str, raised: str | None = None) -> None:
+        super().__init__(message)
+        self.raised = raised
 
 
 class Twin:
@@ -103,7 +110,7 @@ class Twin:
                    else f"exited with code {status}")
             raise TwinError(f"the process timing the un-profiled steps {how} without a result")
         if "error" in found:
-            raise TwinError(str(found["error"]))
+            raise TwinError(str(found["error"]), str(found.get("raised") or "") or None)
         return found
 
     def close(self) -> None:
@@ -149,7 +156,7 @@ def _serve(parent: int, go: int, results: int, work: Callable[[], dict[str, Any]
             found = work()
         except BaseException as exc:  # the job's record says it: never a traceback of the job's own
             traceback.print_exc()
-            found, code = {"error": f"{type(exc).__name__}: {exc}"}, 1
+            found, code = {"error": f"{type(exc).__name__}: {message(exc)[:4000]}", "raised": type(exc).__name__}, 1
         data = json.dumps(found).encode("utf-8")
         while data:
             data = data[os.write(results, data):]

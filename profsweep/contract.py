@@ -299,8 +299,28 @@ def without_address(text: str) -> str:
 def first_line(exc: BaseException) -> str:
     """An exception's message in one line (torch's and Hydra's may run to a page); its type's name
     where it has none."""
-    text = str(exc).strip().splitlines()
+    text = message(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def message(exc: BaseException) -> str:
+    """str(exc), or what it is where a workload's exception cannot say its own message."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__} whose message cannot be read>"
+
+
+LINE = 300  # a terminal line's share of a message
+
+
+def one_line(text: Any) -> str:
+    """A recorded message as one terminal line: its first line that says something, cut to LINE
+    characters (the record and the job's log keep the whole)."""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    line = lines[0] if lines else ""
+    more = len(lines) > 1 or len(line) > LINE
+    return (line[:LINE] + " ..." if len(line) > LINE else line) + (" (the rest in job.log)" if more else "")
 
 
 def write_json(path: Path, data: Any) -> None:

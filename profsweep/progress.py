@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-from profsweep.contract import METRICS_FILE, PLAN_FILE, UNFINISHED
+from profsweep.contract import METRICS_FILE, PLAN_FILE, UNFINISHED, one_line
 
 
 def planned_jobs(sweep_dir: Path) -> int | None:
@@ -114,4 +114,4 @@ def _outcome(record: Any) -> str:
     status = record.get("status")
     if status == "ok":
         return f"ok{seconds}"
-    return f"{status if status == 'skipped' else 'failed'}: {record.get('error') or 'no reason recorded'}"
+    return f"{status if status == 'skipped' else 'failed'}: {one_line(record.get('error') or 'no reason recorded')}"

@@ -23,11 +23,21 @@ import os
 import torch
 
 
-def make(*, size, dtype, device, log: str = "", fail_second: bool = False):
+class Unsayable(Exception):
+    def __str__(self):
+        raise ValueError("no message")
+
+
+def make(*, size, dtype, device, log: str = "", fail_second: bool = False, fail_with: str = "RuntimeError",
+         fail_first: str = ""):
     with open(log, "a") as f:
         f.write(f"{os.getpid()}\\n")
+    if fail_first == "unsayable":
+        raise Unsayable()
+    if fail_first == "long":
+        raise ValueError("first line\\n" + "x" * 20000)
     if fail_second and len(open(log).read().split()) > 1:
-        raise RuntimeError("the second build fails")
+        raise {"RuntimeError": RuntimeError, "MemoryError": MemoryError}[fail_with]("the second build fails")
     x = torch.ones(size, size, dtype=dtype, device=device)
     return torch.mm, (x, x)
 '''
@@ -72,12 +82,23 @@ def test_a_warm_job_times_before_its_profiler_in_its_own_process(tmp_path):
     assert record["timed_in"] == "this process, before the profiler" and len(builds) == 1
 
 
-def test_a_twin_that_fails_leaves_the_job_ok_without_timing(tmp_path):
-    record, builds, code = _run_job(tmp_path, warmup=False, fail_second=True)
+def test_a_twin_that_runs_out_of_memory_leaves_the_job_ok_without_timing(tmp_path):
+    record, builds, code = _run_job(tmp_path, warmup=False, fail_second=True, fail_with="MemoryError")
     assert code == 0 and record["status"] == "ok", record["error"]
     assert record.get("timed_us_per_step") is None
     assert "the second build fails" in record["timed_error"]
     assert record["trace_file"]
+
+
+def test_a_workload_that_raises_in_its_twin_fails_the_job(tmp_path):
+    """The workload's own exception in the twin (a model that raises on its 12th call, a factory
+    that fails its second build) is the job's failure, said as such: before, the job was ok
+    without un-profiled timing and the report advised a rerun that changed nothing."""
+    record, builds, code = _run_job(tmp_path, warmup=False, fail_second=True)
+    assert record["status"] == "failed" and record.get("timed_us_per_step") is None
+    assert record["error"].startswith("JobError: the workload raised in the job's twin (the process that builds "
+                                      "and calls it again to time its un-profiled steps): RuntimeError: the second "
+                                      "build fails")
 
 
 def test_a_job_that_fails_lets_its_twin_go(tmp_path):
@@ -105,3 +126,26 @@ def _cmdline(proc: Path) -> str:
 
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the twin is forked: Linux")
+
+
+def test_a_workload_error_that_cannot_say_itself_or_says_too_much_is_recorded(tmp_path):
+    """An exception whose str() raises crashed the job's own error handling ("the job's process
+    ended without a result"); one of 20,000 characters went whole into the record and onto two
+    terminal lines (a reviewer's models)."""
+    record, _, _ = _run_job(tmp_path, warmup=True, fail_first="unsayable")
+    assert record["status"] == "failed" and record["error"] == "Unsayable: <Unsayable whose message cannot be read>"
+    other = tmp_path / "long"
+    other.mkdir()
+    record, _, _ = _run_job(other, warmup=True, fail_first="long")
+    assert record["status"] == "failed" and record["error"].startswith("ValueError: first line\nxxx")
+    assert len(record["error"]) < 4100
+
+
+def test_a_message_is_one_terminal_line():
+    from profsweep.contract import LINE, one_line
+
+    assert one_line("RuntimeError: boom") == "RuntimeError: boom"
+    assert one_line("TorchRuntimeError: failed\n\nfrom user code:\n  File x") == \
+        "TorchRuntimeError: failed (the rest in job.log)"
+    long = one_line("ValueError: " + "x" * 20000)
+    assert "\n" not in long and len(long) < LINE + 40 and long.endswith("... (the rest in job.log)")
