@@ -264,7 +264,8 @@ def history_main(argv: list[str]) -> int:
         out = args.out or default_out(args.sweeps, sweeps)
         with Store(out / STORE_FILE) as store:
             ids, new = store.ingest(sweeps, progress=_every(5.0))
-            print(f"history: ingested {amount(new, 'new sweep')}, {len(sweeps) - new} already in "
+            again = f" ({store.reread} of them again: analysed since)" if store.reread else ""
+            print(f"history: ingested {amount(new, 'new sweep')}{again}, {len(sweeps) - new} already in "
                   f"the store -> {store.path}")
             found = history.load(store, [ids[s] for s in history.order(sweeps, args.order == "given")], args.ignore)
             broken = bool(found.sweeps and found.sweeps[-1].get("jobs_failed") and history.newest_missing(found))
@@ -446,9 +447,33 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if problems else 0
 
 
+def stoppable(argv: list[str] | None = None) -> int:
+    """`main`, stopped by Ctrl-C or SIGTERM with one line and exit 130 (143), no traceback: every
+    file these commands write is written whole or not at all, so a stop leaves the last whole
+    ones (and a half-done analysis says so in its folder: see analysis.analyse_folder)."""
+    import signal
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signum)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        return main(argv)
+    except KeyboardInterrupt as exc:
+        by = "SIGTERM" if exc.args and exc.args[0] == signal.SIGTERM else "Ctrl-C"
+        what = (argv if argv is not None else sys.argv[1:])[:1]
+        command = what[0] if what and what[0] in ("compare", "history", "sql", "calibrate", "trace", "serve") \
+            else "the analysis"
+        print(f"interrupted ({by}): {command} stopped; no file it writes is left half-written: run the same "
+              "command again", file=sys.stderr, flush=True)
+        return 143 if by == "SIGTERM" else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 if __name__ == "__main__":
     try:
-        code = main()
+        code = stoppable()
         sys.stdout.flush()
     except BrokenPipeError:  # the reader went away (`... --json | head -c 200`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -285,6 +285,8 @@ class Store:
     """An open history store; use as a context manager."""
 
     def __init__(self, path: Path, read_only: bool = False):
+        self._replaced: dict[SweepFolder, int] = {}  # ingested again (analysed since): their old ids
+        self.reread = 0
         duckdb = duckdb_module()
         self.path = Path(path)
         if read_only and not self.path.is_file():
@@ -338,16 +340,40 @@ class Store:
     # --- ingest ----------------------------------------------------------------------------------
 
     def ids(self, sweeps: Iterable[SweepFolder]) -> dict[SweepFolder, int]:
-        """The sweep_id of each of `sweeps` already in the store."""
-        known = {(f, t): i for i, f, t in self.con.execute("SELECT sweep_id, folder, started_at FROM sweeps").fetchall()}
-        return {s: known[(str(s.folder), s.started_at)] for s in sweeps if (str(s.folder), s.started_at) in known}
+        """The sweep_id of each of `sweeps` already in the store as it is now."""
+        return self._known(sweeps)[0]
+
+    def _known(self, sweeps: Iterable[SweepFolder]) -> tuple[dict[SweepFolder, int], dict[SweepFolder, int]]:
+        """The sweeps in the store as they are now, and those the store holds as they were: analysed
+        again since they were ingested (their summary file newer; a sweep resumed keeps its start
+        time), each with its sweep_id. A folder holding a sweep started anew (another start time) is
+        another sweep: the store keeps the one it held."""
+        known = {(f, t): (i, at) for i, f, t, at in
+                 self.con.execute("SELECT sweep_id, folder, started_at, ingested_at FROM sweeps").fetchall()}
+        have, changed = {}, {}
+        for s in sweeps:
+            found = known.get((str(s.folder), s.started_at))
+            if found is None:
+                continue
+            i, ingested = found
+            try:
+                written = datetime.datetime.fromtimestamp(s.summary.stat().st_mtime, datetime.timezone.utc
+                                                          ).replace(tzinfo=None)
+            except OSError:
+                written = None
+            if ingested is None or written is None or written <= ingested:
+                have[s] = i
+            else:
+                changed[s] = i
+        return have, changed
 
     def ingest(self, sweeps: Sequence[SweepFolder], progress: Callable[[str], None] | None = None
                ) -> tuple[dict[SweepFolder, int], int]:
         """Add the sweeps not in the store yet, a few at a time (CHUNK_BYTES of files, one
         transaction each: a sweep is in the store whole or not at all, and memory stays flat);
         return every sweep's id and how many were new."""
-        have = self.ids(sweeps)
+        have, self._replaced = self._known(sweeps)
+        self.reread = len(self._replaced)
         new = [s for s in sweeps if s not in have]
         if not new:
             return have, 0
@@ -389,6 +415,11 @@ class Store:
         duckdb = duckdb_module()
         c.execute("BEGIN TRANSACTION")
         try:
+            gone = [self._replaced[s] for s in new if s in self._replaced]
+            if gone:  # resumed or analysed again since: its rows as they were go, in the same transaction
+                ids_text = ", ".join(str(i) for i in gone)
+                for table in ("sweeps", "environment", "history", *TABLE_FILES):
+                    c.execute(f"DELETE FROM {table} WHERE sweep_id IN ({ids_text})")
             c.register("_new_sweeps", sweep_frame)
             c.execute("INSERT INTO sweeps BY NAME SELECT * FROM _new_sweeps")
             c.register("_new_environment", env_frame)

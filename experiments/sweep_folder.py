@@ -219,11 +219,14 @@ def write_plan(sweep_dir: Path, axes: list[Axis], run: Any, compiles: bool = Fal
     points = grid.size(axes)
     repeats = run.repeats
     total = points * grid.first_rounds(repeats)
+    now = records.now_iso()
+    first = read_plan(sweep_dir).get("created_at")  # a resumed sweep keeps its first start (history's key)
     records.write_json(
         sweep_dir / PLAN_FILE,
         {"jobs": total, "grid_points": points, "repeats": repeats,
          "axes": _axes_json(axes),
-         "command": sys.argv, "created_at": records.now_iso()},
+         "command": sys.argv, "created_at": first if isinstance(first, str) and first else now,
+         **({"resumed_at": now} if isinstance(first, str) and first else {})},
     )
     each = ("" if repeats == 1 else f" ({amount(points, 'grid point')} × {repeats} repeats)" if repeats != "auto"
             else f" ({amount(points, 'grid point')} × {grid.AUTO_ROUNDS} rounds, then more where the interval "

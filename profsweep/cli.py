@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     commands.PROG = "profsweep"
     if command == "analyse":
         commands.ANALYSE = " analyse"
-        return commands.main(rest)
-    return commands.main([command, *rest])
+        return commands.stoppable(rest)
+    return commands.stoppable([command, *rest])
 
 
 if __name__ == "__main__":

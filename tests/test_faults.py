@@ -53,9 +53,12 @@ def test_resume_redoes_exactly_the_missing_job(sweep_dir):
     first, second = job_dirs(sweep_dir)
     before = _files(first)
     (second / "metrics.json").unlink()
+    started = json.loads((sweep_dir / "sweep.json").read_text())["created_at"]
 
     done = run_cli(*args)
     assert done.returncode == 0, done.stdout + done.stderr
+    plan = json.loads((sweep_dir / "sweep.json").read_text())  # the same sweep: history's key stays
+    assert plan["created_at"] == started and plan["resumed_at"] > started
     assert f"[1/2] matmul_add size=16 bf16 cold eager skipped: already ok in {first.name} (resume)" in done.stdout
     assert "[2/2] matmul_add size=32 bf16 cold eager ok " in done.stdout
     assert _files(first) == before  # trace, table, metrics untouched

@@ -700,3 +700,52 @@ def test_the_api_refuses_a_folder_given_as_a_string_for_the_list(tmp_path):
         profsweep.history([tmp_path / "s0"], ignore="compile")
     with pytest.raises(ProfsweepError, match="no such folder"):
         profsweep.history([tmp_path / "missing"], out=tmp_path / "h")
+
+
+def test_a_sweep_analysed_again_replaces_its_rows_in_the_store(tmp_path, capsys):
+    """The store kept a sweep's rows as first ingested: a job rerun and the sweep analysed again
+    never reached it (a reviewer's kills)."""
+    rng = np.random.default_rng(8)
+    write_sweep(tmp_path / "n" / "s0", 1, {16: noisy(160, rng), 32: noisy(320, rng)})
+    write_sweep(tmp_path / "n" / "s1", 2, {16: noisy(160, rng), 32: [None, None, None]})
+    out = tmp_path / "h"
+    code, said, _ = history(tmp_path / "n", "--out", out, capsys=capsys)
+    assert "in s1: 3 of 6 jobs failed" in said
+    # s1's failed jobs rerun ok, and s1 analysed again (its tables written anew, later)
+    import shutil
+
+    shutil.rmtree(tmp_path / "n" / "s1")
+    write_sweep(tmp_path / "n" / "s1", 2, {16: noisy(160, rng), 32: noisy(320, rng)})
+    code, said, _ = history(tmp_path / "n", "--out", out, capsys=capsys)
+    assert "ingested 1 new sweep (1 of them again: analysed since), 1 already in the store" in said
+    assert "jobs failed" not in said
+    code, rows, _ = sql(out / "history.duckdb", "SELECT count(*) AS n FROM sweeps", "--csv", capsys=capsys)
+    assert code == 0 and rows.split() == ["n", "2"], rows  # one row per sweep, not per time it was read
+    code, said, _ = history(tmp_path / "n", "--out", out, capsys=capsys)
+    assert "ingested 0 new sweeps, 2 already in the store" in said
+
+
+def test_ctrl_c_or_sigterm_stops_a_command_with_one_line(monkeypatch, capsys):
+    """profsweep analyse / compare / history printed a 30-line traceback on Ctrl-C (a reviewer's
+    kills); SIGTERM ended them without a word."""
+    import signal
+
+    import analysis.__main__ as commands
+
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "main", interrupted)
+    assert commands.stoppable(["history", "x"]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("interrupted (Ctrl-C): history stopped") and "Traceback" not in err
+
+    def terminated(argv):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop it")
+
+    monkeypatch.setattr(commands, "main", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    assert commands.stoppable(["x"]) == 143
+    assert capsys.readouterr().err.startswith("interrupted (SIGTERM): the analysis stopped")
+    assert signal.getsignal(signal.SIGTERM) is before  # put back as it was
