@@ -47,6 +47,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     extra = {"claims": claims} if len(claims) else {}
     if checked is not None:
         extra[EXPECTATIONS_FILE.removesuffix(".csv")] = expectations
+    begin_writing(target)
     write_tables(target, {**data, **extra})
     for stem in OPTIONAL_TABLES:  # one an earlier analysis of this folder wrote, that this one does not
         if stem not in data and stem not in extra:
@@ -88,6 +89,34 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     for line in noise_lines(tables.points):
         progress(line)
     return tables.problems
+
+
+def begin_writing(target: Path) -> None:
+    """Before the first table: take away what an earlier analysis wrote last and what a reader
+    would take for the whole of it (report.html, conclusions.json, summary.parquet, which history
+    prefers to summary.csv), so that an analysis stopped halfway leaves new tables and no report
+    of the old ones beside them; and the temporary files of writes that a stop cut short."""
+    from profsweep.contract import CONCLUSIONS_FILE, REPORT_FILE
+
+    for name in (REPORT_FILE, CONCLUSIONS_FILE, "summary.parquet"):
+        (target / name).unlink(missing_ok=True)
+    for folder in (target, target / PLOTS_DIR):
+        for tmp in folder.glob(".*.tmp") if folder.is_dir() else ():
+            pid = tmp.name.rsplit(".", 2)[-2]  # .<name>.<pid>.tmp (profsweep.contract.atomic_write_bytes)
+            if pid.isdigit() and not _alive(int(pid)):
+                tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
 
 
 def write_conclusions(folder: Path, found: list) -> Path:

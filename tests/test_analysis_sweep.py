@@ -505,3 +505,19 @@ def test_a_column_of_integers_with_an_empty_cell_is_written_as_integers(tmp_path
     assert [r["size"] for r in read_table(tmp_path / "summary.csv")] == [8, None, 2 ** 40]
     parquet = pd.read_parquet(tmp_path / "summary.parquet")
     assert str(parquet["size"].dtype) == "Int64" and parquet["size"].tolist()[0] == 8 and parquet["size"].isna()[1]
+
+
+def test_an_analysis_starts_by_taking_away_what_would_pass_for_the_old_whole(tmp_path):
+    """A stop during the analysis left the old report.html (and summary.parquet, which history
+    prefers) beside new tables, and a plot's temporary file for good (a reviewer's kills)."""
+    from analysis import begin_writing
+
+    for name in ("report.html", "conclusions.json", "summary.parquet", "summary.csv"):
+        (tmp_path / name).write_text("old")
+    (tmp_path / "plots").mkdir()
+    dead, mine = tmp_path / "plots" / ".launches.png.999999999.tmp", tmp_path / f".ops.csv.{os.getpid()}.tmp"
+    dead.write_text("half")
+    mine.write_text("being written")
+    begin_writing(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, "plots", "summary.csv"])
+    assert not dead.exists()
