@@ -184,7 +184,7 @@ def storage_bytes(items: Iterable[torch.Tensor]) -> int:
         try:
             storage = t.untyped_storage()
             seen[(str(t.device), storage.data_ptr())] = storage.nbytes()
-        except (RuntimeError, NotImplementedError):  # a tensor without storage (meta, sparse)
+        except (RuntimeError, NotImplementedError, ValueError):  # no storage (meta, sparse; lazy: not made yet)
             continue
     return sum(seen.values())
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import torch
+from torch.nn.parameter import is_lazy
 from torch import nn
 
 from experiments.counting import tensors
@@ -42,9 +43,9 @@ def of(modules: Iterable[nn.Module], inputs: Iterable[Any], *, dtype: torch.dtyp
     (nested in lists, tuples and mappings too), against the grid's `dtype` and `device` (the
     resolved device; `requested_device` is what the grid said, `auto` included)."""
     modules = list(modules)
-    groups = {
-        "parameters": _unique(p for m in modules for p in m.parameters()),
-        "buffers": _unique(b for m in modules for b in m.buffers()),
+    groups = {  # a lazy module's parameters and buffers have no shape yet: its first call makes them
+        "parameters": _unique(p for m in modules for p in m.parameters() if not is_lazy(p)),
+        "buffers": _unique(b for m in modules for b in m.buffers() if not is_lazy(b)),
         "inputs": _unique(tensors(inputs)),
     }
     everything = [t for held in groups.values() for t in held]

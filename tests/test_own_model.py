@@ -314,3 +314,17 @@ def test_a_step_torch_cannot_count_is_measured_and_says_so(tmp_path):
     assert record["timed_us_per_step"] > 0 and record["self_cpu_total_us"] > 0
     assert record["flops_per_call"] is None and record["flops_source"] == "not counted"
     assert any(w.startswith("FLOPs not counted: torch.utils.flop_counter failed") for w in record["warnings"])
+
+
+def test_a_model_of_lazy_modules_is_placed_by_what_it_has_made():
+    """nn.LazyLinear's parameters have no shape until the first call: the placement check (before
+    it) failed the job with "Attempted to use an uninitialized parameter" (a reviewer's model)."""
+    import torch
+    from torch import nn
+
+    from experiments import counting, placement
+
+    model = nn.Sequential(nn.LazyLinear(8), nn.GELU(), nn.Linear(8, 4))
+    found = placement.of([model], [torch.randn(2, 3)], dtype=torch.float32, device="cpu")
+    assert found.dtype == "fp32" and found.device == "cpu" and not found.warnings
+    assert counting.storage_bytes(model.parameters()) == (8 * 4 + 4) * 4  # the made Linear's only
