@@ -166,6 +166,7 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
             _twin_timing(twin, out)
             twin = None
         _recompiled(out)
+        _threads_changed(out)
         out["loadavg_1m"] = machine.loadavg()
         provenance.finish(traced, job_dir, out)  # every measurement is done: read it, turn it off
         traced = None
@@ -264,6 +265,9 @@ def _release(job: Prepared) -> None:
 # --- prepare: device, cost, memory guard, build, compile ----------------------------------------
 
 
+_AUTO_THREADS: int | None = None  # run.threads=auto: the threads torch chose in this process
+
+
 def _prepare(config: JobConfig, out: dict[str, Any], quiet: bool = False) -> Prepared:
     """Everything before the first call (the process settled as a fresh interpreter's first,
     _settle_process): the device and machine recorded, the memory guarded (by the cost model before building, by the workload's
@@ -273,8 +277,13 @@ def _prepare(config: JobConfig, out: dict[str, Any], quiet: bool = False) -> Pre
     from experiments.steps import make_step, modules_of
 
     device = resolve_device(config.device)
+    global _AUTO_THREADS
+    if _AUTO_THREADS is None:
+        _AUTO_THREADS = torch.get_num_threads()  # torch's own choice, before any job's workload ran here
     if config.run.threads != AUTO:
         torch.set_num_threads(int(config.run.threads))  # before the job's first op
+    elif torch.get_num_threads() != _AUTO_THREADS:  # run.isolation=none: an earlier job's workload set them
+        torch.set_num_threads(_AUTO_THREADS)
     w = config.workload
     grid = {"size": config.size, "dtype": getattr(torch, DTYPES[config.dtype]), "device": torch.device(device)}
     cost = seam.estimate(w.target, w.settings, **grid)
@@ -516,11 +525,11 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
         flops, uncounted = counting.count_flops(step.eager)
     except Exception as exc:  # noqa: BLE001 (torch's counter, after every measurement: the job stays ok)
         flops, uncounted = None, []
-        said = (f"FLOPs not counted: torch.utils.flop_counter failed on one eager call ({type(exc).__name__}: "
-                f"{first_line(exc)}); achieved FLOP/s and intensity are left out and the series' model uses the "
-                "bytes moved: a cost model gives the FLOPs (docs/own-model.md)")
-        out["warnings"].append(said)
-        print(f"warning: {said}", file=sys.stderr, flush=True)
+        said = (f"FLOPs not counted: one eager call under torch.utils.flop_counter raised ({type(exc).__name__}: "
+                f"{first_line(exc)}; the counter, or the workload itself on that call); achieved FLOP/s and "
+                "intensity are left out and the series' model uses the bytes moved: a cost model gives the FLOPs "
+                "(docs/own-model.md)")
+        _warn(out, said)
     out["flops_per_call"] = flops if not uncounted else None
     if uncounted:  # a count without their matrix products would make every FLOP figure wrong, not just low
         out["flops_uncounted"] = ", ".join(uncounted)
@@ -537,9 +546,8 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
         out["bytes_per_call"] = counting.moved_bytes(job.workload.inputs, [], step.eager()) + reads * weights
     except Exception as exc:  # noqa: BLE001 (a tensor whose storage cannot be read, e.g. a nested one)
         out["bytes_per_call"] = None
-        said = f"bytes moved not counted: {type(exc).__name__}: {first_line(exc)}"
-        out["warnings"].append(said)
-        print(f"warning: {said}", file=sys.stderr, flush=True)
+        _warn(out, f"bytes moved not counted: one more eager call to count them raised ({type(exc).__name__}: "
+                   f"{first_line(exc)}; a tensor whose storage cannot be read, or the workload itself on that call)")
     out["flops_source"] = "counted" if flops is not None and not uncounted else "not counted"
 
 
@@ -706,6 +714,18 @@ def _recompiled(out: dict[str, Any]) -> None:
                    "after its first call" + ("; Dynamo reached its recompile limit and runs the rest eagerly" if limit
                                              else "") + "): a guard failed on every call (a Python number the step "
                    "changes, a shape that changes): its step times hold compilations; job.log has Dynamo's reasons")
+
+
+def _threads_changed(out: dict[str, Any]) -> None:
+    """torch_threads as the steps ran: the workload may have set them (torch.set_num_threads in
+    its factory or its step), after the job recorded what it started with."""
+    import torch
+
+    now, before = torch.get_num_threads(), out.get("torch_threads")
+    if before is not None and now != before:
+        out["torch_threads"] = now
+        _warn(out, f"the workload set torch's threads to {now} (the job started with {before}, run.threads="
+                   f"{out.get('threads')}): its steps ran on {now}")
 
 
 def _warn(out: dict[str, Any], said: str) -> None:

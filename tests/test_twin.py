@@ -29,7 +29,9 @@ class Unsayable(Exception):
 
 
 def make(*, size, dtype, device, log: str = "", fail_second: bool = False, fail_with: str = "RuntimeError",
-         fail_first: str = ""):
+         fail_first: str = "", threads: int = 0):
+    if threads:
+        torch.set_num_threads(threads)
     with open(log, "a") as f:
         f.write(f"{os.getpid()}\\n")
     if fail_first == "unsayable":
@@ -149,3 +151,11 @@ def test_a_message_is_one_terminal_line():
         "TorchRuntimeError: failed (the rest in job.log)"
     long = one_line("ValueError: " + "x" * 20000)
     assert "\n" not in long and len(long) < LINE + 40 and long.endswith("... (the rest in job.log)")
+
+
+def test_threads_the_workload_sets_are_the_ones_recorded(tmp_path):
+    """torch_threads was read before the factory ran: a factory calling torch.set_num_threads left
+    the record saying the job's own count (a reviewer's model)."""
+    record, _, _ = _run_job(tmp_path, warmup=True, threads=3)  # the job starts on run.threads=1
+    assert record["status"] == "ok" and record["torch_threads"] == 3
+    assert any("the workload set torch's threads to 3 (the job started with 1" in w for w in record["warnings"])
