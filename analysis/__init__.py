@@ -98,13 +98,16 @@ def begin_writing(target: Path) -> None:
     of the old ones beside them; and the temporary files of writes that a stop cut short."""
     from profsweep.contract import CONCLUSIONS_FILE, REPORT_FILE
 
-    for name in (REPORT_FILE, CONCLUSIONS_FILE, "summary.parquet"):
-        (target / name).unlink(missing_ok=True)
-    for folder in (target, target / PLOTS_DIR):
-        for tmp in folder.glob(".*.tmp") if folder.is_dir() else ():
-            pid = tmp.name.rsplit(".", 2)[-2]  # .<name>.<pid>.tmp (profsweep.contract.atomic_write_bytes)
-            if pid.isdigit() and not _alive(int(pid)):
-                tmp.unlink(missing_ok=True)
+    try:
+        for name in (REPORT_FILE, CONCLUSIONS_FILE, "summary.parquet"):
+            (target / name).unlink(missing_ok=True)
+        for folder in (target, target / PLOTS_DIR):
+            for tmp in folder.glob(".*.tmp") if folder.is_dir() else ():
+                pid = tmp.name.rsplit(".", 2)[-2]  # .<name>.<pid>.tmp (profsweep.contract.atomic_write_bytes)
+                if pid.isdigit() and not _alive(int(pid)):
+                    tmp.unlink(missing_ok=True)
+    except OSError:  # a folder it cannot write to: the first table's write names it
+        pass
 
 
 def _alive(pid: int) -> bool:
