@@ -299,16 +299,17 @@ FAULTS_APART = 2.0  # the slow processes faulted this many times as many pages a
 LOAD_APART = 0.3  # other processes used this many more CPUs during the slow processes
 PROBE_APART = 1.15  # the machine's speed probe took this many times as long during the slow processes
 # The measured remedy for steps that fault their buffers in again (glibc hands them back, or not,
-# by the heap's layout): fixed thresholds keep them (experiments/allocator.py, the default since
-# run.allocator existed). attention 256 (math), bf16, 1 thread, fresh processes: 18-23 ms and
-# 2,761-6,624 faults a step in 6 of 6 plain ones, 11.9-12.3 ms and 0-137 faults in 4 of 4 with
-# them (2026-12-05).
-ALLOCATOR_REMEDY = "run.allocator=fixed"
+# by the heap's layout): held thresholds keep them alike in every process (experiments/allocator.py,
+# the default since run.allocator existed). attention 256 (math), bf16, 1 thread, fresh processes:
+# 18-23 ms and 2,761-6,624 faults a step in 6 of 6 plain ones, 11.9-12.3 ms and 0-137 faults in 4
+# of 4 with them (2026-12-05).
+ALLOCATOR_REMEDY = "run.allocator=steady"
+HELD = ("steady", "fixed")  # run.allocator's values that hold glibc's thresholds
 
 
 def allocator_held(rows: Iterable[dict[str, Any]]) -> bool:
-    """Whether every one of these jobs ran with glibc's thresholds held (run.allocator=fixed)."""
-    return all(str(r.get("allocator")) == "fixed" for r in rows)
+    """Whether every one of these jobs ran with glibc's thresholds held (run.allocator=steady or fixed)."""
+    return all(str(r.get("allocator")) in HELD for r in rows)
 
 
 def faults_apart(few: float, many: float) -> bool:

@@ -6,10 +6,11 @@ settings, warmed up), A B A B, with one thread and with torch's default. Also pr
 minor page faults per timed step. Goal: every ratio within 10% of 1.
 
     .venv/bin/python benchmarks/timing_fidelity.py [--rounds 5] [--points matmul_add-1024-eager,...]
-        [--allocator fixed|system]
+        [--allocator steady|fixed|system]
 
 `--allocator` is the jobs' run.allocator, and the benchmark's process holds its allocator the same
-way (experiments.allocator): fixed (the default) holds glibc's thresholds on both sides; with
+way (experiments.allocator): steady (the default) holds glibc's thresholds on both sides where a
+plain process's settle, fixed higher; with
 `system`, whether a step hands its buffers back to the system depends on the heap's layout, which
 anything a process did first can change, so two fresh processes of one workload can differ 1.8x
 (attention 256, math) for no reason of profsweep's.
@@ -112,7 +113,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--points", default=",".join(POINTS), help=f"of: {', '.join(POINTS)}")
     parser.add_argument("--threads", default="1,auto")
-    parser.add_argument("--allocator", choices=("fixed", "system"), default="fixed",
+    parser.add_argument("--allocator", choices=("steady", "fixed", "system"), default="steady",
                         help="the jobs' run.allocator, held alike by the benchmark's process (see above)")
     args = parser.parse_args()
     print(f"allocator: {args.allocator}, both sides")

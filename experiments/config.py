@@ -30,7 +30,7 @@ STARTS = ("fork", "fresh")
 UNAVAILABLE = ("refuse", "skip")  # a grid point this machine cannot run: refuse the sweep, or skip it
 COMPILE_CACHES = ("fresh", "shared")
 CEILINGS = MODES  # run.ceilings (profsweep.ceilings)
-ALLOCATORS = (allocator.FIXED, allocator.SYSTEM)  # run.allocator
+ALLOCATORS = (allocator.STEADY, allocator.FIXED, allocator.SYSTEM)  # run.allocator
 AUTO = "auto"
 # Settings of the sweep as a whole, not of what a job measures: they never change a job's
 # config_hash, so a rerun with more repeats adds only the missing ones.
@@ -204,9 +204,10 @@ class RunConfig:
     max_repeats: int = 10
     repeat: int = 1  # which repeat a job is: set by the sweep
     threads: Any = AUTO  # torch's intra-op threads: auto (what torch chooses) or a count
-    # glibc's allocator: fixed thresholds, so a step's buffers stay in the heap in every process
-    # (experiments.allocator), or the system's (whether they do depends on the heap's layout).
-    allocator: str = "fixed"
+    # glibc's allocator: thresholds held where a plain process's end up (steady), or higher (fixed),
+    # so a step's buffers stay in the heap alike in every process (experiments.allocator), or the
+    # system's (whether they do depends on the heap's layout).
+    allocator: str = "steady"
     # This machine's matmul FLOP/s and memory bandwidth for the roofline (profsweep.ceilings):
     # measure (once per machine, then cached) | table (datasheet peaks, GPUs only) | off.
     ceilings: str = "measure"

@@ -215,6 +215,12 @@ def _is_tensor(obj: Any) -> bool:
 def transient_peak_bytes(call: Callable[[], Any]) -> int | None:
     """The CPU allocator's peak above its starting point during one `call`, read off the memory
     events of a trace recorded with profile_memory=True; None when the trace has none."""
+    return allocations(call)[0]
+
+
+def allocations(call: Callable[[], Any]) -> tuple[int | None, int | None]:
+    """transient_peak_bytes, and the largest single allocation during the `call` (None, None when
+    the trace has no memory events)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -232,7 +238,8 @@ def transient_peak_bytes(call: Callable[[], Any]) -> int | None:
         key=lambda e: float(e.get("ts", 0)),
     )
     if not memory:
-        return None
+        return None, None
     first = memory[0]["args"]
     start = int(first["Total Allocated"]) - int(first["Bytes"])
-    return max(0, max(int(e["args"]["Total Allocated"]) for e in memory) - start)
+    return (max(0, max(int(e["args"]["Total Allocated"]) for e in memory) - start),
+            max(int(e["args"]["Bytes"]) for e in memory))

@@ -483,9 +483,15 @@ def _peak_memory(job: Prepared, out: dict[str, Any]) -> None:
         out["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated())
         out["peak_memory_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
     else:
-        transient = counting.transient_peak_bytes(job.step.call)
+        transient, largest = counting.allocations(job.step.call)
         resident = counting.live_tensor_bytes(torch.device(job.device))
         out["peak_memory_bytes"] = resident + transient if transient is not None else None
+        if out.get("allocator") == allocator.FIXED and largest and allocator.GLIBC_MMAP_MAX <= largest < allocator.MMAP_THRESHOLD:
+            _warn(out, f"the step allocates buffers of up to {largest / 2**20:,.0f} MiB, 32 MiB or more, which glibc "
+                       "never keeps in its heap: run.allocator=fixed keeps them there, where a plain process maps "
+                       "them anew and faults their pages in on every step, so these steps are faster here than "
+                       "in your own script (matmul_add 4096 bf16: 47-48 ms fixed, 64-71 ms steady and system); "
+                       "run.allocator=steady (the default) times them as a plain process does")
     out["peak_memory_source"] = "cuda allocator" if job.device == "cuda" else "live tensors + cpu allocator events"
 
 

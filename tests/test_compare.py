@@ -139,7 +139,7 @@ def test_a_change_the_allocators_state_made_gets_no_verdict(tmp_path, capsys):
     assert code == 0 and row["verdict"] == "inconclusive" and row["interval_low"] > 1.1  # slower as measured
     assert "BASE's processes faulted a median 247 pages a step and NEW's 991" in row["verdict_why"], row["verdict_why"]
     assert "1 of BASE's 9 faulted NEW's way (976) and took what NEW's did (6.27 ms against 6.06 ms a step)" \
-        in row["verdict_why"] and "rerun BASE and NEW with run.allocator=fixed" in row["verdict_why"]
+        in row["verdict_why"] and "rerun BASE and NEW with run.allocator=steady" in row["verdict_why"]
     assert row["processes_needed"] == 3
     # a process that faults none at all is of the other way too
     timed_point(tmp_path / "none", [(6267, 976), *[(5050 + 20 * k, 0) for k in range(8)]])

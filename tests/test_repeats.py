@@ -296,9 +296,9 @@ def test_processes_apart_by_the_pages_they_fault_are_given_the_allocators_remedy
     assert "two modes, 12.2 ms (2 processes) and 22 ms (1 process)" in row["noise_reason"]
     assert "the slow processes faulted 6,624 pages a step, the fast ones 1,021" in row["noise_reason"]
     assert grid_points.ALLOCATOR_REMEDY in row["noise_reason"] and "run.threads=1" not in row["noise_reason"]
-    assert grid_points.remedy([row], jobs) == "rerun with run.allocator=fixed"
-    # the thresholds already held (run.allocator=fixed): the faults are named, the remedy is not
-    held = [dict(j, allocator="fixed") for j in jobs]
+    assert grid_points.remedy([row], jobs) == "rerun with run.allocator=steady"
+    # the thresholds already held (run.allocator=steady): the faults are named, the remedy is not
+    held = [dict(j, allocator="steady") for j in jobs]
     row = points_of(held)[0]
     assert "faulted 6,624 pages a step" in row["noise_reason"] and "thresholds held" in row["noise_reason"]
     assert grid_points.remedy([row], held) == "rerun with run.repeats=5", row["noise_reason"]

@@ -372,17 +372,26 @@ def _plots(page: Page) -> list[str]:
 
 
 def _allocator_note(jobs: Any) -> list[str]:
-    """How the un-profiled steps were timed where the jobs held glibc's allocator thresholds: a plain
-    process of the same code may take longer."""
-    held = sum(1 for j in jobs if j.get("allocator") == "fixed")
-    if not held:
-        return []
-    return [f"<p>The un-profiled steps of {amount(held, 'job')} were timed with glibc's allocator thresholds "
-            "held (<code>run.allocator=fixed</code>): the buffers a step frees stay in the heap for the next "
-            "one. In a plain process with glibc's defaults, a step that frees and allocates large buffers can "
-            "take longer (on this project's machine matmul_add 1024 eager took 6.1–6.5 ms against 5.1–5.2 ms in "
-            "most processes, a small conv net 1.3–1.9× as long; docs/numbers.md, 'The allocator'); "
-            "<code>run.allocator=system</code> times it that way.</p>"]
+    """How the un-profiled steps were timed where the jobs held glibc's allocator thresholds, and
+    what a plain process of the same code does otherwise."""
+    steady = sum(1 for j in jobs if j.get("allocator") == "steady")
+    fixed = sum(1 for j in jobs if j.get("allocator") == "fixed")
+    said = []
+    if steady:
+        said.append(f"<p>The un-profiled steps of {amount(steady, 'job')} were timed with glibc's allocator "
+                    "thresholds held where a long-running plain process's settle (<code>run.allocator=steady</code>: "
+                    "32 MiB, 64 MiB): buffers below 32 MiB that a step frees stay in the heap for the next one in "
+                    "every process, larger ones are mapped and faulted in on every step as in any plain process. "
+                    "Without them, whether a process keeps its smaller buffers depends on its heap's layout "
+                    "(matmul_add 1024 eager: 1.5 ms in some processes, 2.6–2.9 ms in others; docs/numbers.md, "
+                    "'The allocator'); <code>run.allocator=system</code> times it that way.</p>")
+    if fixed:
+        said.append(f"<p>The un-profiled steps of {amount(fixed, 'job')} were timed with "
+                    "<code>run.allocator=fixed</code> (256 MiB, 512 MiB): buffers of 32 MiB or more stay in the "
+                    "heap too, which no plain process keeps, so a step that frees and allocates them is faster "
+                    "here than in your own script (matmul_add 4096 bf16: 47–48 ms against 64–71 ms; "
+                    "docs/numbers.md, 'The allocator').</p>")
+    return said
 
 
 def _summary(page: Page) -> list[str]:
