@@ -145,7 +145,7 @@ def locate(target: str) -> Any:
             if exc.name is not None and not module_name.startswith(exc.name):
                 raise _import_failure(target, exc) from exc  # the module exists; its import failed
             continue
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise _import_failure(target, exc) from exc
         return _attribute(target, module, ".".join(parts[cut:]))
     raise WorkloadError(f"workload._target_={target!r} does not import: no module named "
@@ -155,12 +155,15 @@ def locate(target: str) -> Any:
 def _import(target: str, module_name: str) -> Any:
     try:
         return importlib.import_module(module_name)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() at import ended the sweep without a word
         raise _import_failure(target, exc) from exc
 
 
 def _import_failure(target: str, exc: BaseException) -> WorkloadError:
     where = f" (looked on PYTHONPATH and in {os.getcwd()})" if isinstance(exc, ModuleNotFoundError) else ""
+    if isinstance(exc, SystemExit):
+        return WorkloadError(f"workload._target_={target!r} does not import: the module called sys.exit({exc.code!r}) "
+                             "as it was imported (code under `if __name__ == \"__main__\":` does not run on import)")
     return WorkloadError(f"workload._target_={target!r} does not import: {type(exc).__name__}: {exc}{where}")
 
 

@@ -80,6 +80,7 @@ def user_code(tmp_path_factory) -> Path:
     (folder / "mybench").mkdir()
     (folder / "mybench" / "__init__.py").write_text("")
     (folder / "mybench" / "blocks.py").write_text(textwrap.dedent(USER_MODULE))
+    (folder / "mybench" / "script.py").write_text("import sys\nsys.exit(3)  # a script, not a module\n")
     assert ROOT not in folder.parents
     return folder
 
@@ -171,6 +172,8 @@ def test_a_factory_that_raises_fails_only_its_job_and_settings_name_series(user_
         (["workload._target_=mybench.nowhere:f"], ["workload._target_='mybench.nowhere:f' does not import",
                                                     "No module named 'mybench.nowhere'"]),
         (["workload._target_=mybench.blocks:NOT_A_FUNCTION"], ["is not callable: it is a int"]),
+        (["workload._target_=mybench.script:make"], ["workload._target_='mybench.script:make' does not import: the "
+                                                     "module called sys.exit(3) as it was imported"]),
         (["workload._target_=mybench.blocks:make_geglu", "workload.hiden=3"],
          ["workload.hiden=3 is not allowed", "unexpected keyword argument 'hiden'", "its settings are dim, hidden"]),
         (["workload._target_=mybench.blocks:make_geglu", "workload.hidden=8,abc"],
