@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import os
 import sys
 import typing
@@ -296,7 +297,28 @@ def _mismatch(value: Any, hint: Any) -> str | None:
 def estimate(target: str, settings: Mapping[str, Any], **grid: Any) -> Cost | None:
     """The factory's cost model for this grid point, when it has one (nothing is allocated)."""
     model = getattr(locate(target), "cost", None)
-    return model(**grid, **settings) if callable(model) else None
+    if not callable(model):
+        return None
+    try:
+        found = model(**grid, **settings)
+    except Exception as exc:  # the user's cost model: named, not taken for the job's own failure
+        raise WorkloadError(f"{target}'s cost model ({target}.cost) raised {type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
+    return checked_cost(f"{target}.cost", found)
+
+
+def checked_cost(source: str, cost: Any) -> Cost:
+    """A cost model's value, refused unless it is a Cost of finite counts of 0 or more (a negative
+    or NaN count would be written into metrics.json and every figure made from it)."""
+    if not isinstance(cost, Cost):
+        raise WorkloadError(f"{source} returned {_shown(cost)}: a cost model returns experiments.seam.Cost(flops=..., "
+                            "bytes=..., memory_bytes=..., param_bytes=...)")
+    for name in ("flops", "bytes", "memory_bytes", "param_bytes"):
+        value = getattr(cost, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise WorkloadError(f"{source} returned Cost({name}={value!r}): each count is a finite number of 0 or "
+                                "more")
+    return cost
 
 
 def build(target: str, settings: Mapping[str, Any], **grid: Any) -> Workload:
@@ -318,7 +340,11 @@ def build(target: str, settings: Mapping[str, Any], **grid: Any) -> Workload:
     if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
         raise WorkloadError(f"{target} returned kwargs={_shown(kwargs)}: Workload(kwargs=...) is a mapping "
                             "of argument names to values, e.g. {'input_ids': ids, 'attention_mask': mask}")
-    return Workload(workload.fn, tuple(args), workload.loss, workload.cost, dict(kwargs))
+    if workload.loss is not None and not callable(workload.loss):
+        raise WorkloadError(f"{target} returned loss={_shown(workload.loss)}: Workload(loss=...) is a function of the "
+                            "step's output that returns a scalar tensor, loss(output)")
+    cost = checked_cost(f"{target}'s Workload(cost=...)", workload.cost) if workload.cost is not None else None
+    return Workload(workload.fn, tuple(args), workload.loss, cost, dict(kwargs))
 
 
 def _shown(value: Any) -> str:

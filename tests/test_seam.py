@@ -103,6 +103,36 @@ def test_build_accepts_a_pair_or_a_workload_and_refuses_anything_else(user_modul
         seam.build("mybench.blocks:make_block", {}, size=3, dtype=torch.float32, device=CPU)
 
 
+
+@pytest.mark.parametrize("cost,needle", [
+    (lambda **kw: 1 / 0, r"cost model \(mybench.blocks:make_block.cost\) raised ZeroDivisionError: division by zero"),
+    (lambda **kw: {"flops": 1}, r"make_block.cost returned \{'flops': 1\}: a cost model returns experiments.seam.Cost"),
+    (lambda **kw: seam.Cost(-5, -1, -1), r"returned Cost\(flops=-5\): each count is a finite number of 0 or more"),
+    (lambda **kw: seam.Cost(float("nan"), float("inf"), 1), r"returned Cost\(flops=nan\)"),
+])
+def test_a_cost_model_that_fails_or_says_nonsense_is_named(user_module, monkeypatch, cost, needle):
+    """A cost model's exception was the job's ("ZeroDivisionError: division by zero", no word of the
+    cost model); Cost(-5, ...) gave an ok job with negative FLOPs, Cost(nan, ...) a metrics.json
+    that is not JSON (a reviewer's cost models)."""
+    import mybench.blocks
+
+    monkeypatch.setattr(mybench.blocks.make_block, "cost", cost, raising=False)
+    with pytest.raises(seam.WorkloadError, match=needle):
+        seam.estimate("mybench.blocks:make_block", {}, size=3, dtype=torch.float32, device=CPU)
+
+
+def test_a_workload_s_own_cost_and_loss_are_checked(user_module, monkeypatch):
+    import mybench.blocks
+
+    x = torch.ones(2, 2)
+    monkeypatch.setattr(mybench.blocks, "make_block", lambda **kw: seam.Workload(torch.mm, (x, x), cost=seam.Cost(-1, 0, 0)))
+    with pytest.raises(seam.WorkloadError, match=r"Workload\(cost=...\) returned Cost\(flops=-1\)"):
+        seam.build("mybench.blocks:make_block", {}, size=3, dtype=torch.float32, device=CPU)
+    monkeypatch.setattr(mybench.blocks, "make_block", lambda **kw: seam.Workload(torch.mm, (x, x), loss="mse"))
+    with pytest.raises(seam.WorkloadError, match=r"returned loss='mse': Workload\(loss=\.\.\.\) is a function"):
+        seam.build("mybench.blocks:make_block", {}, size=3, dtype=torch.float32, device=CPU)
+
+
 # --- counted FLOPs agree with the hand models --------------------------------------------------
 
 
