@@ -462,7 +462,7 @@ def noise_lines(rows: list[GridPoint]) -> list[str]:
         planned = "auto" if "auto" in said else f"{most:g}" if most >= 2 else None
         lines.append("one process per grid point: intervals cover its steps only, not the variation between processes "
                      + (f"(run.repeats={planned} was planned: rerun the same command into the same folder to finish)"
-                        if planned else "(run.repeats=3 or more for that)"))
+                        if planned else "(a sweep, -m, with run.repeats=3 or more for that)"))
     auto = [r for r in measured if r.get("repeats_planned") == "auto"]
     unmet = [r for r in auto if (stats.number(r.get("interval_width")) or 0) > (stats.number(r.get("precision")) or 1)]
     if unmet:

@@ -212,6 +212,12 @@ def _axes_json(axes: list[Axis]) -> list[dict[str, Any]]:
     return [{"key": axis.key, "overrides": list(axis.strings)} for axis in axes]
 
 
+def _dir_key(folder: Path) -> str:
+    """The override that names this folder on a command line: a sweep's (it has sweep.json) or a
+    single run's."""
+    return "hydra.sweep.dir" if (folder / PLAN_FILE).is_file() else "hydra.run.dir"
+
+
 def write_plan(sweep_dir: Path, axes: list[Axis], run: Any, compiles: bool = False) -> None:
     """sweep.json, the grid as its axes (job i is the i-th of their product, the last axis fastest),
     and the sweep's first progress line: how many jobs, into which folder; where jobs compile, each
@@ -334,7 +340,7 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
         print(f"not analysed: {why}", flush=True)
     if SWEEP.disk_error:
         print(f"stopped: {SWEEP.disk_error}\n  free some space in {folder}'s disk, then rerun the "
-              f"same command into the same folder to finish (hydra.sweep.dir={folder}); jobs already ok "
+              f"same command into the same folder to finish ({_dir_key(folder)}={folder}); jobs already ok "
               "are skipped", flush=True)
         raise SystemExit(EXIT_FAILED_JOBS)
     if SWEEP.compose_error:
@@ -342,7 +348,7 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
         raise SystemExit(EXIT_FAILED_JOBS)
     if SWEEP.stopped or SWEEP.analysis_interrupted:
         print("interrupted: rerun the same command into the same folder to finish "
-              f"(hydra.sweep.dir={folder}); jobs already ok are skipped", flush=True)
+              f"({_dir_key(folder)}={folder}); jobs already ok are skipped", flush=True)
         raise SystemExit(EXIT_INTERRUPTED)
     if failed or missing or SWEEP.analysis_failed:
         raise SystemExit(EXIT_FAILED_JOBS)

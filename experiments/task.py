@@ -44,6 +44,10 @@ def task(cfg: DictConfig) -> dict[str, Any] | None:
     index, total = 1, 1
     if hydra_cfg.mode.name == "MULTIRUN":
         index, total = hydra_cfg.job.num + 1, planned_jobs(Path(hydra_cfg.sweep.dir))
+    else:  # a single run is one process: no repeats are planned (-m measures run.repeats of them)
+        import dataclasses
+
+        config = dataclasses.replace(config, run=dataclasses.replace(config.run, repeats=1))
     record = run_task(config, Path(hydra_cfg.runtime.output_dir), index, total, skip=skip_reason(config))
     if hydra_cfg.mode.name != "MULTIRUN":
         defer_stops()  # a single run's job is done: a stop now waits for its analysis

@@ -359,7 +359,7 @@ def test_profiled_steps_far_slower_than_the_unprofiled_step_are_noise():
 
 def test_one_process_per_grid_point_says_whether_more_were_planned():
     one = points_of([_job("0", "h", 1, [100.0] * 5, repeats_planned=1)])
-    assert grid_points.noise_lines(one)[-1].endswith("(run.repeats=3 or more for that)")
+    assert grid_points.noise_lines(one)[-1].endswith("(a sweep, -m, with run.repeats=3 or more for that)")
     # a sweep of run.repeats=2 stopped after its first round: finishing it is the remedy, not 3
     stopped = points_of([_job("0", "h", 1, [100.0] * 5, repeats_planned=2)])
     assert grid_points.noise_lines(stopped)[-1].endswith(
