@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,6 +35,7 @@ from experiments.config import JobConfig
 from experiments.records import JobError
 
 DISK_FULL_BELOW = 64 * 2**20  # a trace cut short with less free space than this: the disk filled
+EXPORT_SCRATCH = ".export-scratch"  # in the job folder: where torch's own temporary trace file goes
 
 
 class ProfilingSession:
@@ -121,12 +123,22 @@ class ProfilingSession:
         trace = job_dir / f"{stem}{suffix}{ext}"
         table = job_dir / f"{stem}{suffix}.txt"
         partial = job_dir / f".{stem}{suffix}.partial{ext}"
+        # torch writes a .gz trace through a temporary file of its own (tempfile's folder, /tmp): in
+        # a folder of the job's, so that a job stopped mid-export leaves nothing outside its folder
+        # and its rerun clears it
+        scratch = job_dir / EXPORT_SCRATCH
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir()
+        before = tempfile.tempdir
+        tempfile.tempdir = str(scratch)
         try:
             prof.export_chrome_trace(str(partial))
             if not config.profiler.gzip:
                 _check_complete(partial)
             os.replace(partial, trace)
         finally:
+            tempfile.tempdir = before
+            shutil.rmtree(scratch, ignore_errors=True)
             partial.unlink(missing_ok=True)
             partial.with_name(f"{partial.name}.tmp").unlink(missing_ok=True)  # the profiler's own, when it failed
         events = prof.key_averages()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -181,3 +182,29 @@ def test_a_speed_probe_that_cannot_run_leaves_the_job_ok_without_one(tmp_path, m
     assert record["status"] == "ok", record["error"]
     assert record["timed_steps"] >= 20 and record["speed_probe_us"] is None
     assert record["speed_probe_before_us"] is None and record["speed_probe_after_us"] is None
+
+
+def test_a_gzipped_trace_is_written_through_a_scratch_folder_of_the_jobs(tmp_path, monkeypatch):
+    """torch writes a .json.gz trace through a temporary file in tempfile's folder (/tmp): a job
+    stopped mid-export left 4-7 MB traces there (a reviewer's kills). It now goes to a folder of
+    the job's, removed once the trace is written."""
+    import tempfile
+
+    from experiments.config import JobConfig, ProfilerConfig, RunConfig
+    from experiments.job import run_job
+    from experiments.profiling import EXPORT_SCRATCH
+
+    seen = []
+    made = tempfile.NamedTemporaryFile
+
+    def noted(*args, **kwargs):
+        seen.append(tempfile.gettempdir())
+        return made(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", noted)
+    config = JobConfig(size=8, device="cpu", profiler=ProfilerConfig(gzip=True),
+                       run=RunConfig(isolation="none", compile_cache="shared"))
+    record = run_job(config, tmp_path)
+    assert record["status"] == "ok" and record["trace_file"].endswith(".json.gz"), record["error"]
+    assert seen and all(Path(d) == tmp_path / EXPORT_SCRATCH for d in seen), seen
+    assert not (tmp_path / EXPORT_SCRATCH).exists() and tempfile.gettempdir() != str(tmp_path / EXPORT_SCRATCH)
