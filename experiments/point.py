@@ -137,13 +137,39 @@ def _quiet_sweep(timeout_s: float = 60.0) -> None:
             thread.join(timeout_s)
 
 
+CACHE_PREFIX = "profsweep-cache-"  # + the sweep process's pid: a job's private Inductor and Triton caches
+SCRATCH_PREFIXES = (CACHE_PREFIX, "profsweep-provenance-")  # + the pid of the process that made it
+
+
+def clear_stale_scratch() -> None:
+    """Remove the scratch folders in tempfile's folder that a process killed outright left (its
+    pid in the name, no such process now): a sweep or a job killed by SIGKILL runs no cleanup."""
+    root = Path(tempfile.gettempdir())
+    for prefix in SCRATCH_PREFIXES:
+        for folder in root.glob(f"{prefix}*-*"):
+            pid = folder.name[len(prefix):].split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def _inductor_cache(config: JobConfig) -> Iterator[dict[str, str]]:
     """Environment for the job: with compile_cache=fresh, private Inductor and Triton caches."""
     if config.run.compile_cache != "fresh":
         yield {}
         return
-    folder = Path(tempfile.mkdtemp(prefix="profsweep-cache-"))
+    clear_stale_scratch()
+    folder = Path(tempfile.mkdtemp(prefix=f"{CACHE_PREFIX}{os.getpid()}-"))
     try:
         yield {
             "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),

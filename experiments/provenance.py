@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -91,7 +92,13 @@ def start(config: JobConfig) -> Tracing | None:
     trace = _trace_settings(config)
     if trace is None or not hasattr(trace, "debug_dir"):
         return None
-    folder = Path(tempfile.mkdtemp(prefix="profsweep-provenance-"))
+    # in the job's private cache folder where it has one (the sweep removes it, even when it stops
+    # the job by SIGKILL), else named by this process's pid (the next sweep removes it if it stays)
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    within = Path(cache).parent if cache and Path(cache).parent.name.startswith("profsweep-cache-") else None
+    if within is not None:
+        within.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"profsweep-provenance-{os.getpid()}-", dir=within))
     settings = {"enabled": True, "debug_dir": str(folder), "provenance_tracking_level": 1,
                 **{name: False for name in UNUSED_TRACE_FILES if hasattr(trace, name)}}
     saved = {name: getattr(trace, name) for name in settings}

@@ -82,3 +82,24 @@ def test_a_long_job_log_keeps_its_first_and_last_part_and_says_what_was_cut(tmp_
     assert f"[... {size - 20_000:,} bytes of this log cut by profsweep" in text
     assert _tail(log, 1) == "last words"
     assert cap_log(log, keep=10_000) == 0  # short enough now
+
+
+def test_scratch_folders_a_killed_process_left_are_cleared(tmp_path, monkeypatch):
+    """A sweep or job killed by SIGKILL runs no cleanup: its private cache and provenance folders
+    stayed in /tmp for good, non-empty after a compiled job (a reviewer's kills)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from experiments import point
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)  # a process that has exited: its pid names no process now (reuse aside)
+    stale = [tmp_path / f"profsweep-cache-{dead}-abc", tmp_path / f"profsweep-provenance-{dead}-xyz"]
+    live = tmp_path / f"profsweep-cache-{os.getpid()}-def"
+    for folder in (*stale, live):
+        (folder / "inductor").mkdir(parents=True)
+    (tmp_path / "profsweep-cache-old").mkdir()  # a name without a pid (an older profsweep): left alone
+    point.clear_stale_scratch()
+    assert not any(f.exists() for f in stale) and live.exists() and (tmp_path / "profsweep-cache-old").exists()
