@@ -438,6 +438,8 @@ def _watch(sock: socket.socket, pid: int) -> tuple[int, int] | None:
     try:
         while True:
             events = poll.poll(None if pidfd is not None else 100)
+            if _exited(pid):  # not reaped yet: what it started goes with it (they hold its lock, its pipes)
+                kill_group(pid, leader=False)
             done, status, usage = os.wait4(pid, os.WNOHANG)
             if done:
                 return status, usage.ru_maxrss
@@ -446,7 +448,7 @@ def _watch(sock: socket.socket, pid: int) -> tuple[int, int] | None:
                 for f in fds:
                     os.close(f)
                 if not data or json.loads(data)["op"] == "kill":
-                    _kill_group(pid)
+                    kill_group(pid)
                     _, status, usage = os.wait4(pid, 0)
                     return (status, usage.ru_maxrss) if data else None
     finally:
@@ -454,12 +456,24 @@ def _watch(sock: socket.socket, pid: int) -> tuple[int, int] | None:
             os.close(pidfd)
 
 
-def _kill_group(pid: int) -> None:
-    """SIGKILL the job and what it started (its own session); it is not reaped yet, so `pid` is its."""
+def _exited(pid: int) -> bool:
+    """Whether the job has ended, without reaping it (its pid stays its, and its group's id)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except (AttributeError, ChildProcessError, OSError):
+        return False
+
+
+def kill_group(pid: int, leader: bool = True) -> None:
+    """SIGKILL the job and what it started (its own session); it is not reaped yet, so `pid` is its.
+    After the job ended (`leader` False): what it left running, a process its workload forked that
+    would hold the machine's device lock and the job's pipes open."""
     try:
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:  # killed before its setsid()
+    except (ProcessLookupError, PermissionError):  # killed before its setsid(), or nothing left
         pass
+    if not leader:
+        return
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:

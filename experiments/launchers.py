@@ -112,16 +112,23 @@ class FreshInterpreter(ChildProcess):
     def _run(self, config_path: Path, log_path: Path, env: dict[str, str], timeout: float | None,
              slot_fd: int) -> int:
         with open(log_path, "wb") as log:
-            return subprocess.run(
-                [sys.executable, "-m", "experiments.job", str(config_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                pass_fds=(slot_fd,),
-                check=False,
-                timeout=timeout,
-            ).returncode
+            # its own session, so that what it leaves running (a process its workload forked, which
+            # holds the device lock and its pipes) is killed with it when it ends or times out
+            proc = subprocess.Popen([sys.executable, "-m", "experiments.job", str(config_path)],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    pass_fds=(slot_fd,), start_new_session=True)
+            try:
+                return proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                forkserver.kill_group(proc.pid)
+                proc.wait()
+                raise
+            except BaseException:  # a stop of the sweep: the job and what it started
+                forkserver.kill_group(proc.pid)
+                proc.wait()
+                raise
+            finally:
+                forkserver.kill_group(proc.pid, leader=False)
 
 
 class Forked(ChildProcess):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -37,6 +38,7 @@ from profsweep.contract import message
 
 _PR_SET_PDEATHSIG = 1
 _MAX_RESULT = 1 << 20
+_HEADER = 8  # bytes of the result's length, before it
 
 
 class TwinError(RuntimeError):
@@ -91,16 +93,12 @@ class Twin:
         except BrokenPipeError:
             pass  # it died: its status says how
         os.close(self._go)
-        chunks = []
-        while True:
-            chunk = os.read(self._results, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
+        data, status = self._read()
         os.close(self._results)
         self._done = True
-        status = _reap(self.pid)
-        text = b"".join(chunks)[:_MAX_RESULT].decode("utf-8", errors="replace")
+        if status is None:  # else reaped while reading: a process its workload forked held the pipe open
+            status = _reap(self.pid)
+        text = data[:_MAX_RESULT].decode("utf-8", errors="replace")
         try:
             found = json.loads(text) if text else None
         except ValueError:
@@ -112,6 +110,28 @@ class Twin:
         if "error" in found:
             raise TwinError(str(found["error"]), str(found.get("raised") or "") or None)
         return found
+
+    def _read(self) -> tuple[bytes, int | None]:
+        """The twin's result: its length first (8 bytes), then that many bytes; read until they
+        are all here, or until the pipe ends, or until the twin has exited with the pipe still
+        open (a process the workload forked in it holds its end). The twin's exit status where it
+        was reaped here, else None."""
+        buffer, need = b"", None
+        poll = select.poll()
+        poll.register(self._results, select.POLLIN)
+        while need is None or len(buffer) < _HEADER + need:
+            if poll.poll(200):
+                chunk = os.read(self._results, 65536)
+                if not chunk:
+                    break
+                buffer += chunk
+                if need is None and len(buffer) >= _HEADER:
+                    need = int.from_bytes(buffer[:_HEADER], "big")
+                continue
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:  # exited, and nothing more to read now: what it wrote is all there is
+                return buffer[_HEADER:_HEADER + (need or 0)], os.waitstatus_to_exitcode(status)
+        return buffer[_HEADER:_HEADER + (need or 0)], None
 
     def close(self) -> None:
         """Let the twin go unused (the job failed before it needed it): killed and reaped, since a
@@ -158,6 +178,7 @@ def _serve(parent: int, go: int, results: int, work: Callable[[], dict[str, Any]
             traceback.print_exc()
             found, code = {"error": f"{type(exc).__name__}: {message(exc)[:4000]}", "raised": type(exc).__name__}, 1
         data = json.dumps(found).encode("utf-8")
+        data = len(data).to_bytes(_HEADER, "big") + data  # its length first: the parent reads no further
         while data:
             data = data[os.write(results, data):]
         for stream in (sys.stdout, sys.stderr):

@@ -480,3 +480,44 @@ def test_a_folder_that_holds_a_sweep_of_another_grid_is_refused(tmp_path, capsys
     with pytest.raises(SystemExit):  # swept keys in another order number the jobs otherwise
         plan("size=16,64", "dtype=fp32,bf16")
         refuse_another_grid(tmp_path, grid.axes(["dtype=fp32,bf16", "size=16,64"]))
+
+
+FORKING_FACTORY = '''
+import os, time, torch
+
+def make(*, size, dtype, device, pids: str = ""):
+    x = torch.ones(size, size, dtype=dtype, device=device)
+    forked = []
+
+    def step(a):
+        if not forked:  # the first call, in the job and again in its twin: a child that outlives them
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(600)
+                os._exit(0)
+            forked.append(pid)
+            with open(pids, "a") as f:
+                f.write(f"{pid}\\n")
+        return a @ a
+    return step, (x,)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start", ["fork", "fresh"])
+def test_what_a_workload_forks_ends_with_its_job(tmp_path, start):
+    """A process the workload forked kept the machine's device lock (the next job, and every other
+    sweep, waited for it) and the twin's result pipe (the job waited the child's whole life);
+    a reviewer's model forked one that slept 45 s. It is killed when its job ends."""
+    from tests.conftest import alive
+
+    (tmp_path / "forking.py").write_text(FORKING_FACTORY)
+    pids = tmp_path / "pids.txt"
+    done = run_cli("-m", "workload=custom", "workload._target_=forking:make", f"+workload.pids={pids}", "size=8",
+                   "warmup=true,false", f"run.start={start}", f"hydra.sweep.dir={tmp_path / 's'}",
+                   env={"PYTHONPATH": str(tmp_path)}, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = [read_metrics(d) for d in job_dirs(tmp_path / "s")]
+    assert all(r["status"] == "ok" and r["timed_us_per_step"] for r in records), records
+    forked = [int(p) for p in pids.read_text().split()]
+    assert len(forked) == 3 and not any(alive(p) for p in forked)  # warm job, cold job, its twin
