@@ -312,6 +312,16 @@ def allocator_held(rows: Iterable[dict[str, Any]]) -> bool:
     return all(str(r.get("allocator")) in HELD for r in rows)
 
 
+def unkept(rows: Iterable[dict[str, Any]]) -> str:
+    """What glibc's heap does not keep with the thresholds these jobs held: words for a noise
+    reason ("allocator steady: blocks of 32 MiB or more, ...")."""
+    held = sorted({str(r.get("allocator")) for r in rows} & set(HELD))
+    smallest = "32 MiB" if "steady" in held else "256 MiB"
+    return (f"allocator {' and '.join(held)}: possibly memory its heap does not keep (blocks of {smallest} or "
+            "more, mapped anew every step as in any plain process; over 64 MiB on another thread; another "
+            "allocator's)")
+
+
 def faults_apart(few: float, many: float) -> bool:
     """Whether processes faulting `many` pages a step did so in another way than those faulting
     `few`: FAULTS_APART times as many, and 50 more."""
@@ -349,9 +359,8 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
     if f_fast is not None and f_slow is not None and faults_apart(f_fast, f_slow):
         faulted = f"the slow processes faulted {f_slow:,.0f} pages a step, the fast ones {f_fast:,.0f}"
         if allocator_held(r for _, r in found):
-            causes.append(f"{faulted} (timed_minor_faults_per_step), with glibc's thresholds held (allocator "
-                          "fixed): possibly memory its heap does not keep (blocks of 256 MiB or more, over 64 MiB on "
-                          "another thread, another allocator's); more processes narrow the interval")
+            causes.append(f"{faulted} (timed_minor_faults_per_step), with glibc's thresholds held "
+                          f"({unkept(r for _, r in found)}); more processes narrow the interval")
         else:
             causes.append(f"{faulted}: glibc's allocator handed their buffers back to the system and got them "
                           "again every step (timed_minor_faults_per_step), as the heap's layout let it, which "

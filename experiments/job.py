@@ -106,6 +106,7 @@ class Prepared:
     cost: seam.Cost | None
     sync: Callable[[], None]  # synchronise the device before reading a clock
     graphs: int = 0  # Dynamo's graphs compiled in this process when the step was made, then once it was warm
+    limits: int = 0  # the frames Dynamo had given up recompiling in this process when the step was made
 
     def recompiles(self) -> int:
         """The graphs Dynamo compiled since `graphs` was last set: recompilations of a warm step."""
@@ -165,7 +166,7 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
             _release(job)
             _twin_timing(twin, out)
             twin = None
-        _recompiled(out)
+        _recompiled(job, out)
         _threads_changed(out)
         out["loadavg_1m"] = machine.loadavg()
         provenance.finish(traced, job_dir, out)  # every measurement is done: read it, turn it off
@@ -238,7 +239,7 @@ def _twin_timing(twin: Any, out: dict[str, Any]) -> None:
             out[key] = max(values) if values else None
         out["measured_s"] = (out.get("measured_s") or 0.0) + (window.get("measured_s") or 0.0)
     except TwinError as exc:
-        if exc.raised is not None and exc.raised not in TWIN_SOFT:
+        if exc.raised is not None and exc.raised not in TWIN_SOFT and not exc.memory:
             # the workload's own exception, in the same calls the job made: a failure of the job
             raise JobError(f"the workload raised in the job's twin (the process that builds and calls it again to "
                            f"time its un-profiled steps): {exc}") from None
@@ -302,7 +303,8 @@ def _prepare(config: JobConfig, out: dict[str, Any], quiet: bool = False) -> Pre
         _check_memory(out, config, device, free)
     step = make_step(workload, train=config.train, optimizer=config.optimizer, name=w.name,
                      compile_fn=_compiler(config, device))
-    return Prepared(config, device, free, workload, modules, step, cost, sync, graphs=dynamo_graphs()[0])
+    graphs, limits = dynamo_graphs()
+    return Prepared(config, device, free, workload, modules, step, cost, sync, graphs=graphs, limits=limits)
 
 
 def _settle_process(config: JobConfig) -> None:
@@ -693,26 +695,29 @@ def _check_memory(out: dict[str, Any], config: JobConfig, device: str, free: int
         )
 
 
-def dynamo_graphs() -> tuple[int, bool]:
-    """The graphs Dynamo has compiled in this process, and whether it gave up recompiling a frame
-    (its recompile limit: that code then runs eagerly). From Dynamo's counters, a private module
-    (torch has no public count of compilations); (0, False) where Dynamo was never imported."""
+def dynamo_graphs() -> tuple[int, int]:
+    """The graphs Dynamo has compiled in this process, and how many times it gave up recompiling a
+    frame (its recompile limit: that code then runs eagerly). From Dynamo's counters, a private
+    module (torch has no public count of compilations), which only grow in a process; (0, 0) where
+    Dynamo was never imported."""
     utils = sys.modules.get("torch._dynamo.utils")
     counters = getattr(utils, "counters", None)
     if counters is None:
-        return 0, False
+        return 0, 0
     try:
         graphs = int(counters["stats"]["unique_graphs"])
-        limit = any("recompile limit" in str(k).lower() or "recompile_limit" in str(k) for k in counters["unimplemented"])
+        limit = sum(int(n) for k, n in counters["unimplemented"].items()
+                    if "recompile limit" in str(k).lower() or "recompile_limit" in str(k))
     except (KeyError, TypeError, ValueError):
-        return 0, False
+        return 0, 0
     return graphs, limit
 
 
-def _recompiled(out: dict[str, Any]) -> None:
+def _recompiled(job: Prepared, out: dict[str, Any]) -> None:
     """Say where the warm step compiled again while it was measured: its times then hold
-    compilations, or (past Dynamo's recompile limit) eager code under a compiled label."""
-    graphs, limit = out.get("recompiles") or 0, dynamo_graphs()[1]
+    compilations, or (past Dynamo's recompile limit) eager code under a compiled label. Counted
+    from this job's start: an earlier job of the process (run.isolation=none) is not its."""
+    graphs, limit = out.get("recompiles") or 0, dynamo_graphs()[1] > job.limits
     if out.get("compile"):
         out["recompile_limit"] = int(limit)  # 1: some of the step runs eagerly under a compiled label
     if graphs > 0 or (limit and out.get("compile")):

@@ -118,17 +118,17 @@ class FreshInterpreter(ChildProcess):
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                     pass_fds=(slot_fd,), start_new_session=True)
             try:
-                return proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                forkserver.kill_group(proc.pid)
-                proc.wait()
-                raise
-            except BaseException:  # a stop of the sweep: the job and what it started
-                forkserver.kill_group(proc.pid)
-                proc.wait()
-                raise
-            finally:
+                forkserver.wait_unreaped(proc.pid, timeout)
+            except forkserver.Reaped as reaped:  # no waitid here: reaped already, its group by its id
+                proc.returncode = reaped.code
                 forkserver.kill_group(proc.pid, leader=False)
+                return reaped.code
+            except BaseException:  # its timeout, or a stop of the sweep: the job and what it started
+                forkserver.kill_group(proc.pid)
+                proc.wait()
+                raise
+            forkserver.kill_group(proc.pid, leader=False)  # ended, not reaped yet: its pid is still its group's
+            return proc.wait()
 
 
 class Forked(ChildProcess):

@@ -45,9 +45,10 @@ class TwinError(RuntimeError):
     """The twin failed or died: the message says how; `raised` names the exception its work raised
     (None where it died without a result)."""
 
-    def __init__(self, message: str, raised: str | None = None) -> None:
+    def __init__(self, message: str, raised: str | None = None, memory: bool = False) -> None:
         super().__init__(message)
         self.raised = raised
+        self.memory = memory  # it ran out of memory (beside the job, whose pages it copies as it writes)
 
 
 class Twin:
@@ -108,7 +109,7 @@ class Twin:
                    else f"exited with code {status}")
             raise TwinError(f"the process timing the un-profiled steps {how} without a result")
         if "error" in found:
-            raise TwinError(str(found["error"]), str(found.get("raised") or "") or None)
+            raise TwinError(str(found["error"]), str(found.get("raised") or "") or None, found.get("memory") is True)
         return found
 
     def _read(self) -> tuple[bytes, int | None]:
@@ -129,7 +130,15 @@ class Twin:
                     need = int.from_bytes(buffer[:_HEADER], "big")
                 continue
             done, status = os.waitpid(self.pid, os.WNOHANG)
-            if done:  # exited, and nothing more to read now: what it wrote is all there is
+            if done:  # exited: what it wrote before is in the pipe now, read it all (it may have come since the poll)
+                while poll.poll(0):
+                    chunk = os.read(self._results, 65536)
+                    if not chunk:
+                        break
+                    buffer += chunk
+                    if need is not None and len(buffer) >= _HEADER + need:
+                        break
+                need = int.from_bytes(buffer[:_HEADER], "big") if need is None and len(buffer) >= _HEADER else need
                 return buffer[_HEADER:_HEADER + (need or 0)], os.waitstatus_to_exitcode(status)
         return buffer[_HEADER:_HEADER + (need or 0)], None
 
@@ -149,6 +158,18 @@ class Twin:
         except ProcessLookupError:
             pass
         _reap(self.pid)
+
+
+_NO_MEMORY = ("can't allocate memory", "out of memory", "not enough memory", "cannot allocate memory")
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is running out of memory: Python's MemoryError, torch's OutOfMemoryError (a
+    RuntimeError), or the RuntimeError torch's CPU allocator raises ("DefaultCPUAllocator: can't
+    allocate memory")."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(exc, RuntimeError) and any(words in message(exc).lower() for words in _NO_MEMORY)
 
 
 def _reap(pid: int) -> int | None:
@@ -176,7 +197,8 @@ def _serve(parent: int, go: int, results: int, work: Callable[[], dict[str, Any]
             found = work()
         except BaseException as exc:  # the job's record says it: never a traceback of the job's own
             traceback.print_exc()
-            found, code = {"error": f"{type(exc).__name__}: {message(exc)[:4000]}", "raised": type(exc).__name__}, 1
+            found, code = {"error": f"{type(exc).__name__}: {message(exc)[:4000]}", "raised": type(exc).__name__,
+                           "memory": out_of_memory(exc)}, 1
         data = json.dumps(found).encode("utf-8")
         data = len(data).to_bytes(_HEADER, "big") + data  # its length first: the parent reads no further
         while data:

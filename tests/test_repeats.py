@@ -301,6 +301,9 @@ def test_processes_apart_by_the_pages_they_fault_are_given_the_allocators_remedy
     held = [dict(j, allocator="steady") for j in jobs]
     row = points_of(held)[0]
     assert "faulted 6,624 pages a step" in row["noise_reason"] and "thresholds held" in row["noise_reason"]
+    assert "(allocator steady: possibly memory its heap does not keep (blocks of 32 MiB or more" in row["noise_reason"]
+    fixed = points_of([dict(j, allocator="fixed") for j in jobs])[0]["noise_reason"]
+    assert "(allocator fixed: possibly memory its heap does not keep (blocks of 256 MiB or more" in fixed
     assert grid_points.remedy([row], held) == "rerun with run.repeats=5", row["noise_reason"]
     # faults alike: not the allocator's doing
     alike = [dict(j, timed_minor_faults_per_step=644.0) for j in jobs]

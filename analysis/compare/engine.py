@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from analysis.diff import Use, calls_changed, environment_diff, per_step, same_probe, time_diff
-from analysis.points import ALLOCATOR_REMEDY, allocator_held, faults_apart, pair_key_of, pairing_columns
+from analysis.points import ALLOCATOR_REMEDY, allocator_held, faults_apart, pair_key_of, pairing_columns, unkept
 from analysis.compare.side import CompareError, Side, kernel_uses, op_uses
 from analysis.text import us
 from profsweep import stats
@@ -231,10 +231,10 @@ def against_the_allocator(judged: Verdict, base: list[tuple[list[float], dict[st
         cause = ("most likely glibc's allocator, which hands the step's buffers back to the system and gets them "
                  "again in some processes and not in others as each heap's layout lets it, not the code; rerun BASE "
                  f"and NEW with {ALLOCATOR_REMEDY}")
-        if allocator_held(job for side in (base, new) for _, job in side):
-            cause = ("the state of memory that glibc's heap does not keep though its thresholds were held (allocator "
-                     "fixed), possibly blocks of 256 MiB or more (over 64 MiB on another thread) or another allocator's, "
-                     "not the code; more processes a side show how often each way comes")
+        jobs = [job for side in (base, new) for _, job in side]
+        if allocator_held(jobs):
+            cause = (f"the state of memory that glibc's heap does not keep though its thresholds were held "
+                     f"({unkept(jobs)}), not the code; more processes a side show how often each way comes")
         why = (f"{judged.why}; but BASE's processes faulted a median {typical[0]:,.0f} pages a step and NEW's "
                f"{typical[1]:,.0f}, and {len(their_way)} of {names[mixed]}'s {len(sides[mixed])} faulted "
                f"{names[other]}'s way ({', '.join(f'{f:,.0f}' for f, _ in their_way)}) and took what {names[other]}'s "
