@@ -2,8 +2,10 @@
 server. Tables (one `sweep_id` column joins them; `trend` is a view of `history` with its sweep):
 
     sweeps       one row per sweep: sweep_id, folder, name, started_at (UTC), started_from (which
-                 file said so), ingested_at, grid_points, jobs, jobs_failed, and the environment's
-                 main keys (torch_version, git_commit, hostname, driver_version, ...) as text
+                 file said so), ingested_at, summary_mtime_ns (its summary file's time then: a
+                 sweep analysed again since is read again, its rows replaced), grid_points, jobs,
+                 jobs_failed, and the environment's main keys (torch_version, git_commit,
+                 hostname, driver_version, ...) as text
     environment  one row per sweep and key of its environment.json (lists and objects as JSON)
     history      one row per sweep and grid point: every column of its summary.parquet (or .csv)
     repeats      one row per job: every column of repeats.csv
@@ -272,6 +274,13 @@ def _damaged(summary: Path, tables: Sequence[Path]) -> str | None:
     return None
 
 
+def _mtime_ns(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
 def _has_rows(path: Path) -> bool:
     """A CSV with a header and at least one row (pandas writes a bare newline for an empty table)."""
     try:
@@ -322,6 +331,8 @@ class Store:
             sweep_id INTEGER PRIMARY KEY, folder VARCHAR NOT NULL, name VARCHAR, started_at TIMESTAMP NOT NULL,
             started_from VARCHAR, ingested_at TIMESTAMP, grid_points INTEGER, jobs INTEGER, jobs_failed INTEGER,
             {env}, UNIQUE (folder, started_at))""")
+        # the summary file's modification time as ingested (a store from before it: NULL, ingested_at decides)
+        c.execute("ALTER TABLE sweeps ADD COLUMN IF NOT EXISTS summary_mtime_ns BIGINT")
         c.execute("CREATE TABLE IF NOT EXISTS environment (sweep_id INTEGER, key VARCHAR, value VARCHAR)")
         for table in ("history", *TABLE_FILES):
             c.execute(f"CREATE TABLE IF NOT EXISTS {table} (sweep_id INTEGER)")
@@ -348,23 +359,22 @@ class Store:
         again since they were ingested (their summary file newer; a sweep resumed keeps its start
         time), each with its sweep_id. A folder holding a sweep started anew (another start time) is
         another sweep: the store keeps the one it held."""
-        known = {(f, t): (i, at) for i, f, t, at in
-                 self.con.execute("SELECT sweep_id, folder, started_at, ingested_at FROM sweeps").fetchall()}
+        known = {(f, t): (i, at, ns) for i, f, t, at, ns in self.con.execute(
+            "SELECT sweep_id, folder, started_at, ingested_at, summary_mtime_ns FROM sweeps").fetchall()}
         have, changed = {}, {}
         for s in sweeps:
             found = known.get((str(s.folder), s.started_at))
             if found is None:
                 continue
-            i, ingested = found
-            try:
-                written = datetime.datetime.fromtimestamp(s.summary.stat().st_mtime, datetime.timezone.utc
-                                                          ).replace(tzinfo=None)
-            except OSError:
-                written = None
-            if ingested is None or written is None or written <= ingested:
-                have[s] = i
+            i, ingested, stored = found
+            now = _mtime_ns(s.summary)
+            if stored is not None:  # the file's own time against itself: no clock of this machine's
+                same = now is None or now == stored
             else:
-                changed[s] = i
+                written = None if now is None else datetime.datetime.fromtimestamp(
+                    now / 1e9, datetime.timezone.utc).replace(tzinfo=None)
+                same = ingested is None or written is None or written <= ingested
+            (have if same else changed)[s] = i
         return have, changed
 
     def ingest(self, sweeps: Sequence[SweepFolder], progress: Callable[[str], None] | None = None
@@ -407,6 +417,7 @@ class Store:
                 env = {}
             rows.append({"sweep_id": ids[s], "folder": str(s.folder), "name": s.folder.name,
                          "started_at": s.started_at, "started_from": s.started_from, "ingested_at": now,
+                         "summary_mtime_ns": _mtime_ns(s.summary),
                          **{k: _show(env.get(k)) for k in ENVIRONMENT_COLUMNS}})
             env_rows += [{"sweep_id": ids[s], "key": str(k), "value": _show(v)} for k, v in env.items()]
         sweep_frame = pd.DataFrame(rows)

@@ -225,7 +225,7 @@ def allocations(call: Callable[[], Any]) -> tuple[int | None, int | None]:
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         call()
-    fd, path = tempfile.mkstemp(prefix="profsweep-memory-", suffix=".json")
+    fd, path = tempfile.mkstemp(prefix=f"profsweep-memory-{os.getpid()}-", suffix=".json")  # the pid: see point.clear_stale_scratch
     os.close(fd)
     try:
         prof.export_chrome_trace(path)

@@ -138,7 +138,7 @@ def _quiet_sweep(timeout_s: float = 60.0) -> None:
 
 
 CACHE_PREFIX = "profsweep-cache-"  # + the sweep process's pid: a job's private Inductor and Triton caches
-SCRATCH_PREFIXES = (CACHE_PREFIX, "profsweep-provenance-")  # + the pid of the process that made it
+SCRATCH_PREFIXES = (CACHE_PREFIX, "profsweep-provenance-", "profsweep-memory-")  # + the pid of the process that made it
 
 
 def clear_stale_scratch() -> None:
@@ -149,7 +149,10 @@ def clear_stale_scratch() -> None:
         for folder in root.glob(f"{prefix}*-*"):
             pid = folder.name[len(prefix):].split("-", 1)[0]
             if pid.isdigit() and not _alive(int(pid)):
-                shutil.rmtree(folder, ignore_errors=True)
+                if folder.is_dir():
+                    shutil.rmtree(folder, ignore_errors=True)
+                else:  # a memory count's trace file
+                    folder.unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:

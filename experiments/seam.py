@@ -28,13 +28,14 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import numbers
 import os
 import sys
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from profsweep.contract import without_address
+from profsweep.contract import first_line, without_address
 
 GRID_ARGUMENTS = ("size", "dtype", "device")  # what every factory is given besides its settings
 
@@ -303,7 +304,7 @@ def estimate(target: str, settings: Mapping[str, Any], **grid: Any) -> Cost | No
         found = model(**grid, **settings)
     except Exception as exc:  # the user's cost model: named, not taken for the job's own failure
         raise WorkloadError(f"{target}'s cost model ({target}.cost) raised {type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
+                            f"{first_line(exc)}") from exc
     return checked_cost(f"{target}.cost", found)
 
 
@@ -313,12 +314,18 @@ def checked_cost(source: str, cost: Any) -> Cost:
     if not isinstance(cost, Cost):
         raise WorkloadError(f"{source} returned {_shown(cost)}: a cost model returns experiments.seam.Cost(flops=..., "
                             "bytes=..., memory_bytes=..., param_bytes=...)")
+    counts = {}
     for name in ("flops", "bytes", "memory_bytes", "param_bytes"):
         value = getattr(cost, name)
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            value = int(value)  # numpy's and torch's integers too: metrics.json holds plain ones
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+            value = float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise WorkloadError(f"{source} returned Cost({name}={value!r}): each count is a finite number of 0 or "
                                 "more")
-    return cost
+        counts[name] = value
+    return Cost(**counts)
 
 
 def build(target: str, settings: Mapping[str, Any], **grid: Any) -> Workload:

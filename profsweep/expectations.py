@@ -172,7 +172,7 @@ def _comparable(text: str, keys: Sequence[str], cmp: str, value: Any, relative: 
     """Refuse what can never be judged: an order (< <= > >=) against a word or on a text column,
     a regime that is none of the three, a series' end (smallest, largest) outside a condition."""
     ordering = cmp in ("<", "<=", ">", ">=")
-    if ordering and isinstance(value, (str, bool)) and not (relative and value in RELATIVE):
+    if ordering and (value is None or isinstance(value, (str, bool))) and not (relative and value in RELATIVE):
         raise ExpectationError(f"expect: {text!r}: {cmp} needs a number, not {show_value(value)!r}")
     text_keys = [k for k in keys if k in TEXT_COLUMNS or k in WORD_KEYS]
     if ordering and text_keys:
@@ -202,6 +202,8 @@ def _condition(text: str, part: str, known: set[str]) -> Condition:
         values = tuple(_value(text, v) for v in within.group(2).split(",") if v.strip())
         if not values:
             raise ExpectationError(f"expect: {text!r}: {part!r} names no value: write e.g. '{key} in 64,1024'")
+        for value in values:
+            _comparable(text, (_column(key),), "==", value, relative=True)
         return Condition(_column(key), "in", values)
     value = _value(text, m.group(3))
     _comparable(text, (_column(key),), m.group(2), value, relative=True)
@@ -240,7 +242,8 @@ def parse(text: str, known: set[str] | None = None) -> Expectation:
                                    f"use one of {', '.join(columns)}")
         value = _value(text, value)
         numeric = column is None or column not in TEXT_COLUMNS
-        if numeric and not isinstance(value, (int, float)) and not (column is not None and value in columns):
+        counted = column is None and isinstance(value, bool)  # calls per step: a count, never true/false
+        if counted or numeric and not isinstance(value, (int, float)) and not (column is not None and value in columns):
             raise ExpectationError(f"expect: {text!r}: {column or 'calls per step'} is a number: compare it with a "
                                    f"number{'' if column is None else f', true/false or another column of {kind}s.csv'}, "
                                    f"not {show_value(value)!r}")

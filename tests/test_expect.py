@@ -41,6 +41,9 @@ def test_the_forms_of_the_issue_parse():
     ("host_us_per_step < fast", "< needs a number"),
     ("regime == banana", "'banana' is not a regime: use one of overhead-bound, compute-bound, memory-bound"),
     ("size == smallest", "only a condition can use"),
+    ("host_us_per_step < none", "< needs a number"),
+    ("step_kernels_median == 5 where regime in compute-bound,fast", "'fast' is not a regime"),
+    ("kernel *gemm* == true", "calls per step is a number"),
 ])
 def test_bad_expectations_name_what_is_wrong(text, needle):
     with pytest.raises(ExpectationError, match=needle):

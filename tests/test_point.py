@@ -100,6 +100,8 @@ def test_scratch_folders_a_killed_process_left_are_cleared(tmp_path, monkeypatch
     live = tmp_path / f"profsweep-cache-{os.getpid()}-def"
     for folder in (*stale, live):
         (folder / "inductor").mkdir(parents=True)
+    stale.append(tmp_path / f"profsweep-memory-{dead}-q1.json")  # a memory count's trace, a file
+    stale[-1].write_text("{}")
     (tmp_path / "profsweep-cache-old").mkdir()  # a name without a pid (an older profsweep): left alone
     point.clear_stale_scratch()
     assert not any(f.exists() for f in stale) and live.exists() and (tmp_path / "profsweep-cache-old").exists()

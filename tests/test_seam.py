@@ -121,6 +121,17 @@ def test_a_cost_model_that_fails_or_says_nonsense_is_named(user_module, monkeypa
         seam.estimate("mybench.blocks:make_block", {}, size=3, dtype=torch.float32, device=CPU)
 
 
+def test_a_cost_model_s_numpy_counts_are_plain_numbers(user_module, monkeypatch):
+    import numpy as np
+
+    import mybench.blocks
+
+    monkeypatch.setattr(mybench.blocks.make_block, "cost", lambda **kw: seam.Cost(np.int64(5), np.float64(2.5), 7),
+                        raising=False)
+    found = seam.estimate("mybench.blocks:make_block", {}, size=3, dtype=torch.float32, device=CPU)
+    assert (found.flops, found.bytes, found.memory_bytes) == (5, 2.5, 7) and type(found.flops) is int
+
+
 def test_a_workload_s_own_cost_and_loss_are_checked(user_module, monkeypatch):
     import mybench.blocks
 
