@@ -239,6 +239,10 @@ def write_plan(sweep_dir: Path, axes: list[Axis], run: Any, compiles: bool = Fal
                  f"is wider than ±{run.precision * 100:g}%"
                  f"{' or compile against eager is undecided' if grid.Pairs(axes) else ''}, up to {run.max_repeats})")
     print(f"sweep of {amount(total, 'job')}{each} -> {sweep_dir}", flush=True)
+    if run.isolation == "none" and repeats != 1:
+        print(f"warning: run.isolation=none runs every repeat in this one process (run.repeats={repeats}): they are "
+              "not independent processes, so intervals over them are too narrow; run.repeats=1 with run=fast, or "
+              "run=isolated for repeats", flush=True)
     if compiles and run.compile_cache == "fresh" and run.isolation == "process":
         print("compiled jobs compile cold, each in a fresh Inductor cache as a new process would: their first "
               "call takes a second (one matmul) to tens of seconds (a model); run.compile_cache=shared reuses "

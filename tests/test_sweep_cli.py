@@ -344,3 +344,13 @@ def test_interpolations_that_work_keep_working(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     [folder] = (tmp_path / "s").iterdir()
     assert folder.name.isdigit() and sorted(read_metrics(d)["size"] for d in job_dirs(folder)) == [2, 8]
+
+
+def test_repeats_in_one_process_are_said_not_to_be_independent(tmp_path):
+    """Part 1's preset asks for 5 repeats, and run=fast runs them all in the sweep's own process (a
+    reviewer's composition): the sweep says their interval is not one between processes."""
+    done = run_cli("-m", "size=8", "run=fast", "run.ceilings=off", "run.repeats=2", f"hydra.sweep.dir={tmp_path / 's'}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "warning: run.isolation=none runs every repeat in this one process (run.repeats=2)" in done.stdout
+    quiet = run_cli("-m", "size=8", "run=fast", "run.ceilings=off", f"hydra.sweep.dir={tmp_path / 'q'}")
+    assert "runs every repeat in this one process" not in quiet.stdout  # run=fast's own run.repeats=1
