@@ -127,7 +127,11 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
     out["allocator"], unheld = allocator.hold(config.run.allocator)
     if unheld:
         print(f"warning: {unheld}", file=sys.stderr, flush=True)
+    import threading
+
+    threads = threading.active_count()  # a process is not forked beside running threads
     twin = _fork_twin(config) if twin_allowed else None
+    unforked = twin_allowed and twin is None and not config.warmup
     traced = None
     try:
         # after the twin's fork: the twin compiles as the user's code would, untraced
@@ -135,6 +139,12 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
         job = _prepare(config, out)
         if unheld:
             out["warnings"].append(unheld)
+        if unforked:
+            why = (f"{threads} threads ran in the job's process before it measured anything (one the workload's "
+                   "module started when it was imported?), and a process is not forked beside running threads"
+                   if threads > 1 else "this process could not fork one (not Linux, or no process left)")
+            _warn(out, f"no twin: {why}; its un-profiled steps were timed in this process after its profiled ones, "
+                       "which the profiler has changed")
         with job.grad_mode():
             if job.cost is None:
                 _guard_memory_of_what_was_built(job, out)

@@ -20,7 +20,12 @@ from tests.conftest import ROOT
 # the second build raises.
 FACTORY = '''
 import os
+import threading
+import time
 import torch
+
+if os.environ.get("TWINBENCH_THREAD"):  # a module that starts a thread when it is imported
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 
 
 class Unsayable(Exception):
@@ -47,7 +52,7 @@ def make(*, size, dtype, device, log: str = "", fail_second: bool = False, fail_
 '''
 
 
-def _run_job(tmp_path: Path, warmup: bool, **settings) -> tuple[dict, list[int], int]:
+def _run_job(tmp_path: Path, warmup: bool, env_extra: dict | None = None, **settings) -> tuple[dict, list[int], int]:
     folder = tmp_path / "user"
     folder.mkdir(exist_ok=True)
     (folder / "twinbench.py").write_text(FACTORY)
@@ -59,7 +64,7 @@ def _run_job(tmp_path: Path, warmup: bool, **settings) -> tuple[dict, list[int],
                        size=16, dtype="fp32", device="cpu", warmup=warmup, run=RunConfig(threads=1))
     path = job_dir / "job_config.json"
     path.write_text(json.dumps(config_to_dict(config)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)]), **(env_extra or {})}
     done = subprocess.run([sys.executable, "-m", "experiments.job", str(path)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     record = json.loads((job_dir / "metrics.json").read_text())
@@ -165,3 +170,12 @@ def test_threads_the_workload_sets_are_the_ones_recorded(tmp_path):
     record, _, _ = _run_job(tmp_path, warmup=True, threads=3)  # the job starts on run.threads=1
     assert record["status"] == "ok" and record["torch_threads"] == 3
     assert any("the workload set torch's threads to 3 (the job started with 1" in w for w in record["warnings"])
+
+
+def test_a_cold_job_without_a_twin_says_why(tmp_path):
+    """A thread the workload's module started at import keeps the job from forking its twin: its
+    un-profiled steps are then timed after the profiled ones, which the record said only in
+    timed_in (a reviewer's module)."""
+    record, builds, _ = _run_job(tmp_path, warmup=False, env_extra={"TWINBENCH_THREAD": "1"})
+    assert record["status"] == "ok" and record["timed_in"] == AFTER_PROFILER and len(builds) == 1
+    assert any(w.startswith("no twin: 2 threads ran in the job's process") for w in record["warnings"]), record
