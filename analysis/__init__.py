@@ -96,7 +96,7 @@ def begin_writing(target: Path) -> None:
     would take for the whole of it (report.html, conclusions.json, summary.parquet, which history
     prefers to summary.csv), so that an analysis stopped halfway leaves new tables and no report
     of the old ones beside them; and the temporary files of writes that a stop cut short."""
-    from profsweep.contract import CONCLUSIONS_FILE, REPORT_FILE
+    from profsweep.contract import CONCLUSIONS_FILE, REPORT_FILE, alive
 
     try:
         for name in (REPORT_FILE, CONCLUSIONS_FILE, "summary.parquet"):
@@ -104,22 +104,10 @@ def begin_writing(target: Path) -> None:
         for folder in (target, target / PLOTS_DIR):
             for tmp in folder.glob(".*.tmp") if folder.is_dir() else ():
                 pid = tmp.name.rsplit(".", 2)[-2]  # .<name>.<pid>.tmp (profsweep.contract.atomic_write_bytes)
-                if pid.isdigit() and not _alive(int(pid)):
+                if pid.isdigit() and not alive(int(pid)):
                     tmp.unlink(missing_ok=True)
     except OSError:  # a folder it cannot write to: the first table's write names it
         pass
-
-
-def _alive(pid: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's: alive
-        return True
-    return True
 
 
 def write_conclusions(folder: Path, found: list) -> Path:

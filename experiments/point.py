@@ -21,6 +21,7 @@ from experiments.config import AUTO, JobConfig
 from experiments.launchers import failure_record, finished_record, launcher_for, unfinished_record
 from experiments.slots import CPU_SLOT, held_slot, slots_for, visible_gpus
 from profsweep.progress import duration
+from profsweep.contract import alive
 from profsweep.sweep_state import SWEEP
 
 
@@ -148,21 +149,11 @@ def clear_stale_scratch() -> None:
     for prefix in SCRATCH_PREFIXES:
         for folder in root.glob(f"{prefix}*-*"):
             pid = folder.name[len(prefix):].split("-", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not alive(int(pid)):
                 if folder.is_dir():
                     shutil.rmtree(folder, ignore_errors=True)
                 else:  # a memory count's trace file
                     folder.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process
-        return True
-    return True
 
 
 @contextlib.contextmanager

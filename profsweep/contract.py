@@ -348,6 +348,18 @@ def timed_samples(record: dict) -> list[float]:
     return clean(found if isinstance(found, list) else [record.get(TIMED)])
 
 
+def alive(pid: int) -> bool:
+    """Whether a process `pid` exists (another user's counts; a zombie counts too): the temporary
+    files named by their writer's pid are left alone while it lives."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
 def live_sweep(folder: Path) -> int | None:
     """The pid of another process's sweep that is still writing `folder` (it holds the folder's
     lock), or None: no lock file, nobody holds it, or this process holds it."""
