@@ -261,6 +261,16 @@ def history_main(argv: list[str]) -> int:
                 raise StoreError(f"--ignore {key!r} is not a key that pairs jobs: choose from "
                                  f"{', '.join(PAIR_KEYS)} or a workload., profiler. or compiler. setting")
         sweeps = find_sweeps(args.sweeps, lambda line: print(line, file=sys.stderr))
+        settings = [pair_key_of(k) for k in args.ignore if pair_key_of(k) not in PAIR_KEYS]
+        if settings:  # a setting no sweep has: refused before the store is made or written
+            from analysis.store import summary_columns
+
+            have = set().union(*(summary_columns(s.summary) for s in sweeps))
+            missing = [k for k, c in zip(args.ignore, settings) if c not in have] if have else []
+            if missing:
+                shown = sorted(c for c in have if c.startswith(PAIR_PREFIXES))
+                raise StoreError(f"--ignore {missing[0]!r}: no sweep given has that setting"
+                                 + (f" (theirs: {', '.join(shown)})" if shown else ""))
         out = args.out or default_out(args.sweeps, sweeps)
         with Store(out / STORE_FILE) as store:
             ids, new = store.ingest(sweeps, progress=_every(5.0))

@@ -274,6 +274,18 @@ def _damaged(summary: Path, tables: Sequence[Path]) -> str | None:
     return None
 
 
+def summary_columns(summary: Path) -> set[str]:
+    """The column names of a sweep's summary file (empty where they cannot be read)."""
+    try:
+        if summary.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return set(pq.read_schema(summary).names)
+        return set(_header(summary))
+    except Exception:  # noqa: BLE001 (pyarrow's errors, a file cut short): the store says what is wrong
+        return set()
+
+
 def _mtime_ns(path: Path) -> int | None:
     try:
         return path.stat().st_mtime_ns

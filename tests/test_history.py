@@ -415,7 +415,8 @@ def test_fail_on_change_below_1_and_other_bad_input_are_refused(tmp_path, capsys
     code, _, err = history(tmp_path / "empty", capsys=capsys)
     assert code == 2 and "neither a sweep nor a folder of sweeps" in err
     code, _, err = history(tmp_path / "n", "--ignore", "workload_nope", capsys=capsys)
-    assert code == 2 and "--ignore 'workload_nope' is not a key that pairs jobs" in err
+    assert code == 2 and "--ignore 'workload_nope': no sweep given has that setting" in err
+    assert not (tmp_path / "n" / "history").exists()  # refused before the store was made (it left 3 MB)
     code, _, err = history(tmp_path / "n", "--ignore", "colour", capsys=capsys)
     assert code == 2 and "--ignore 'colour' is not a key that pairs jobs" in err
     assert not (tmp_path / "n" / "history" / "regressions.csv").exists()
