@@ -203,6 +203,22 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
     return Sweep(path)
 
 
+class _Tee:
+    """A text stream that writes to two: the terminal as it comes, and a buffer to read after."""
+
+    def __init__(self, *streams: Any) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
+
+
 def _keys(ignore: Sequence[str]) -> list[str]:
     """`ignore` as a list of keys; a plain string is refused (it would be read letter by letter)."""
     if isinstance(ignore, str):
@@ -226,12 +242,9 @@ def history(folders: Sequence[str | Path], out: str | Path | None = None, ignore
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="profsweep-history-"))
     args = [str(f) for f in folders] + ["--out", str(out)] + [a for key in ignore for a in ("--ignore", key)]
     said = io.StringIO()
-    with contextlib.redirect_stderr(said):
+    with contextlib.redirect_stderr(_Tee(sys.stderr, said)):  # its warnings and progress as they come, kept too
         code = history_main(args)
     lines = said.getvalue().splitlines()
-    for line in lines:  # its warnings and progress, as the command prints them
-        if not line.startswith("error: "):
-            print(line, file=sys.stderr)
     if code != 0:
         error = next((line[len("error: "):] for line in lines if line.startswith("error: ")), f"exit {code}")
         raise ProfsweepError(f"history refused {', '.join(str(f) for f in folders)}: {error}")
