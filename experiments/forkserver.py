@@ -458,12 +458,9 @@ def _watch(sock: socket.socket, pid: int) -> tuple[int, int] | None:
 
 def wait_unreaped(pid: int, timeout: float | None) -> None:
     """Wait until the child `pid` has ended, without reaping it (so that its group can still be
-    killed by its id); subprocess.TimeoutExpired after `timeout` seconds."""
+    killed by its id); subprocess.TimeoutExpired after `timeout` seconds. Needs os.waitid (Linux)."""
     import time
 
-    if not hasattr(os, "waitid"):  # no way to wait without reaping (macOS): reaped, then its group
-        _, status = os.waitpid(pid, 0) if timeout is None else _waitpid_by(pid, time.monotonic() + timeout, timeout)
-        raise Reaped(os.waitstatus_to_exitcode(status))
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         pidfd = os.pidfd_open(pid)
@@ -481,26 +478,6 @@ def wait_unreaped(pid: int, timeout: float | None) -> None:
     finally:
         if pidfd is not None:
             os.close(pidfd)
-
-
-class Reaped(Exception):
-    """wait_unreaped had to reap the child: its exit code."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
-
-
-def _waitpid_by(pid: int, deadline: float, timeout: float) -> tuple[int, int]:
-    import time
-
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return done, status
-        if time.monotonic() >= deadline:
-            raise subprocess.TimeoutExpired(str(pid), timeout)
-        time.sleep(0.05)
 
 
 def _exited(pid: int) -> bool:

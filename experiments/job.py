@@ -529,8 +529,7 @@ def _untrained(job: Prepared, out: dict[str, Any]) -> None:
                "use them: return Workload(fn, args, loss=...) from the factory to train the whole model")
         said = (f"train=true: {missed} of {len(params)} trained tensors (parameters, or a function's float inputs) "
                 f"got no gradient, so the step does not train them: {why}")
-        out["warnings"].append(said)
-        print(f"warning: {said}", file=sys.stderr, flush=True)
+        _warn(out, said)
 
 
 def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:

@@ -117,12 +117,13 @@ class FreshInterpreter(ChildProcess):
             proc = subprocess.Popen([sys.executable, "-m", "experiments.job", str(config_path)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                     pass_fds=(slot_fd,), start_new_session=True)
+            if not hasattr(os, "waitid"):  # no wait without reaping (macOS): reaped, then its group by its id
+                try:
+                    return proc.wait(timeout=timeout)
+                finally:
+                    forkserver.kill_group(proc.pid, leader=False)
             try:
                 forkserver.wait_unreaped(proc.pid, timeout)
-            except forkserver.Reaped as reaped:  # no waitid here: reaped already, its group by its id
-                proc.returncode = reaped.code
-                forkserver.kill_group(proc.pid, leader=False)
-                return reaped.code
             except BaseException:  # its timeout, or a stop of the sweep: the job and what it started
                 forkserver.kill_group(proc.pid)
                 proc.wait()

@@ -346,6 +346,7 @@ def test_interpolations_that_work_keep_working(tmp_path):
     assert folder.name.isdigit() and sorted(read_metrics(d)["size"] for d in job_dirs(folder)) == [2, 8]
 
 
+@pytest.mark.slow
 def test_repeats_in_one_process_are_said_not_to_be_independent(tmp_path):
     """Part 1's preset asks for 5 repeats, and run=fast runs them all in the sweep's own process (a
     reviewer's composition): the sweep says their interval is not one between processes."""
