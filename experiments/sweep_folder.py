@@ -312,8 +312,10 @@ def _not_run(folder: Path) -> list[str]:
 
 
 def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
-    """Print counts and failed jobs from the metrics.json files; exit 1 when any job failed."""
+    """Print counts and failed jobs from the metrics.json files; exit 1 when any job failed or lost its
+    un-profiled timing (`timed_error`: the analysis names it a problem too, and a rerun redoes it)."""
     failed: list[tuple[str, str]] = []
+    untimed: list[tuple[str, str]] = []  # ok, without the un-profiled timing (analysis names it a problem too)
     ok = skipped = 0
     for job_dir in job_dirs:
         try:
@@ -323,6 +325,8 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
             continue
         if record.get("status") == "ok":
             ok += 1
+            if record.get("timed_error"):
+                untimed.append((job_dir.name, str(record["timed_error"])))
         elif record.get("status") == "skipped":
             skipped += 1
         else:
@@ -334,6 +338,11 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     print(f"done: {amount(len(job_dirs), 'job')} ({counts}) in {folder}", flush=True)
     for name, error in failed:
         print(f"  failed: {name}: {one_line(error)}", flush=True)
+    for name, error in untimed:
+        print(f"  no un-profiled timing: {name}: {one_line(error)}", flush=True)
+    if untimed:
+        print(f"  their grid points' step times come from their other processes; rerun the same command into the "
+              f"same folder to redo {'it' if len(untimed) == 1 else 'them'} ({_dir_key(folder)}={folder})", flush=True)
     settled = _not_run(folder)
     if settled:
         print(f"  not run: the later repeats of {amount(len(settled), 'grid point')} whose "
@@ -354,5 +363,5 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
         print("interrupted: rerun the same command into the same folder to finish "
               f"({_dir_key(folder)}={folder}); jobs already ok are skipped", flush=True)
         raise SystemExit(EXIT_INTERRUPTED)
-    if failed or missing or SWEEP.analysis_failed:
+    if failed or untimed or missing or SWEEP.analysis_failed:
         raise SystemExit(EXIT_FAILED_JOBS)

@@ -521,3 +521,23 @@ def test_what_a_workload_forks_ends_with_its_job(tmp_path, start):
     assert all(r["status"] == "ok" and r["timed_us_per_step"] for r in records), records
     forked = [int(p) for p in pids.read_text().split()]
     assert len(forked) == 3 and not any(alive(p) for p in forked)  # warm job, cold job, its twin
+
+
+def test_the_tally_fails_a_sweep_that_lost_a_jobs_un_profiled_timing(tmp_path, capsys):
+    """A job ok without its un-profiled timing (its twin killed, `timed_error`) is a problem for the
+    sweep's exit status, as it is for `analyse`'s: exit 1, the job named, the rerun that redoes it."""
+    from experiments.sweep_folder import EXIT_FAILED_JOBS, tally
+
+    dirs = []
+    for name, extra in (("0_a", {}), ("1_b", {"timed_error": "the twin was killed by SIGKILL"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps({"status": "ok", **extra}))
+        dirs.append(tmp_path / name)
+    tally(dirs[:1], tmp_path, 1)  # every job timed: exit 0
+    with pytest.raises(SystemExit) as stopped:
+        tally(dirs, tmp_path, 2)
+    said = capsys.readouterr().out
+    assert stopped.value.code == EXIT_FAILED_JOBS
+    assert "done: 2 jobs (2 ok, 0 failed)" in said
+    assert "no un-profiled timing: 1_b: the twin was killed by SIGKILL" in said
+    assert f"rerun the same command into the same folder to redo it (hydra.run.dir={tmp_path})" in said  # no sweep.json
