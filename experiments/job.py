@@ -25,9 +25,10 @@ import os
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from experiments import allocator, provenance, records, seam
 from profsweep import machine
@@ -35,6 +36,7 @@ from experiments.config import AUTO, ConfigError, JobConfig, config_from_dict
 from experiments.lifeline import die_with_parent
 from experiments.records import JobError
 from profsweep.contract import FINAL, first_line, message
+from profsweep.sweep_state import SWEEP
 
 if TYPE_CHECKING:  # both import torch: the job imports them once it runs (_settle_process)
     from experiments.profiling import ProfilingSession
@@ -58,12 +60,18 @@ def run_job(config: JobConfig, job_dir: Path, own_process: bool = False) -> dict
     """
     record = records.base_record(config, job_dir)
     record["started_at"] = records.now_iso()
+    signalled: list[int] = []
     try:
-        _profile(config, job_dir, record, twin_allowed=own_process)
+        with _noting_interrupts(signalled):
+            _profile(config, job_dir, record, twin_allowed=own_process)
         record["status"] = "ok"
     except BaseException as exc:  # the record carries it (a workload's own BaseException too); the sweep goes on
-        if isinstance(exc, (KeyboardInterrupt, GeneratorExit)):  # Ctrl-C, SIGTERM: the sweep's stop, said by it
-            raise
+        if isinstance(exc, GeneratorExit) or (isinstance(exc, KeyboardInterrupt) and (signalled or SWEEP.stopped)):
+            raise  # Ctrl-C, SIGTERM: the sweep's stop, said by it
+        if isinstance(exc, KeyboardInterrupt):  # raised by the workload itself: no signal reached the job
+            said = message(exc)
+            exc = JobError(f"the workload raised KeyboardInterrupt{': ' + said if said else ''} itself (no Ctrl-C or "
+                           "SIGTERM reached the job)")
         if isinstance(exc, SystemExit):  # the workload called sys.exit(): say so, in the log too
             exc = JobError(f"the workload called sys.exit({exc.code!r})")
             print(f"error: {exc}", file=sys.stderr, flush=True)
@@ -79,6 +87,32 @@ def run_job(config: JobConfig, job_dir: Path, own_process: bool = False) -> dict
 
 
 ERROR_CHARS = 4000  # of an exception's message in the record (a workload's may be megabytes)
+
+
+@contextmanager
+def _noting_interrupts(signalled: list[int]) -> Iterator[None]:
+    """SIGINT while the job runs is noted in `signalled`, then handled as before (Python's
+    KeyboardInterrupt, or the sweep's own handler): a KeyboardInterrupt the workload raises
+    itself is then told from a stop. Only the main thread may set a handler; elsewhere nothing."""
+    import signal
+    import threading
+
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous in (signal.SIG_IGN, None):
+        yield
+        return
+
+    def note(signum: int, frame: Any) -> None:
+        signalled.append(signum)
+        if callable(previous):
+            previous(signum, frame)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def final_failure(exc: BaseException) -> bool:

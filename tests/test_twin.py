@@ -41,6 +41,10 @@ def make(*, size, dtype, device, log: str = "", fail_second: bool = False, fail_
         f.write(f"{os.getpid()}\\n")
     if fail_first == "unsayable":
         raise Unsayable()
+    if fail_first == "interrupt":  # a model that raises KeyboardInterrupt itself: no signal
+        raise KeyboardInterrupt("the model's own")
+    if fail_first == "sleep":  # a build that waits for a real Ctrl-C
+        time.sleep(60)
     if fail_first == "long":
         raise ValueError("first line\\n" + "x" * 20000)
     if fail_second and len(open(log).read().split()) > 1:
@@ -179,3 +183,40 @@ def test_a_cold_job_without_a_twin_says_why(tmp_path):
     record, builds, _ = _run_job(tmp_path, warmup=False, env_extra={"TWINBENCH_THREAD": "1"})
     assert record["status"] == "ok" and record["timed_in"] == AFTER_PROFILER and len(builds) == 1
     assert any(w.startswith("no twin: 2 threads ran in the job's process") for w in record["warnings"]), record
+
+
+def test_a_keyboard_interrupt_the_workload_raises_itself_fails_its_job(tmp_path):
+    """Told from a Ctrl-C: the job is failed with the workload's words and the sweep goes on
+    (before, the job's process ended as if by SIGINT, and the sweep said it was killed)."""
+    record, builds, code = _run_job(tmp_path, warmup=False, fail_first="interrupt")
+    assert code == 1 and record["status"] == "failed"
+    assert record["error"] == ("JobError: the workload raised KeyboardInterrupt: the model's own itself (no Ctrl-C "
+                               "or SIGTERM reached the job)")
+
+
+def test_a_real_ctrl_c_still_stops_the_job(tmp_path):
+    """SIGINT while the workload builds is the stop it always was: the process ends by the signal,
+    with no record of a failure of its own."""
+    import signal
+    import time
+
+    folder = tmp_path / "user"
+    folder.mkdir()
+    (folder / "twinbench.py").write_text(FACTORY)
+    log, job_dir = tmp_path / "builds.log", tmp_path / "job"
+    job_dir.mkdir()
+    config = JobConfig(workload=WorkloadConfig(target="twinbench:make", name="twinbench",
+                                               settings={"log": str(log), "fail_first": "sleep"}),
+                       size=16, dtype="fp32", device="cpu", run=RunConfig(threads=1))
+    (job_dir / "job_config.json").write_text(json.dumps(config_to_dict(config)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)])}
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.job", str(job_dir / "job_config.json")], cwd=ROOT,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not log.exists() and time.monotonic() < deadline:  # the factory has started: it sleeps now
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGINT, err
+    assert not (job_dir / "metrics.json").exists() or json.loads((job_dir / "metrics.json").read_text())["status"] \
+        != "failed"
