@@ -203,7 +203,9 @@ def compare_main(argv: list[str]) -> int:
             print(f"  failed in {side} (measured in {other}, {f['measured_job']}): {f['failed_job']}: {f['error']}")
     for side, key in (("BASE", "lost_base"), ("NEW", "lost_new")):
         for lost in result[key]:  # a repeat that failed where its grid point has others: fewer processes to judge
-            print(f"  a repeat failed in {side} (its grid point judged on the others): {lost['job']}: {lost['error']}")
+            print(f"  a repeat failed in {side} (its grid point judged on the others): {lost['job']}: {lost['error']}"
+                  if lost["point_known"] else f"  a job in {side} has no readable record, so its grid point is "
+                  f"unknown (left out of every verdict): {lost['job']}: {lost['error']}")
     for e in result["environment"]:
         print(f"  environment differs: {e['key']}: {e['base']} -> {e['new']}")
     if args.fail_if_slower is not None:

@@ -741,3 +741,17 @@ def test_a_repeat_lost_where_its_grid_point_has_others_is_named(tmp_path, capsys
     assert code == 0 and f"a repeat failed in NEW (its grid point judged on the others): {lost.parent.name}: " \
         "RuntimeError: out of memory" in out
     assert "a repeat failed in BASE" not in out
+
+
+def test_a_job_without_a_readable_record_is_not_said_to_be_a_repeat_of_a_known_point(tmp_path, capsys):
+    """A metrics.json that cannot be read names no grid point: compare says so instead of "a repeat
+    failed ... its grid point judged on the others"."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    for folder in (base, new):
+        hand_made_point(folder, 0, processes(100))
+    lost = sorted(new.glob("*/metrics.json"))[-1]
+    lost.write_text("{not json")
+    code, out, _ = compare(base, new, capsys=capsys)
+    assert code == 0 and (f"a job in NEW has no readable record, so its grid point is unknown (left out of every "
+                          f"verdict): {lost.parent.name}: unreadable metrics.json") in out
+    assert "a repeat failed" not in out

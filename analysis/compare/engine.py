@@ -309,7 +309,8 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
     environment = [{"key": k, "base": a, "new": b} for k, a, b in environment_diff(base.environment, new.environment)]
     return {"columns": columns, "pairs": pairs, "unmatched_base": unmatched_base,
             "unmatched_new": unmatched_new, "failed_new": failed_new, "failed_base": failed_base,
-            "lost_base": [{"job": j, "error": e} for j, e in base.lost], "lost_new": [{"job": j, "error": e} for j, e in new.lost],
+            **{f"lost_{name}": [{"job": j, "error": e, "point_known": known} for j, e, known in side.lost]
+               for name, side in (("base", base), ("new", new))},
             "environment": environment, "fdr": fdr, "band": band,
             "tested": sum(1 for p in pairs if p.get("p_value") is not None)}
 

@@ -43,7 +43,9 @@ class Side:
     jobs: dict[str, Job] = field(default_factory=dict)  # job -> its row (repeats.csv), usable ones
     read_from: str = "tables"  # "tables": the written analysis; "traces": analysed here, in memory
     failed: list[GridPoint] = field(default_factory=list)  # the grid points without a usable repeat
-    lost: list[tuple[str, str]] = field(default_factory=list)  # (job, why) of repeats lost by usable grid points
+    # (job, why, known) of repeats lost by usable grid points; known False: a job without a readable
+    # record (no config_hash), whose grid point cannot be told
+    lost: list[tuple[str, str, bool]] = field(default_factory=list)
 
 
 def op_uses(ops: Iterable[dict[str, Any]]) -> list[tuple[str, float, float]]:
@@ -80,7 +82,8 @@ def load_side(folder: Path) -> Side:
     failed = [p for p in every if not p.usable]
     gone = {p.get("config_hash") for p in failed}
     lost = [(str(j["job"]), str(j.get("error") or j.get("trace_error") or j.get("record_error") or j.get("status")
-                                or "failed")) for j in jobs if not j.usable and j.get("config_hash") not in gone]
+                                or "failed"), j.get("config_hash") is not None)
+            for j in jobs if not j.usable and j.get("config_hash") not in gone]
     return Side(folder, points, _by_job(rows["steps"]), {j: op_uses(o) for j, o in _by_job(rows["ops"]).items()},
                 {j: kernel_uses(k) for j, k in kernels.items()}, environment if isinstance(environment, dict) else {},
                 {str(j["job"]): j for j in jobs if j.usable}, read_from, failed, lost)
