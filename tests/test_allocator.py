@@ -133,3 +133,25 @@ def test_the_report_says_the_steps_were_timed_with_the_thresholds_held():
     [note] = _allocator_note([{"allocator": "fixed"}])  # kept what no plain process keeps: faster here
     assert "of 1 job were timed with <code>run.allocator=fixed</code>" in note and "faster here" in note
     assert _allocator_note([{"allocator": "system"}, {}]) == []  # a sweep from before the setting says nothing
+
+
+@pytest.mark.parametrize("choice,mib,warned", [("fixed", 40, True), ("fixed", 8, False), ("fixed", 300, False),
+                                               ("steady", 40, False)])
+def test_fixed_warns_where_it_keeps_a_step_faster_than_a_plain_process(choice, mib, warned):
+    """run.allocator=fixed keeps 32-256 MiB buffers in the heap, where a plain process maps them anew
+    every step: a step allocating one says its timing is faster than the user's own script; smaller
+    buffers (in the heap either way), larger ones (mapped either way) and steady say nothing."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from experiments.job import _peak_memory
+
+    def call() -> None:
+        torch.empty(mib << 20, dtype=torch.uint8).fill_(1)
+
+    out = {"allocator": choice}
+    _peak_memory(SimpleNamespace(device="cpu", step=SimpleNamespace(call=call)), out)  # type: ignore[arg-type]
+    said = " ".join(out.get("warnings", []))
+    assert ("run.allocator=fixed keeps them there" in said) == warned, said
+    assert (f"buffers of up to {mib} MiB" in said) == warned, said
