@@ -144,16 +144,27 @@ SCRATCH_PREFIXES = (CACHE_PREFIX, "profsweep-provenance-", "profsweep-memory-") 
 
 def clear_stale_scratch() -> None:
     """Remove the scratch folders in tempfile's folder that a process killed outright left (its
-    pid in the name, no such process now): a sweep or a job killed by SIGKILL runs no cleanup."""
+    pid in the name, no such process now): a sweep or a job killed by SIGKILL runs no cleanup.
+    Those of an older profsweep, with no pid in the name, once untouched for OLD_SCRATCH_S."""
     root = Path(tempfile.gettempdir())
     for prefix in SCRATCH_PREFIXES:
-        for folder in root.glob(f"{prefix}*-*"):
+        for folder in root.glob(f"{prefix}*"):
             pid = folder.name[len(prefix):].split("-", 1)[0]
-            if pid.isdigit() and not alive(int(pid)):
+            if (not alive(int(pid))) if pid.isdigit() and "-" in folder.name[len(prefix):] else _untouched(folder):
                 if folder.is_dir():
                     shutil.rmtree(folder, ignore_errors=True)
                 else:  # a memory count's trace file
                     folder.unlink(missing_ok=True)
+
+
+OLD_SCRATCH_S = 7 * 24 * 3600  # an older profsweep's scratch (no pid to ask) untouched this long is no job's
+
+
+def _untouched(path: Path) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime > OLD_SCRATCH_S
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager

@@ -90,6 +90,7 @@ def test_scratch_folders_a_killed_process_left_are_cleared(tmp_path, monkeypatch
     import subprocess
     import sys
     import tempfile
+    import time
 
     from experiments import point
 
@@ -102,6 +103,11 @@ def test_scratch_folders_a_killed_process_left_are_cleared(tmp_path, monkeypatch
         (folder / "inductor").mkdir(parents=True)
     stale.append(tmp_path / f"profsweep-memory-{dead}-q1.json")  # a memory count's trace, a file
     stale[-1].write_text("{}")
-    (tmp_path / "profsweep-cache-old").mkdir()  # a name without a pid (an older profsweep): left alone
+    recent, old = tmp_path / "profsweep-cache-recent", tmp_path / "profsweep-provenance-old"  # no pid: an older profsweep
+    for folder in (recent, old):
+        folder.mkdir()
+    week = time.time() - point.OLD_SCRATCH_S - 60
+    os.utime(old, (week, week))
+    stale.append(old)  # untouched for a week: no job's
     point.clear_stale_scratch()
-    assert not any(f.exists() for f in stale) and live.exists() and (tmp_path / "profsweep-cache-old").exists()
+    assert not any(f.exists() for f in stale) and live.exists() and recent.exists()
