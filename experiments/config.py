@@ -308,6 +308,26 @@ def config_to_dict(config: JobConfig) -> dict[str, Any]:
     return data
 
 
+def known_keys(key: str) -> str:
+    """What to say of a key this configuration does not have (`sise`, `run.thread`): the nearest
+    key of its group, and the group's keys."""
+    import difflib
+
+    groups = {"profiler": ProfilerConfig, "compiler": CompilerConfig, "run": RunConfig}
+    where, _, _ = key.rpartition(".")
+    if where == "workload":
+        return "a workload's settings are its factory's keyword arguments, as conf/workload/<name>.yaml lists them"
+    if where and where not in groups:
+        return f"the groups are {', '.join(['workload', *groups])}"
+    cls = groups.get(where, JobConfig)
+    keys = [f"{where + '.' if where else ''}{f.name}" for f in dataclasses.fields(cls)
+            if f.name not in ("workload", "profiler", "compiler", "run", "expect")]
+    if not where:
+        keys += ["expect", "workload", "workload.<its setting>", *(f"{g}.<key>" for g in groups)]
+    near = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    return (f"did you mean {near[0]}? " if near else "") + f"the keys: {', '.join(keys)}"
+
+
 def config_from_dict(data: Mapping[str, Any]) -> JobConfig:
     """Rebuild and validate a JobConfig from `config_to_dict` output (or a resolved Hydra config)."""
     data = dict(data)

@@ -149,7 +149,8 @@ SWEEP_SETTINGS = tuple(f"run.{key}" for key in SWEEP_ONLY)  # one value for the 
 def check_backends(configs: list[JobConfig]) -> None:
     """A compile backend other than Inductor is checked against torch.compiler.list_backends()
     before any job (that imports Dynamo: a second or two, paid only when another is named)."""
-    named = sorted({c.compiler.backend for c in configs if c.compile and c.compiler.backend != "inductor"})
+    named = sorted({c.compiler.backend for c in configs if c.compiler.backend != "inductor"})  # eager jobs too, as
+    # compiler.mode is checked: a setting that cannot run is refused wherever it is given
     if not named:
         return
     import torch

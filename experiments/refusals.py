@@ -111,8 +111,9 @@ def in_our_words(text: str) -> str:
     unknown = re.search(r"Could not override '([^']+)'\.\nTo append to your config use \+(\S+)", text)
     if unknown:
         key, override = unknown.groups()
-        return (f"error: {override} is not allowed: {key} is not a key of this configuration (check its "
-                f"spelling; +{override} would add a new key)\n")
+        from experiments.config import known_keys
+
+        return f"error: {override} is not allowed: {key} is not a key of this configuration ({known_keys(key)})\n"
     lexer = re.search(r"(?:LexerNoViableAltException|Error parsing override)[:']? ?'?([^\n']*)'?", text)
     if lexer:
         return (f"error: {lexer.group(1).strip()} is not allowed: it is not a valid override (quote a value with "

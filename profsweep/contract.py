@@ -149,6 +149,31 @@ def identity(row: Any, columns: Any) -> tuple:
     return tuple(norm(c) for c in columns)
 
 
+# Settings that change what a step measures only where a flag of its grid point is set: the
+# compiler's settings (compiler.mode -> compile_mode ...) where it compiled, the optimizer where it
+# trained. An eager step measures the same whatever compiler.mode says.
+COMPILER_SETTINGS = "compile_"  # columns.SETTING_GROUPS["compiler"]'s prefix
+NOT_COMPILER = ("compile_cache",)  # run.compile_cache: a run setting whose name shares the prefix
+ONLY_WITH = {"optimizer": "train"}
+
+
+def only_with(column: str) -> str | None:
+    """The flag without which `column` changes nothing a step measures (None: it always may)."""
+    return "compile" if column.startswith(COMPILER_SETTINGS) and column not in NOT_COMPILER else ONLY_WITH.get(column)
+
+
+def pair_identity(row: Any, columns: Any) -> tuple:
+    """`identity`, with None for a setting whose flag (`only_with`) the row has and has not set,
+    where that flag pairs too: what pairs a grid point across sweeps (compare, history), so that an
+    eager point measured with compiler.mode=max-autotune pairs with one measured with the default.
+    With the flag not pairing (--ignore compile: eager against compiled), every setting pairs."""
+    def applies(column: str) -> bool:
+        needed = only_with(column)
+        return needed is None or needed not in columns or not _given(row.get(needed)) or flag(row.get(needed))
+
+    return tuple(v if applies(c) else None for c, v in zip(columns, identity(row, columns)))
+
+
 def series_key(row: Any, settings: Any, without: str | None = None) -> tuple:
     """The series a grid point (or a crossovers.csv row) belongs to, the one key that the
     crossovers, the conclusions and the plots group by: its series keys as text (less `without`)
@@ -194,6 +219,9 @@ class Row(Mapping):
 
     def identity(self, columns: Any) -> tuple:
         return identity(self, columns)
+
+    def pair_identity(self, columns: Any) -> tuple:
+        return pair_identity(self, columns)
 
     def series_key(self, settings: Any, without: str | None = None) -> tuple:
         return series_key(self, settings, without)

@@ -755,3 +755,17 @@ def test_a_job_without_a_readable_record_is_not_said_to_be_a_repeat_of_a_known_p
     assert code == 0 and (f"a job in NEW has no readable record, so its grid point is unknown (left out of every "
                           f"verdict): {lost.parent.name}: unreadable metrics.json") in out
     assert "a repeat failed" not in out
+
+
+def test_compiler_settings_pair_eager_points_and_keep_compiled_ones_apart(tmp_path, capsys):
+    """An eager step measures the same whatever compiler.mode says: a sweep run with
+    compiler.mode=max-autotune pairs its eager points with the default's (before: nothing in
+    common, exit 2); its compiled points, which the mode changed, stay apart."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    for folder, mode in ((base, "default"), (new, "max-autotune")):
+        hand_made_point(folder, 0, processes(100), compile_mode=mode)
+        hand_made_point(folder, 1, processes(300), compile_mode=mode, compile=True, size=16)
+    code, out, err = compare(base, new, capsys=capsys)
+    assert code == 0, err
+    assert "compare: 1 pair " in out and "same         matmul_add size=8 bf16 cold eager: 1.000x" in out
+    assert "measured in BASE only (no such grid point in NEW): 1_matmul_add_16_bf16_cold_eager" in out

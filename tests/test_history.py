@@ -750,3 +750,21 @@ def test_ctrl_c_or_sigterm_stops_a_command_with_one_line(monkeypatch, capsys):
     assert commands.stoppable(["x"]) == 143
     assert capsys.readouterr().err.startswith("interrupted (SIGTERM): the analysis stopped")
     assert signal.getsignal(signal.SIGTERM) is before  # put back as it was
+
+
+def test_compiler_settings_do_not_split_an_eager_points_history(tmp_path, capsys):
+    """As compare pairs them: an eager point is one line whatever compiler.mode each sweep ran
+    with; a compiled point run with two modes is two."""
+    from analysis import analyse_folder
+    from tests.conftest import hand_made_point, processes
+
+    folders = []
+    for name, mode in (("a", "default"), ("b", "max-autotune"), ("c", "max-autotune")):
+        hand_made_point(tmp_path / name, 0, processes(100), compile_mode=mode)
+        hand_made_point(tmp_path / name, 1, processes(300), compile_mode=mode, compile=True, size=16)
+        analyse_folder(tmp_path / name, progress=lambda line: None)
+        folders.append(tmp_path / name)
+    code, out, err = history(*folders, "--out", tmp_path / "h", capsys=capsys)
+    assert code == 0, err
+    assert "3 grid points paired by" in out and "no change at 2 grid points" in out
+    assert "measured before: matmul_add size=16 bf16 cold compile compile_mode=default" in out

@@ -116,10 +116,15 @@ BAD_INPUTS = {
                                                          "matmul_add"]),
     "group null": ("profiler=null", "workload=matmul_add,linear profiler=null",
                    ["profiler=null is not allowed: profiler takes one of article, detailed"]),
-    "typo": ("sise=3", "sise=3", ["sise=3 is not allowed: sise is not a key of this configuration", "+sise=3"]),
+    "typo": ("sise=3", "sise=3", ["sise=3 is not allowed: sise is not a key of this configuration (did you mean "
+                                  "size? the keys: size, dtype"]),
+    "typo in a group": ("run.thread=1", "run.thread=1", ["run.thread is not a key of this configuration (did you mean "
+                                                        "run.threads? the keys: run.isolation"]),
     "non-ascii": ("dtype=ñ", "dtype=ñ", ["dtype=ñ is not allowed: it is not a valid override", "quote"]),
     "backend": ("compile=true compiler.backend=nope", "compile=true compiler.backend=inductor,nope",
                 ["compiler.backend='nope' is not allowed", "aot_eager", "inductor"]),
+    "backend, eager": ("compiler.backend=nope", "compiler.backend=nope",  # refused as compiler.mode=nope is
+                       ["compiler.backend='nope' is not allowed", "aot_eager", "inductor"]),
     "interpolation": ("size=${oops}", "size=16,${oops}",
                       ["size=${oops} is not allowed: OmegaConf cannot resolve it", "Interpolation key 'oops' not found"]),
     "interpolated dir": ("hydra.run.dir=${oops}/x", "size=16 hydra.sweep.dir=${oops}/x",

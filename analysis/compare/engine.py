@@ -283,11 +283,11 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
     columns = pairing_columns(base.points + new.points, wanted)
     by_key: dict[tuple, list[GridPoint]] = {}
     for point in base.points:
-        by_key.setdefault(point.identity(columns), []).append(point)
+        by_key.setdefault(point.pair_identity(columns), []).append(point)
     pairs, unmatched_new = [], []
     used: set[str] = set()
     for job in new.points:
-        candidates = [b for b in by_key.get(job.identity(columns), []) if b["job"] not in used]
+        candidates = [b for b in by_key.get(job.pair_identity(columns), []) if b["job"] not in used]
         if not candidates:
             unmatched_new.append(job["job"])
             continue
@@ -319,10 +319,10 @@ def _failed(measured: list[GridPoint], unmatched: list[str], failed: list[GridPo
             columns: list[str]) -> list[dict[str, Any]]:
     """The points of `measured` left without a partner whose partner on the other side failed:
     (measured_job: the measured one's first job, failed_job: the failed one's, error: why it failed)."""
-    by_key = {f.identity(columns): f for f in failed}
+    by_key = {f.pair_identity(columns): f for f in failed}
     found = []
     for point in measured:
-        other = by_key.get(point.identity(columns)) if point["job"] in unmatched else None
+        other = by_key.get(point.pair_identity(columns)) if point["job"] in unmatched else None
         if other is not None:
             found.append({"measured_job": point["job"], "failed_job": other["job"],
                           "error": str(other.get("error") or other.get("status") or "failed")})
@@ -334,7 +334,7 @@ def _apart(base: Side, new: Side, columns: list[str]) -> str:
     and its difference is then in every verdict`: the pairing keys whose values on the two sides
     have none in common ('' when every key shares a value and only their combinations differ)."""
     said = []
-    identities = [[p.identity(columns) for p in side.points] for side in (base, new)]
+    identities = [[p.pair_identity(columns) for p in side.points] for side in (base, new)]
     for k, column in enumerate(columns):
         values = [sorted({str(i[k]) for i in side}) for side in identities]
         if not set(values[0]) & set(values[1]):

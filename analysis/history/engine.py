@@ -27,7 +27,7 @@ from analysis.text import us
 from analysis.history.page import write_page
 from analysis.store import Store, StoreError, SweepFolder
 from profsweep import stats
-from profsweep.contract import PAIR_DEFAULTS, GridPoint, amount, read_plan, usable_sql
+from profsweep.contract import PAIR_DEFAULTS, GridPoint, amount, only_with, read_plan, usable_sql
 from profsweep.decide import ABOVE, BAND, BELOW, FDR, decide
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
@@ -138,10 +138,15 @@ def _points_table(store: Store, have: dict[str, str], columns: list[str], ignore
     """_points: per chosen sweep and grid point with a usable repeat, its identity (`line`, and
     `nth` for a key twice in one sweep: k-th pairs with k-th), why it was noisy, and per metric
     the number, mean and variance of its repeats' logs."""
-    def key(k: str) -> str:  # compare's identity: NaN as no value, a missing key as its default
+    def key(k: str) -> str:  # compare's pair_identity: NaN as no value, a missing key as its default
         value = f"CASE WHEN isnan({_q(k)}) THEN NULL ELSE {_q(k)} END" if have[k] in ("DOUBLE", "FLOAT") else _q(k)
         text = f"CAST({value} AS VARCHAR)"
-        return f"coalesce({text}, {_text(PAIR_DEFAULTS[k])})" if k in PAIR_DEFAULTS else text
+        text = f"coalesce({text}, {_text(PAIR_DEFAULTS[k])})" if k in PAIR_DEFAULTS else text
+        needed = only_with(k)
+        if needed is None or needed not in have or needed not in columns:
+            return text
+        flag = f"lower(trim(CAST({_q(needed)} AS VARCHAR)))"  # profsweep.contract.pair_identity, in SQL
+        return f"CASE WHEN {flag} IS NULL OR {flag} IN ('true', '1', '1.0', '', 'nan') THEN {text} END"
 
     def column(table: dict[str, str], k: str, alias: str | None = None) -> str:
         return f"{_q(k) if k in table else 'NULL'} AS {_q(alias or k)}"
