@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -70,6 +71,11 @@ class SweepFolder:
     started_at: datetime.datetime  # UTC, without a zone
     started_from: str  # sweep.json, environment.json or the summary file's time
     summary: Path
+    tables: Path | None = None  # where its table files are, where not in `folder`: analysed anew (see find_sweeps)
+
+    @property
+    def tables_folder(self) -> Path:
+        return self.tables or self.folder
 
 
 def summary_file(folder: Path) -> Path | None:
@@ -127,8 +133,11 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
             return f"{folder}: cannot read it ({exc.strerror or exc})"
         return None
 
-    def stale(folder: Path) -> None:
-        """Warn where job records were written after the analysis (a job rerun, a status changed)."""
+    def stale(folder: Path) -> Path | None:
+        """Where job records were written after the analysis (a job rerun, a status changed, a
+        record edited), the sweep's tables analysed anew from its records into a folder of their own
+        (as compare analyses such a side in memory; nothing is written into the sweep), with a
+        warning that says so; else None: its analysis stands."""
         summary = summary_file(folder)
         try:
             written = summary.stat().st_mtime_ns if summary is not None else None
@@ -136,12 +145,14 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
                 [j.name for j in job_folders(folder) if (j / METRICS_FILE).is_file() and
                  (j / METRICS_FILE).stat().st_mtime_ns > written]
         except OSError:
-            return
-        if newer:
-            warn(f"warning: {folder}: its analysis is older than {amount(len(newer), 'job record')} "
-                 f"({', '.join(newer[:3])}{', ...' if len(newer) > 3 else ''}: rerun or changed since, or the folder "
-                 f"copied without its times); history reads the analysis as written: python -m analysis {folder} "
-                 "writes it anew")
+            return None
+        if not newer:
+            return None
+        warn(f"warning: {folder}: its analysis is older than {amount(len(newer), 'job record')} "
+             f"({', '.join(newer[:3])}{', ...' if len(newer) > 3 else ''}: rerun or changed since, or the folder "
+             f"copied without its times); history analyses its records anew, writing nothing into it "
+             f"(python -m analysis {folder} writes its analysis anew)")
+        return fresh_tables(folder)
 
     def is_sweep(folder: Path) -> bool:
         """Analysed, or job folders that are not themselves analysed runs (outputs/runs/<date>)."""
@@ -179,8 +190,9 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
         if folder not in found:
             summary = summary_file(folder)
             assert summary is not None
-            stale(folder)
-            found[folder] = SweepFolder(folder, *start_time(folder, summary), summary)
+            tables = stale(folder)
+            found[folder] = SweepFolder(folder, *start_time(folder, summary),
+                                        summary if tables is None else summary_file(tables) or summary, tables)
 
     for path in paths:
         if not path.is_dir():
@@ -216,6 +228,21 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
             else:
                 add(sweep)
     return list(found.values())
+
+
+def fresh_tables(folder: Path) -> Path:
+    """The tables history reads of `folder`, analysed from its job records into a temporary folder
+    (removed when this process ends): summary.csv and TABLE_FILES."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from analysis import write_tables_only
+
+    out = Path(tempfile.mkdtemp(prefix=f"profsweep-history-{os.getpid()}-"))
+    atexit.register(shutil.rmtree, out, True)
+    write_tables_only(folder, out)
+    return out
 
 
 def default_out(paths: Sequence[Path], sweeps: Sequence[SweepFolder]) -> Path:
@@ -405,7 +432,7 @@ class Store:
         size = done = 0
         for s in new:
             chunk.append(s)
-            size += sum(f.stat().st_size for f in (s.summary, *(s.folder / n for n in TABLE_FILES.values()))
+            size += sum(f.stat().st_size for f in (s.summary, *(s.tables_folder / n for n in TABLE_FILES.values()))
                         if f.is_file())
             if size >= CHUNK_BYTES or s is new[-1]:
                 self._ingest(chunk, ids)
@@ -452,7 +479,7 @@ class Store:
             self._load("history", parquet, parquet=True)
             self._load("history", csv)
             for table, name in TABLE_FILES.items():
-                self._load(table, [(ids[s], s.folder / name) for s in new if _has_rows(s.folder / name)])
+                self._load(table, [(ids[s], s.tables_folder / name) for s in new if _has_rows(s.tables_folder / name)])
             wanted = ", ".join(str(ids[s]) for s in new)
             have = self.columns("repeats")
             ok = usable_sql(have, "r")  # a failed job: one whose figures cannot be used ...

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -756,7 +757,6 @@ def test_compiler_settings_do_not_split_an_eager_points_history(tmp_path, capsys
     """As compare pairs them: an eager point is one line whatever compiler.mode each sweep ran
     with; a compiled point run with two modes is two."""
     from analysis import analyse_folder
-    from tests.conftest import hand_made_point, processes
 
     folders = []
     for name, mode in (("a", "default"), ("b", "max-autotune"), ("c", "max-autotune")):
@@ -768,3 +768,32 @@ def test_compiler_settings_do_not_split_an_eager_points_history(tmp_path, capsys
     assert code == 0, err
     assert "3 grid points paired by" in out and "no change at 2 grid points" in out
     assert "measured before: matmul_add size=16 bf16 cold compile compile_mode=default" in out
+
+
+def test_records_changed_after_the_analysis_are_what_history_judges(tmp_path, capsys):
+    """Sweeps whose job records say 1.4x from the third on, while their analyses (written before the
+    records changed) still say the old time: history judges the records, as compare does, and its
+    gate fails (before: "no change", exit 0, on tables it warned were stale). Nothing is written
+    into the sweeps."""
+    from analysis import analyse_folder
+
+    folders = []
+    for i in range(4):
+        folder = tmp_path / "n" / f"s{i}"
+        hand_made_point(folder, 0, processes(100))
+        analyse_folder(folder, progress=lambda line: None)
+        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T02:00:00+00:00"}))
+        folders.append(folder)
+    for folder in folders[2:]:  # the jobs rerun since, 1.4x: only their records know
+        for job in folder.glob("[0-9]*_matmul_add_*"):
+            shutil.rmtree(job)
+        hand_made_point(folder, 0, processes(140))
+        later = (folder / "summary.csv").stat().st_mtime_ns + 10**9
+        for record in folder.glob("*/metrics.json"):
+            os.utime(record, ns=(later, later))
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "n").rglob("*") if p.is_file()}
+    code, out, err = history(tmp_path / "n", "--fail-on-change", "1.10", "--out", tmp_path / "h", capsys=capsys)
+    assert code == 1, out + err
+    assert "s2: its analysis is older than 3 job records" in err and "history analyses its records anew" in err
+    assert re.search(r"regression +matmul_add size=8 bf16 cold eager at \S+s2 \(sweep 3 of 4", out), out
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "n").rglob("*") if p.is_file()} == before
