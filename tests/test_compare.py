@@ -769,3 +769,16 @@ def test_compiler_settings_pair_eager_points_and_keep_compiled_ones_apart(tmp_pa
     assert code == 0, err
     assert "compare: 1 pair " in out and "same         matmul_add size=8 bf16 cold eager: 1.000x" in out
     assert "measured in BASE only (no such grid point in NEW): 1_matmul_add_16_bf16_cold_eager" in out
+
+
+def test_ignore_pairs_points_alike_in_the_ignored_key_first(tmp_path, capsys):
+    """--ignore compile on two sweeps that each measured eager and compiled: eager pairs with eager
+    whatever the jobs' numbers (before: the first candidate by job number, so the same data
+    numbered otherwise gave a false 'slower 3x' and the gate's exit 1)."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    for folder, (eager_num, compiled_num) in ((base, (0, 1)), (new, (1, 0))):
+        hand_made_point(folder, eager_num, processes(100))
+        hand_made_point(folder, compiled_num, processes(300), compile=True)
+    code, out, err = compare(base, new, "--ignore", "compile", "--fail-if-slower", "1.10", capsys=capsys)
+    assert code == 0, out + err
+    assert "2 pairs (0 slower, 0 faster, 2 same, 0 inconclusive)" in out

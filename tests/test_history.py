@@ -797,3 +797,20 @@ def test_records_changed_after_the_analysis_are_what_history_judges(tmp_path, ca
     assert "s2: its analysis is older than 3 job records" in err and "history analyses its records anew" in err
     assert re.search(r"regression +matmul_add size=8 bf16 cold eager at \S+s2 \(sweep 3 of 4", out), out
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "n").rglob("*") if p.is_file()} == before
+
+
+def test_ignore_pairs_points_alike_in_the_ignored_key_first(tmp_path, capsys):
+    """As compare: --ignore compile over sweeps that number their eager and compiled jobs
+    differently is no change (before: a false 3x 'regression' at the renumbered sweeps)."""
+    from analysis import analyse_folder
+
+    for i in range(4):
+        folder = tmp_path / "n" / f"s{i}"
+        eager_num, compiled_num = (0, 1) if i < 2 else (1, 0)
+        hand_made_point(folder, eager_num, processes(100))
+        hand_made_point(folder, compiled_num, processes(300), compile=True)
+        analyse_folder(folder, progress=lambda line: None)
+        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T02:00:00+00:00"}))
+    code, out, err = history(tmp_path / "n", "--ignore", "compile", "--fail-on-change", "1.10", "--out",
+                             tmp_path / "h", capsys=capsys)
+    assert code == 0 and "no change at 2 grid points" in out, out + err

@@ -291,7 +291,10 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
         if not candidates:
             unmatched_new.append(job["job"])
             continue
-        partner = candidates[0]
+        # among points the ignored keys make alike, the one they would pair with too: --ignore compile
+        # on two sweeps of eager and compiled points pairs eager with eager where both sides have it
+        ignored = [k for k in wanted if k in known]
+        partner = next((b for b in candidates if b.pair_identity(ignored) == job.pair_identity(ignored)), candidates[0])
         used.add(partner["job"])
         pairs.append(_pair(base, partner, new, job, columns, band))
     unmatched_base = [j["job"] for j in base.points if j["job"] not in used]

@@ -159,6 +159,9 @@ def _points_table(store: Store, have: dict[str, str], columns: list[str], ignore
     noise = ("CASE WHEN TRY_CAST(noise_load AS BOOLEAN) THEN CAST(noise_reason AS VARCHAR) END"
              if {"noise_load", "noise_reason"} <= set(have) else "NULL")
     jobs = "coalesce(CAST(jobs AS VARCHAR), CAST(job AS VARCHAR))" if "jobs" in have else "CAST(job AS VARCHAR)"
+    # points the ignored keys make alike pair k-th with k-th in the order of those keys' values, then
+    # of their jobs: --ignore compile pairs eager with eager where each sweep has both (as compare)
+    by_ignored = "".join(f"CAST(p.{_q(k)} AS VARCHAR), " for k in ignored if k in have)
     moments = []
     for m in MOMENTS:
         v = f"TRY_CAST(o.{_q(m)} AS DOUBLE)"  # a column no job filled reads as text
@@ -177,7 +180,8 @@ def _points_table(store: Store, have: dict[str, str], columns: list[str], ignore
         SELECT p.*, agg.* EXCLUDE (sweep_id, point_job),
                dense_rank() OVER (ORDER BY {', '.join(names)}) AS line,
                row_number() OVER (PARTITION BY p.sweep_id, {', '.join(names)}
-                                  ORDER BY TRY_CAST(split_part(p.point_job, '_', 1) AS BIGINT), p.point_job) AS nth
+                                  ORDER BY {by_ignored}TRY_CAST(split_part(p.point_job, '_', 1) AS BIGINT),
+                                           p.point_job) AS nth
         FROM p JOIN agg USING (sweep_id, point_job)""")
 
 
