@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profsweep.contract import amount, point_label
+from profsweep.contract import amount, one_line, point_label
 from profsweep.decide import BAND
 
 PROG = "python -m analysis"  # how the commands name themselves (the `profsweep` command sets its own)
@@ -206,6 +206,13 @@ def compare_main(argv: list[str]) -> int:
             print(f"  a repeat failed in {side} (its grid point judged on the others): {lost['job']}: {lost['error']}"
                   if lost["point_known"] else f"  a job in {side} has no readable record, so its grid point is "
                   f"unknown (left out of every verdict): {lost['job']}: {lost['error']}")
+    for side, key, folder in (("BASE", "damaged_base", args.base), ("NEW", "damaged_new", args.new)):
+        for damaged in result[key][:3]:  # judged without the fields it could not read: maybe on another metric
+            print(f"  a record in {side} could not be read whole (judged without those fields): {damaged['job']}: "
+                  f"{one_line(damaged['error'])}")
+        if len(result[key]) > 3:
+            print(f"  and {len(result[key]) - 3} more records in {side} that could not be read whole (python -m analysis "
+                  f"{folder} names each)")
     for e in result["environment"]:
         print(f"  environment differs: {e['key']}: {e['base']} -> {e['new']}")
     if args.fail_if_slower is not None:

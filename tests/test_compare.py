@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import shutil
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -380,6 +381,10 @@ def test_hostile_timed_samples_never_crash_the_comparison(tmp_path, capsys, host
     hand_made_point(tmp_path / "new", 0, processes(100), timed_us_per_step=20.0, timed_samples_us=hostile)
     code, out, _ = compare(tmp_path / "base", tmp_path / "new", capsys=capsys)
     assert code == 0 and "1 pairs" in out
+    # judged without them, and said: each side's records could not be read whole
+    assert re.search(r"a record in NEW could not be read whole \(judged without those fields\): 0_matmul_add_8\S*: "
+                     r".*timed_samples_us", out), out
+    assert out.count("a record in BASE could not be read whole") == out.count("a record in NEW could not") == 3
 
 
 def test_more_profiled_steps_still_pair(tmp_path, capsys):

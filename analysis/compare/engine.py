@@ -314,6 +314,8 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
             "unmatched_new": unmatched_new, "failed_new": failed_new, "failed_base": failed_base,
             **{f"lost_{name}": [{"job": j, "error": e, "point_known": known} for j, e, known in side.lost]
                for name, side in (("base", base), ("new", new))},
+            **{f"damaged_{name}": [{"job": j, "error": e} for j, e in side.damaged]
+               for name, side in (("base", base), ("new", new))},
             "environment": environment, "fdr": fdr, "band": band,
             "tested": sum(1 for p in pairs if p.get("p_value") is not None)}
 

@@ -46,6 +46,9 @@ class Side:
     # (job, why, known) of repeats lost by usable grid points; known False: a job without a readable
     # record (no config_hash), whose grid point cannot be told
     lost: list[tuple[str, str, bool]] = field(default_factory=list)
+    # (job, what) of usable jobs whose record had fields that could not be read (tables' record_error:
+    # timed samples that are no sensible times, say): judged without them
+    damaged: list[tuple[str, str]] = field(default_factory=list)
 
 
 def op_uses(ops: Iterable[dict[str, Any]]) -> list[tuple[str, float, float]]:
@@ -86,7 +89,8 @@ def load_side(folder: Path) -> Side:
             for j in jobs if not j.usable and j.get("config_hash") not in gone]
     return Side(folder, points, _by_job(rows["steps"]), {j: op_uses(o) for j, o in _by_job(rows["ops"]).items()},
                 {j: kernel_uses(k) for j, k in kernels.items()}, environment if isinstance(environment, dict) else {},
-                {str(j["job"]): j for j in jobs if j.usable}, read_from, failed, lost)
+                {str(j["job"]): j for j in jobs if j.usable}, read_from, failed, lost,
+                [(str(j["job"]), str(j["record_error"])) for j in jobs if j.usable and j.get("record_error")])
 
 
 def _by_job(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
