@@ -19,6 +19,8 @@ from profsweep.decide import ABOVE, BELOW, INCONCLUSIVE, MAX_PROCESSES, SAME, de
     (1.04, 0.90, 1.20, INCONCLUSIVE),
     (1.06, 1.04, 1.08, INCONCLUSIVE),  # past +5% by its value, not by its interval
     (1.051, 1.0501, 1.06, ABOVE),
+    (0.94, 0.92, 0.96, INCONCLUSIVE),  # below -5% by its value, not by its interval (1/1.05 = 0.952)
+    (0.90, 0.85, 0.95, BELOW),
 ])
 def test_a_ratio_is_decided_by_its_interval_against_the_band(ratio, low, high, outcome):
     assert decide(ratio, low, high, 3).outcome == outcome
