@@ -60,6 +60,7 @@ def test_one_repeat_per_side_is_inconclusive_and_says_what_to_do(tmp_path, capsy
     code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--fail-if-slower", "1.1", capsys=capsys)
     assert code == 0
     assert "inconclusive matmul_add size=8 bf16 cold eager: 3.000x" in out and "run.repeats=3" in out
+    assert "at the spread observed" not in out  # one process a side observed none
     row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
     assert row["verdict"] == "inconclusive" and "1 repeat per side" in row["verdict_why"]
     assert row["processes_needed"] == 3  # what the reason tells them to rerun with
@@ -188,6 +189,9 @@ def test_verdict_rule_on_repeats():
     assert verdict(spread, [[v * 1.1 for v in g] for g in spread[::-1]]).verdict == "inconclusive"
     assert verdict(processes(100, n=1), processes(300, n=1)).verdict == "inconclusive"
     assert "run.repeats=3" in verdict(processes(100, n=1), processes(300, n=1)).why
+    # a zero step among a side's samples: no interval, said as such (not "one process a side")
+    zero = verdict([[1, 2, 3], [2, 3, 4], [3, 4, 5]], [[0, 2, 3], [2, 3, 4], [3, 4, 6]])
+    assert zero.verdict == "inconclusive" and zero.why == "no interval: a value that is not positive", zero.why
     assert verdict(processes(100), processes(300)).verdict == "slower"
     assert verdict([], [[1.0]]).verdict == "inconclusive"
     # seeded: the same samples give the same interval, from the bootstrap (not the shortcut that

@@ -71,11 +71,13 @@ def verdict(base: Sequence[Sequence[float]], new: Sequence[Sequence[float]], see
     if test.why == "identical samples":
         return Verdict("same", 1.0, 1.0, 1.0, "identical samples", 1.0)
     reps = (sum(1 for g in base if stats.clean(g)), sum(1 for g in new if stats.clean(g)))
+    if (test.low is None or test.high is None) and min(reps) >= 2:  # samples no interval can be built on
+        return Verdict("inconclusive", test.ratio, None, None, f"no interval: {test.why}")
     if test.low is None or test.high is None:
         return Verdict("inconclusive", test.ratio, None, None,
                        f"{'1 repeat per side' if reps == (1, 1) else f'{reps[0]} vs {reps[1]} repeats'}: one process "
-                       f"says nothing of the variation between processes; rerun both with run.repeats={MORE_REPEATS}",
-                       None, MORE_REPEATS)
+                       f"says nothing of the variation between processes; rerun both with run.repeats={MORE_REPEATS} "
+                       f"({MORE_REPEATS} processes a side or more show that spread)", None, MORE_REPEATS)
     d = decide_test(test, min(reps), band)
     interval = f"95% interval {test.low:.3f}–{test.high:.3f}"
     if d.outcome == ABOVE:
