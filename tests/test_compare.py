@@ -791,3 +791,18 @@ def test_ignore_pairs_points_alike_in_the_ignored_key_first(tmp_path, capsys):
     code, out, err = compare(base, new, "--ignore", "compile", "--fail-if-slower", "1.10", capsys=capsys)
     assert code == 0, out + err
     assert "2 pairs (0 slower, 0 faster, 2 same, 0 inconclusive)" in out
+
+
+def test_a_comparison_that_cannot_be_written_whole_leaves_no_mix_of_two(tmp_path, capsys):
+    """Its files are one set: where one cannot be written, none of this comparison's stay, and none
+    of the one before (before: compare.csv new, compare.html the earlier comparison's)."""
+    hand_made_point(tmp_path / "a", 0, processes(100))
+    hand_made_point(tmp_path / "b", 0, processes(200))
+    out = tmp_path / "out"
+    assert compare(tmp_path / "a", tmp_path / "a", "--out", out, capsys=capsys)[0] == 0
+    assert (out / "compare.csv").exists() and (out / "compare.html").exists()
+    shutil.rmtree(out / "plots")
+    (out / "plots").write_text("a file where the plots' folder goes")
+    code, _, err = compare(tmp_path / "a", tmp_path / "b", "--out", out, capsys=capsys)
+    assert code == 2 and "cannot write the comparison" in err
+    assert sorted(p.name for p in out.iterdir()) == ["plots"]

@@ -26,9 +26,31 @@ CSV_COLUMNS_FIRST = ("verdict", "step_ratio", "interval_low", "interval_high", "
                      "host_us_per_step_ratio", "device_us_per_step_ratio", "base_job", "new_job")
 
 
+OUTPUTS = ("compare.csv", "ops_diff.csv", "plots/ratio.png", COMPARE_FILE, COMPARE_PAGE)
+
+
 def write_compare(result: dict[str, Any], base: Side, new: Side, out: Path) -> list[Path]:
-    """compare.csv, ops_diff.csv, plots/ratio.png and compare.html in `out`, each written atomically."""
+    """compare.csv, ops_diff.csv, plots/ratio.png and compare.html in `out`, each written atomically,
+    as one set: an earlier comparison's are removed first, and where one cannot be written those
+    written before it go too (an error then, and no mix of two comparisons' files)."""
     out.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUTS:
+        path = out / name
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+    try:
+        return _write_compare(result, base, new, out)
+    except BaseException:
+        for name in OUTPUTS:
+            try:
+                if (out / name).is_file():
+                    (out / name).unlink()
+            except OSError:
+                pass
+        raise
+
+
+def _write_compare(result: dict[str, Any], base: Side, new: Side, out: Path) -> list[Path]:
     pairs = result["pairs"]
     flat_rows = [{k: v for k, v in p.items() if k not in ("ops_diff", "kernels_diff")} for p in pairs]
     present = {k for row in flat_rows for k in row}
