@@ -72,6 +72,7 @@ def test_conclusions_state_the_crossover_and_what_compile_changed_with_the_table
     # ... after a short answer, on the terminal and at the top of the page: the headline verdicts
     short = out[out.index("in short:"):out.index("conclusions (with")]
     assert f"matmul_add bf16 cold eager: overhead-bound below size ≈{crossing:,.0f} [" in short
+    assert re.search(r"cold eager: overhead-bound below size ≈\d+ \[\d+, \d+\], compute-bound above it", short), short
     assert re.search(r"compile against eager, matmul_add bf16 cold: 2\.0\d× slower \[[\d.]+×, [\d.]+×\] at 64; "
                      r"1\.3\d× faster \(0\.7\d× \[[\d.]+×, [\d.]+×\]\) at 1024", short), short
     assert page.index("<section id='in-short'>") < page.index("<section id='conclusions'>")
@@ -298,3 +299,14 @@ def test_compile_against_eager_pairs_the_processes_of_each_round(tmp_path):
     analyse_folder(tmp_path)
     said = conclusions_html(tmp_path)
     assert "compile against eager, matmul_add bf16 cold: " in said and "paired" not in said, said
+
+
+def test_the_short_answer_names_the_regime_the_sizes_above_the_crossover_are_in(tmp_path):
+    """Memory-bound there by the roofline: said so (before: always 'compute-bound above it')."""
+    from analysis.report.conclusions import in_short
+    from analysis.tables import analyse_sweep
+
+    tables = analyse_sweep(known_sweep(tmp_path / "sweep"), lambda line: None)
+    points = [p.replace(regime="memory-bound") if p["size"] == 1024 else p for p in tables.points]
+    short = "\n".join(in_short(points, tables.crossovers, tables.jobs))
+    assert re.search(r"cold eager: overhead-bound below size ≈\d+ \[\d+, \d+\], memory-bound above it", short), short

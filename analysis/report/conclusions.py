@@ -129,9 +129,13 @@ def in_short(points: list[GridPoint], crossovers: list[dict[str, Any]], jobs: li
         at = stats.number(c.get("fit_crossover_size"))
         if at is None:
             continue
+        above = {str(r.get("regime")) for r in rows if (stats.number(r.get("size")) or 0) > at
+                 and r.get("regime") in ("compute-bound", "memory-bound")}
+        bound = above.pop() if len(above) == 1 else "compute- or memory-bound" if above else \
+            "memory-bound" if c.get("fit_work") == "bytes" else "bound by its work"
         lines.append(f"{series_name(rows[0])}: overhead-bound below size ≈{at:,.0f}"
                      f"{interval(c, 'fit_crossover_size', lambda v: f'{v:,.0f}', always=True)}, "
-                     "compute-bound above it")
+                     f"{bound} above it")
     by_job = {str(j.get("job")): j for j in jobs}
     for name, pairs in _grouped(_pairs(points, "compile"), "compile").items():
         said = []
