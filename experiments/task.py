@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from experiments import forkserver, records, refusals
 from experiments.config import ConfigError
@@ -73,6 +73,24 @@ def resolved_sweep_dir(config: DictConfig, mode: str = "sweep") -> Path:
     return Path(str(given))
 
 
+SLURM_COMMANDS = ("sbatch", "srun")  # what submitit's SLURM launcher runs to submit and to detect a job
+
+
+def refuse_slurm_without_slurm(config: DictConfig) -> None:
+    """hydra/launcher=slurm on a machine without SLURM's commands is refused before the sweep
+    starts (else submitit's traceback once the sweep folder is made)."""
+    import shutil
+
+    target = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
+    if "SlurmLauncher" not in target:
+        return
+    missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
+    if missing:
+        refuse(f"hydra/launcher=slurm is not allowed here: {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+               "not on PATH (SLURM's commands): run the sweep where SLURM is (a login node), or "
+               "hydra/launcher=submitit_local for the same code path on this machine")
+
+
 class SweepCallback(Callback):
     """Validates every job of a run or sweep up front and prints the final tally."""
 
@@ -102,6 +120,7 @@ class SweepCallback(Callback):
         compose = GlobalHydra.instance().config_loader().load_sweep_config
         planned = preflight(config, axes if axes is not None else [], compose)
         check_configs([p.config for p in planned], [p.jobs for p in planned])
+        refuse_slurm_without_slurm(config)
         expect = check_expectations(config)
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if axes is not None:

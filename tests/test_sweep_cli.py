@@ -360,3 +360,17 @@ def test_repeats_in_one_process_are_said_not_to_be_independent(tmp_path):
     assert "warning: run.isolation=none runs every repeat in this one process (run.repeats=2)" in done.stdout
     quiet = run_cli("-m", "size=8", "run=fast", "run.ceilings=off", f"hydra.sweep.dir={tmp_path / 'q'}")
     assert "runs every repeat in this one process" not in quiet.stdout  # run=fast's own run.repeats=1
+
+
+def test_slurm_without_slurm_is_refused_before_any_folder(tmp_path):
+    """hydra/launcher=slurm where sbatch and srun are not on PATH: one line, exit 2, no sweep folder
+    (before: submitit's 40-line traceback, exit 1, and a half-made sweep folder)."""
+    import shutil
+
+    if shutil.which("sbatch") or shutil.which("srun"):
+        pytest.skip("this machine has SLURM's commands")
+    done = run_cli("-m", "hydra/launcher=slurm", "hydra.launcher.partition=gpu", "size=16",
+                   f"hydra.sweep.dir={tmp_path / 'out'}")
+    assert done.returncode == 2 and done.stderr.startswith("error: hydra/launcher=slurm is not allowed here: sbatch "
+                                                           "and srun are not on PATH"), done.stderr
+    assert "Traceback" not in done.stderr + done.stdout and not (tmp_path / "out").exists()
