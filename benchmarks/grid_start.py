@@ -25,7 +25,8 @@ GOAL = 1.5
 
 def first_job_s(jobs: int, sweep_dir: Path) -> float:
     """Seconds from the command to its `[1/N] ...` line; the sweep is killed there."""
-    cmd = [sys.executable, "experiments/run.py", "-m", f"size=range(1,{jobs + 1})", f"hydra.sweep.dir={sweep_dir}"]
+    cmd = [sys.executable, "experiments/run.py", "-m", f"size=range(1,{jobs + 1})", "run.repeats=1",
+           f"hydra.sweep.dir={sweep_dir}"]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)
@@ -36,7 +37,10 @@ def first_job_s(jobs: int, sweep_dir: Path) -> float:
         raise RuntimeError(f"{' '.join(cmd)} printed no first job line (exit {proc.wait()}):\n"
                            f"{proc.stderr.read()[-2000:]}")
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it had ended: the error above says how
+            pass
         proc.wait()
         proc.stdout.close()
         proc.stderr.close()
