@@ -151,7 +151,9 @@ class Sweep:
 
 @dataclass
 class Comparison:
-    """Two sweeps compared: `table` one row per pair of grid points, `verdicts` their counts."""
+    """Two sweeps compared: `table` one row per pair of grid points, `verdicts` their counts,
+    `failed` the grid points measured on one side that failed on the other (no pair, no verdict:
+    compare's gate fails on one that failed in NEW), `unmatched` those the other side has not."""
 
     base: Sweep
     new: Sweep
@@ -163,6 +165,20 @@ class Comparison:
 
         drop = ("ops_diff", "kernels_diff")
         return pd.DataFrame([{k: v for k, v in p.items() if k not in drop} for p in self.result["pairs"]])
+
+    @property
+    def failed(self) -> Any:
+        """side (the one where it failed), measured_job, failed_job, error: one row each."""
+        import pandas as pd
+
+        rows = [{"side": side, **f} for side, key in (("NEW", "failed_new"), ("BASE", "failed_base"))
+                for f in self.result.get(key, [])]
+        return pd.DataFrame(rows, columns=["side", "measured_job", "failed_job", "error"])
+
+    @property
+    def unmatched(self) -> dict[str, list[str]]:
+        """{"BASE": jobs measured in BASE only, "NEW": jobs measured in NEW only}."""
+        return {"BASE": list(self.result.get("unmatched_base", [])), "NEW": list(self.result.get("unmatched_new", []))}
 
     @property
     def verdicts(self) -> dict[str, int]:

@@ -102,3 +102,25 @@ def test_names_stay_text_in_the_tables_a_notebook_reads(tmp_path):
     sweep = profsweep.load(tmp_path / "s")
     assert sorted(sweep.repeats["job"]) == ["0", "1", "2"]
     assert sweep.summary["job"].tolist() == ["0"] and sweep.summary["jobs"].tolist() == ["0;1;2"]
+
+
+def test_a_comparison_says_what_failed_and_what_has_no_partner(tmp_path):
+    """A grid point that failed in NEW has no pair and no verdict: `failed` names it (before, only
+    the undocumented result dict did), and `unmatched` the points of one side only."""
+    from tests.conftest import hand_made_point, processes
+
+    base, new = tmp_path / "base", tmp_path / "new"
+    hand_made_point(base, 0, processes(100))
+    hand_made_point(base, 1, processes(300), size=16)
+    hand_made_point(new, 0, processes(100))
+    for record_file in hand_made_point(new, 1, processes(300), size=16):
+        record = json.loads((record_file / "metrics.json").read_text())
+        record.update(status="failed", error="RuntimeError: boom at 16")
+        (record_file / "metrics.json").write_text(json.dumps(record))
+    hand_made_point(new, 2, processes(300), size=32)
+    comparison = profsweep.load(base).compare(new)
+    assert comparison.verdicts == {"slower": 0, "faster": 0, "same": 1, "inconclusive": 0}
+    failed = comparison.failed
+    assert list(failed["side"]) == ["NEW"] and failed["error"].iloc[0] == "RuntimeError: boom at 16"
+    assert failed["measured_job"].iloc[0].startswith("1_matmul_add_16")
+    assert comparison.unmatched == {"BASE": [], "NEW": ["2_matmul_add_32_bf16_cold_eager"]}
