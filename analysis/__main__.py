@@ -194,7 +194,9 @@ def compare_main(argv: list[str]) -> int:
           "pairs with an interval")
     for p in pairs:
         ratio = f"{p['step_ratio']:.3f}x" if p["step_ratio"] is not None else "no ratio"
-        print(f"  {p['verdict']:<12} {_point(p, result['columns'])}: {ratio} ({p['verdict_on']}; {p['verdict_why']})")
+        apart = f" ({p['ignored_values']})" if p.get("ignored_values") else ""
+        print(f"  {p['verdict']:<12} {_point(p, result['columns'])}{apart}: {ratio} ({p['verdict_on']}; "
+              f"{p['verdict_why']})")
     for side, other, key in (("BASE", "NEW", "unmatched_base"), ("NEW", "BASE", "unmatched_new")):
         if result[key]:
             print(f"  measured in {side} only (no such grid point in {other}): {', '.join(result[key])}")

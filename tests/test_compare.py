@@ -791,6 +791,12 @@ def test_ignore_pairs_points_alike_in_the_ignored_key_first(tmp_path, capsys):
     code, out, err = compare(base, new, "--ignore", "compile", "--fail-if-slower", "1.10", capsys=capsys)
     assert code == 0, out + err
     assert "2 pairs (0 slower, 0 faster, 2 same, 0 inconclusive)" in out
+    # the pairs' words leave compile out; what each side's says is beside them
+    assert "same         matmul_add size=8 bf16 cold (compile True): 1.000x" in out
+    assert "same         matmul_add size=8 bf16 cold (compile False): 1.000x" in out
+    code, out, _ = compare(base / "0_matmul_add_8_bf16_cold_eager", new / "0_matmul_add_8_bf16_cold_eager",
+                           "--ignore", "compile", capsys=capsys)
+    assert "matmul_add size=8 bf16 cold (compile False -> True): 3.000x" in out, out
 
 
 def test_a_comparison_that_cannot_be_written_whole_leaves_no_mix_of_two(tmp_path, capsys):

@@ -299,6 +299,10 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
         partner = next((b for b in candidates if b.pair_identity(ignored) == job.pair_identity(ignored)), candidates[0])
         used.add(partner["job"])
         pairs.append(_pair(base, partner, new, job, columns, band))
+        # what the ignored keys say on each side (the pair's words leave them out): `compile False -> True`
+        pairs[-1]["ignored_values"] = "; ".join(
+            f"{k} {a}" if a == b else f"{k} {a} -> {b}"
+            for k, a, b in zip(ignored, partner.identity(ignored), job.identity(ignored))) or None
     unmatched_base = [j["job"] for j in base.points if j["job"] not in used]
     # a grid point one side measured and the other has, failed: never a point "without a partner"
     failed_new = _failed(base.points, unmatched_base, new.failed, columns)
