@@ -14,18 +14,6 @@ TERMINAL_CONCLUSIONS = 12  # the rest are in the report
 OPTIONAL_TABLES = ("claims", "expectations", "fusion", "memory_timeline")  # written only when the sweep has them
 
 
-def write_tables_only(folder: Path, out: Path) -> None:
-    """The tables of `folder`'s analysis into `out`, without plots, report or conclusions: what
-    history reads of a sweep whose analysis is older than its job records."""
-    from analysis.report.conclusions import TOP_OPS_COLUMNS, top_ops
-    from analysis.tables import analyse_sweep, frame, frames, write_tables
-
-    tables = analyse_sweep(Path(folder), lambda line: None)
-    data = frames(tables)
-    data["top_ops"] = frame(top_ops(tables.points, tables.jobs, tables.ops, tables.kernels), TOP_OPS_COLUMNS)
-    write_tables(Path(out), data)
-
-
 def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
                    out: Path | None = None) -> list[tuple[str, str]]:
     """Write summary.csv/.parquet, repeats.csv, steps.csv, timed_samples.csv, kernels.csv, ops.csv,
@@ -34,7 +22,8 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     single-run) folder, or into `out`; return the problems found (job, what). An output that
     cannot be written raises analysis.files.WriteError naming it."""
     from analysis.report.claims import evaluate
-    from analysis.report.conclusions import TOP_OPS_COLUMNS, conclude, in_short, top_ops
+    from analysis.report.conclusions import conclude, in_short
+    from analysis.top_ops import TOP_OPS_COLUMNS, top_ops
     from analysis.report.expect import EXPECTATIONS_FILE, check_expectations
     from analysis.fusion import FUSION_COLUMNS, fusion_rows
     from analysis.points import noise_lines

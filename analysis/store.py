@@ -232,16 +232,21 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
 
 def fresh_tables(folder: Path) -> Path:
     """The tables history reads of `folder`, analysed from its job records into a temporary folder
-    (removed when this process ends): summary.csv and TABLE_FILES."""
+    (removed when this process ends): summary.csv and TABLE_FILES, without plots, report or
+    conclusions."""
     import atexit
     import shutil
     import tempfile
 
-    from analysis import write_tables_only
+    from analysis.tables import analyse_sweep, frame, frames, write_tables
+    from analysis.top_ops import TOP_OPS_COLUMNS, top_ops
 
     out = Path(tempfile.mkdtemp(prefix=f"profsweep-history-{os.getpid()}-"))
     atexit.register(shutil.rmtree, out, True)
-    write_tables_only(folder, out)
+    tables = analyse_sweep(folder, lambda line: None)
+    data = frames(tables)
+    data["top_ops"] = frame(top_ops(tables.points, tables.jobs, tables.ops, tables.kernels), TOP_OPS_COLUMNS)
+    write_tables(out, data)
     return out
 
 

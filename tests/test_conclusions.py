@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from analysis import analyse_folder
-from analysis.report.conclusions import change, conclude, top_ops
+from analysis.report.conclusions import change, conclude
+from analysis.top_ops import top_ops
 from tests.conftest import CUDA_TRACES, jitter, job
 from profsweep.contract import GridPoint, Job
 from profsweep.decide import decide_test
