@@ -6,6 +6,7 @@ timing of this machine."""
 from __future__ import annotations
 
 import csv
+import math
 import json
 import os
 import shutil
@@ -812,3 +813,44 @@ def test_a_comparison_that_cannot_be_written_whole_leaves_no_mix_of_two(tmp_path
     code, _, err = compare(tmp_path / "a", tmp_path / "b", "--out", out, capsys=capsys)
     assert code == 2 and "cannot write the comparison" in err
     assert sorted(p.name for p in out.iterdir()) == ["plots"]
+
+
+def test_a_pair_slower_by_exactly_the_gates_ratio_passes_it(tmp_path, capsys):
+    """docs/compare.md: --fail-if-slower R fails on a pair judged slower "whose ratio (the point
+    estimate) is above R" (--help: "slower by more than R"). NEW's steps are exactly twice BASE's
+    (every duration doubled: the ratio is 2.0 in floating point), judged slower: a gate at 2 lets
+    it through, a gate just below 2 fails."""
+    hand_made_point(tmp_path / "base", 0, processes(100))
+    hand_made_point(tmp_path / "new", 0, processes(200))
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--fail-if-slower", "2", capsys=capsys)
+    row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
+    assert row["verdict"] == "slower" and row["step_ratio"] == 2.0
+    assert code == 0 and "\nslower: " not in out
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--fail-if-slower", "1.999", capsys=capsys)
+    assert code == 1 and "slower: 0_matmul_add_8_bf16_cold_eager" in out
+
+
+def test_processes_needed_counts_from_the_side_with_fewer_repeats():
+    """BASE measured in 2 processes, NEW in 6, about 1.10x with an interval across the band:
+    inconclusive. The processes a side that would decide it follow decide's rule with R the fewer
+    side's repeats (2): the interval's half-width on log scale h = max(log ratio - log low,
+    log high - log ratio) says se = h / t(0.975, df); with n processes a side it would be
+    t(0.975, df (n - 1) / (R - 1)) se sqrt(R / n), and the answer is the smallest n > R whose
+    interval clears the band's edge (log ratio - log 1.05): 15 at these samples. Counted from NEW's 6 processes
+    it would be about three times as many (44)."""
+    def spread(center: float, n: int) -> list[list[float]]:
+        return [jitter(center * (1 + 0.05 * ((k + 1) // 2) * (-1) ** k), 10, 0.05) for k in range(n)]
+
+    base, new = spread(100, 2), spread(110, 6)
+    v = verdict(base, new)
+    test = stats.ratio_test(base, new)
+    assert v.verdict == "inconclusive" and v.ratio == pytest.approx(1.10)
+    d = math.log(test.ratio)
+    half = max(d - math.log(test.low), math.log(test.high) - d)
+    se = half / stats.t_quantile(0.975, test.df)
+    gap = d - math.log(1.05)
+    fewer = 2
+    needed = next(n for n in range(fewer + 1, 1000)
+                  if stats.t_quantile(0.975, test.df * (n - 1) / (fewer - 1)) * se * math.sqrt(fewer / n) < gap)
+    assert v.processes_needed == needed
+    assert f"{needed} processes a side would decide it" in v.why

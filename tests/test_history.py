@@ -814,3 +814,112 @@ def test_ignore_pairs_points_alike_in_the_ignored_key_first(tmp_path, capsys):
     code, out, err = history(tmp_path / "n", "--ignore", "compile", "--fail-on-change", "1.10", "--out",
                              tmp_path / "h", capsys=capsys)
     assert code == 0 and "no change at 2 grid points" in out, out + err
+
+
+# --- the search's Bonferroni correction, Benjamini-Hochberg across a grid, and what confirms -------------
+
+
+def test_the_best_steps_p_value_is_bonferroni_corrected_over_its_places():
+    """Four sweeps at log levels 0, 0, 0.3, 0.3 (a 1.35x step after the second), each with a
+    variance of its level of 0.001 from two degrees of freedom of repeats. The step at sweep 2
+    has d = 0.3, no scatter around its two levels, and se = sqrt(2 * 0.001 / 4 + 2 * 0.001 / 4)
+    = sqrt(0.001). By hand, with Student's t for 2 degrees of freedom (P(|T| > t) = 1 - t /
+    sqrt(2 + t^2)): t = (0.3 - log 1.05) / se, and the step could have been at any of the
+    n - 1 = 3 places between four sweeps, with 0.8 of alpha spent on steps (weighted
+    Bonferroni): p = 3 / 0.8 * (1 - t / sqrt(2 + t^2)) = 0.058, not below 0.05: no change is
+    found, and that is the p-value of the first search (what Benjamini-Hochberg gets). Uncorrected,
+    it would be a third of that (0.019) and found."""
+    s = changes.Series(np.array([0.0, 0.0, 0.3, 0.3]), np.full(4, 0.001), 2)
+    t = (0.3 - math.log(1.05)) / math.sqrt(0.001)
+    hand = 3 / 0.8 * (1 - t / math.sqrt(2 + t * t))
+    assert hand == pytest.approx(0.058, abs=0.001)
+    i, j, p = changes.best(s, 0, 4)
+    assert (i, j) == (2, 4) and p == pytest.approx(hand, rel=1e-9)
+    assert changes.find(s) == ([], pytest.approx(hand, rel=1e-9))
+    # a quieter series (variance 0.0005) is found at its step, with the corrected p-value
+    quiet = changes.Series(np.array([0.0, 0.0, 0.3, 0.3]), np.full(4, 0.0005), 2)
+    t = (0.3 - math.log(1.05)) / math.sqrt(0.0005)
+    hand = 3 / 0.8 * (1 - t / math.sqrt(2 + t * t))
+    assert changes.best(quiet, 0, 4) == (2, 4, pytest.approx(hand, rel=1e-9))
+
+
+def _clear_steps(count: int) -> list[changes.Series]:
+    """`count` series of four sweeps, each a clear 1.35x step after the second sweep (told apart by
+    their first level)."""
+    return [changes.Series(np.array([k, k, k + 0.3, k + 0.3], dtype=float), np.full(4, 0.0001), 4)
+            for k in range(count)]
+
+
+@pytest.mark.parametrize("p_values, kept", [
+    # sorted .02 > 1/5 * .05 and .04 > 2/5 * .05: no discovery, though two are below .05 by themselves
+    ([0.02, 0.04, 0.3, 0.5, 0.8], []),
+    # .008 <= 1/5 * .05 and .02 <= 2/5 * .05: both
+    ([0.008, 0.02, 0.3, 0.5, 0.8], [0, 1]),
+    # step-up: .04 <= 5/5 * .05 takes all five
+    ([0.04, 0.03, 0.02, 0.011, 0.045], [0, 1, 2, 3, 4]),
+    # a series where nothing could be tested (None) is not among the tests: .04 <= 2/2 * .05
+    ([0.02, 0.04, None, None, None], [0, 1]),
+])
+def test_judge_keeps_the_changes_benjamini_hochberg_discovers_across_the_series(monkeypatch, p_values, kept):
+    """judge keeps a change where Benjamini-Hochberg at 0.05 over every change's p-value discovers
+    it (hand-computed per case), not wherever its own p-value is below 0.05. changes.find is made
+    to report one change at sweep 2 of each series with the p-value given."""
+    many = _clear_steps(len(p_values))
+    by_first = {float(s.y[0]): p for s, p in zip(many, p_values)}
+
+    def find(s, alpha=changes.ALPHA):
+        p = by_first[float(s.y[0])]
+        return ([(2, p)] if p is not None else []), p
+
+    monkeypatch.setattr(changes, "find", find)
+    found, tested = judge(many)
+    assert tested == sum(p is not None for p in p_values)
+    assert [n for n, shifts in enumerate(found) if shifts] == kept
+    for n in kept:
+        assert [(s.at, s.p_value) for s in found[n]] == [(2, p_values[n])]
+
+
+def _six_sweeps(loaded: int | None = None):
+    """A History of one grid point over six sweeps (three repeats each, 2% apart), 100 µs for three
+    sweeps then 150 µs: the sweep `loaded` measured on a loaded machine."""
+    from analysis.history.engine import History, Line, Point
+
+    points = [Point(i, f"{i}_job", {"timed_us_per_step": (3, math.log(100.0 if i < 3 else 150.0) + 0.001 * (i % 2),
+                                                          0.0004)},
+                    "other processes used 1.8 CPUs" if i == loaded else None) for i in range(6)]
+    return History([{} for _ in range(6)], [], [], [Line((1, 1), {}, "matmul_add size=8", points)])
+
+
+@pytest.mark.parametrize("loaded, status", [
+    (None, "regression"), (0, "regression"),  # sweep 0 is not among those the change rests on
+    (2, "unconfirmed"), (3, "unconfirmed"), (4, "unconfirmed"),  # the last before it, the two from it on
+    (5, "regression"),
+])
+def test_a_step_measured_on_a_loaded_machine_is_not_a_confirmed_regression(loaded, status):
+    """A 1.5x step at sweep 3 of 6 (interval about [1.47, 1.53]) is a confirmed regression, unless
+    one of the sweeps it rests on (the last before it and the two from it on: sweeps 2, 3 and 4)
+    was measured on a loaded machine; then it is reported, unconfirmed."""
+    from analysis.history.engine import analyse
+
+    history = _six_sweeps(loaded)
+    analyse(history)
+    [shift] = history.lines[0].shifts
+    assert shift.at == 3 and shift.ratio == pytest.approx(1.5, rel=0.01)
+    assert shift.low > 1.05 and shift.status == status
+
+
+@pytest.mark.parametrize("low, high, confirmed", [
+    (1.3, 1.7, True),    # past +5%: above
+    (1.02, 2.2, False),  # straddles the band: inconclusive
+    (0.7, 0.9, True),    # an interval below -5% of a ratio reported as a fall
+])
+def test_a_change_is_confirmed_only_where_its_interval_is_past_the_band(low, high, confirmed):
+    """_checked confirms a change only as compare's one rule would call it (profsweep.decide):
+    a 1.5x step whose interval [1.02, 2.2] reaches into the ±5% band is inconclusive, so not a
+    confirmed regression even though the sweeps after it agree; with [1.3, 1.7] it stands."""
+    from analysis.history.engine import _checked
+
+    history = _six_sweeps()
+    ratio = 1.5 if low > 1 else 0.8
+    shift = changes.Shift(3, 0, 6, 100.0, 100.0 * ratio, ratio, low, high, 1e-6, True)
+    assert _checked(history.lines[0], shift, history.sweeps).confirmed is confirmed

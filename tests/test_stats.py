@@ -112,3 +112,87 @@ def test_quantised_steps_are_those_that_waited_for_a_core():
     assert not stats.quantised([100.0] * 10 + [4100.0])  # one slow step: a page fault, a GC pause
     big = [50_000.0, 53_500.0, 51_000.0, 54_000.0]  # 3.5 ms of jitter on 50 ms steps is not a wait
     assert not stats.quantised(big)
+
+
+# --- ratio_test against intervals whose bootstrap variance is known exactly ---------------------------
+#
+# A repeat of a single step has no within-repeat spread, so the bootstrap over its side is the
+# resampling of the repeats alone, whose distribution can be enumerated: three BASE repeats of
+# 100 µs give every replicate log(100) (variance 0); two NEW repeats a and b give the median of
+# two draws, a, b or (a + b) / 2 with probability 1/4, 1/4, 1/2.
+
+
+def _two_draws_variance(a: float, b: float) -> float:
+    """The exact variance of log(median of two draws with replacement from {a, b})."""
+    values, weights = [math.log(a), math.log(b), math.log((a + b) / 2)], [0.25, 0.25, 0.5]
+    mean = sum(w * v for w, v in zip(weights, values))
+    return sum(w * (v - mean) ** 2 for w, v in zip(weights, values))
+
+
+def test_ratio_interval_is_welch_t_times_the_corrected_bootstrap_error():
+    """BASE: three repeats of 100 µs (no variance); NEW: two repeats of 190 and 210 µs. By hand:
+    Welch-Satterthwaite with one variance 0 leaves the other side's R - 1 = 1 degree of freedom
+    (not n1 + n2 - 2 = 3), and NEW's variance is the exact two-draw bootstrap variance times
+    R / (R - 1) = 2. The 95% interval's half-width on log scale is t(0.975, 1) = 12.706 (the
+    printed table) times that standard error; the bootstrap's percentile interval (within
+    log(190/100) .. log(210/100)) is far narrower, so the t part is the interval. The bootstrap
+    draws 2,000 resamples, so its variance is within a few percent of the exact one."""
+    test = stats.ratio_test([[100.0]] * 3, [[190.0], [210.0]])
+    assert test.ratio == pytest.approx(2.0)
+    assert test.df == pytest.approx(1.0)  # n1 + n2 - 2 would be 3
+    half = 12.706 * math.sqrt(_two_draws_variance(190, 210) * 2 / (2 - 1))
+    assert math.log(test.high / test.ratio) == pytest.approx(half, rel=0.04)
+    assert math.log(test.ratio / test.low) == pytest.approx(half, rel=0.04)
+    # without R / (R - 1) it would be 1/sqrt(2) of this; with 3 degrees of freedom (t = 3.182), a quarter
+    assert math.log(test.high / test.ratio) > 1.25 * half / math.sqrt(2)
+    # the sides swapped: BASE's two repeats carry the variance and the degree of freedom, 0.5x
+    back = stats.ratio_test([[190.0], [210.0]], [[100.0]] * 3)
+    assert back.ratio == pytest.approx(0.5) and back.df == pytest.approx(1.0)
+    assert math.log(back.high / back.ratio) == pytest.approx(half, rel=0.04)
+    assert math.log(back.ratio / back.low) == pytest.approx(half, rel=0.04)
+
+
+def test_ratio_p_value_tests_a_change_beyond_the_margin():
+    """The p-value is of a change beyond the 5% margin: t = (|log ratio| - log 1.05) / se. A ratio of
+    exactly 1.05 (NEW's repeats 100 and 110 µs: median 105 against 100) has t = 0 and p = 1
+    whatever the noise; testing any change would give t = log 1.05 / se, p well below 1. For 2x
+    (190 and 210 µs), by hand with t's one-degree CDF (Cauchy: 1/2 + atan(t) / pi) and the exact
+    bootstrap variance: p = 1 - 2 atan(t) / pi, t = (log 2 - log 1.05) / se."""
+    at_margin = stats.ratio_test([[100.0]] * 3, [[100.0], [110.0]])
+    assert at_margin.ratio == pytest.approx(1.05)
+    assert at_margin.p_value == pytest.approx(1.0, abs=1e-6)
+    twice = stats.ratio_test([[100.0]] * 3, [[190.0], [210.0]])
+    se = math.sqrt(_two_draws_variance(190, 210) * 2)
+    t = (math.log(2) - math.log(1.05)) / se
+    assert twice.p_value == pytest.approx(1 - 2 * math.atan(t) / math.pi, rel=0.03)  # any change: 7% lower
+
+
+def test_the_90_percent_interval_reaches_the_bootstraps_percentile_where_it_is_wider():
+    """BASE: three repeats of 1 µs; NEW: 21 single-step repeats, 11 of 1 µs and 10 of 2 µs, so the
+    ratio is 1 (the median repeat is 1 µs). A resample of the 21 repeats has median 2 whenever it
+    draws 11 or more of the 2 µs ones, P(Bin(21, 10/21) >= 11) ~ 0.41 > 5%, so the bootstrap's 95th
+    percentile of the ratio is exactly 2: the 90% interval reaches 2.0. The t part alone (t(0.95, 20)
+    = 1.725 times about 0.35 on log scale: ~1.83x) falls short of it. Mirrored (11 of 2 µs, 10 of
+    1 µs: ratio 2), the bootstrap's 5th percentile is exactly 1."""
+    up = stats.ratio_test([[1.0]] * 3, [[1.0]] * 11 + [[2.0]] * 10)
+    assert up.ratio == 1.0 and up.df == pytest.approx(20)
+    assert up.high90 == pytest.approx(2.0, rel=1e-12)
+    assert up.high >= up.high90
+    down = stats.ratio_test([[1.0]] * 3, [[2.0]] * 11 + [[1.0]] * 10)
+    assert down.ratio == 2.0
+    assert down.low90 == pytest.approx(1.0, rel=1e-12)
+    assert down.low <= down.low90
+
+
+def test_one_repeats_interval_comes_from_resampling_its_steps():
+    """One repeat of steps 90, 100 and 110 µs: a resample of its three steps has median 90 when two
+    or three draws are 90 (7/27), likewise 110 (7/27), else 100 (13/27). Both ends carry more than
+    2.5%, so the 95% percentile interval is exactly [90, 110]. Three such repeats against three
+    of 180, 200 and 220 µs: every repeat's median alike (the ratio 2), yet the steps within each
+    repeat make the interval of the ratio strictly wider than [2, 2]."""
+    one = stats.estimate([[90.0, 100.0, 110.0]])
+    assert (one.value, one.repeats) == (100.0, 1)
+    assert one.low == pytest.approx(90.0, rel=1e-12) and one.high == pytest.approx(110.0, rel=1e-12)
+    test = stats.ratio_test([[90.0, 100.0, 110.0]] * 3, [[180.0, 200.0, 220.0]] * 3)
+    assert test.ratio == pytest.approx(2.0)
+    assert test.low < 1.9 and test.high > 2.1 and test.p_value is not None and test.p_value > 0
