@@ -854,3 +854,18 @@ def test_processes_needed_counts_from_the_side_with_fewer_repeats():
                   if stats.t_quantile(0.975, test.df * (n - 1) / (fewer - 1)) * se * math.sqrt(fewer / n) < gap)
     assert v.processes_needed == needed
     assert f"{needed} processes a side would decide it" in v.why
+
+
+def test_ignore_pairs_alike_points_first_whatever_order_new_lists_them(tmp_path, capsys):
+    """BASE measured eager only; NEW compiled (first, as compile=true,false numbers it) and eager:
+    under --ignore compile NEW's eager pairs with BASE's, and the compiled point is NEW's only
+    (before: BASE's eager went to the first NEW point, compiled: a false 'slower 3x', exit 1)."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    hand_made_point(base, 0, processes(100))
+    hand_made_point(new, 0, processes(300), compile=True)
+    hand_made_point(new, 1, processes(100))
+    code, out, err = compare(base, new, "--ignore", "compile", "--fail-if-slower", "1.10", capsys=capsys)
+    assert code == 0, out + err
+    assert "1 pair (0 slower, 0 faster, 1 same, 0 inconclusive)" in out
+    assert "same         matmul_add size=8 bf16 cold (compile False): 1.000x" in out
+    assert "measured in NEW only (no such grid point in BASE): 0_matmul_add_8_bf16_cold_eager" in out

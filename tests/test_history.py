@@ -923,3 +923,31 @@ def test_a_change_is_confirmed_only_where_its_interval_is_past_the_band(low, hig
     ratio = 1.5 if low > 1 else 0.8
     shift = changes.Shift(3, 0, 6, 100.0, 100.0 * ratio, ratio, low, high, 1e-6, True)
     assert _checked(history.lines[0], shift, history.sweeps).confirmed is confirmed
+
+
+def test_ignore_keeps_a_line_per_ignored_value_where_sweeps_measured_both(tmp_path, capsys):
+    """Sweeps 1-2 measured eager and compiled, sweeps 3-4 compiled only: under --ignore compile the
+    compiled line runs through all four and the eager one stops, no change (before: the third
+    sweep's compiled point was paired with the second's eager one, a false 3x regression, exit 1),
+    as compare pairs the second and third sweeps. Sweeps that each ran one allocator are joined
+    across it, which is what --ignore is for."""
+    from analysis import analyse_folder
+
+    for i in range(4):
+        folder = tmp_path / "n" / f"s{i}"
+        hand_made_point(folder, 0, processes(300), compile=True)
+        if i < 2:
+            hand_made_point(folder, 1, processes(100))
+        analyse_folder(folder, progress=lambda line: None)
+        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T02:00:00+00:00"}))
+    code, out, err = history(tmp_path / "n", "--ignore", "compile", "--fail-on-change", "1.10", "--out",
+                             tmp_path / "h", capsys=capsys)
+    assert code == 0 and "no change at 2 grid points" in out and "regression  " not in out, out + err
+    assert "not measured in the newest sweep (s3), measured before" in out, out
+    for i in range(4):
+        folder = tmp_path / "a" / f"s{i}"
+        hand_made_point(folder, 0, processes(100 if i < 2 else 200), allocator="system" if i < 2 else "steady")
+        analyse_folder(folder, progress=lambda line: None)
+        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T02:00:00+00:00"}))
+    code, out, err = history(tmp_path / "a", "--ignore", "allocator", "--out", tmp_path / "ha", capsys=capsys)
+    assert code == 0 and re.search(r"regression +matmul_add size=8 bf16 cold eager at \S+s2 .*2\.00x", out), out + err

@@ -286,18 +286,27 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
     by_key: dict[tuple, list[GridPoint]] = {}
     for point in base.points:
         by_key.setdefault(point.pair_identity(columns), []).append(point)
-    pairs, unmatched_new = [], []
+    # Two passes: points alike in the ignored keys' values too pair first, then what is left across
+    # them (--ignore compile on two sweeps of eager and compiled points: eager with eager where
+    # both sides have it, whatever order their jobs come in; eager with compiled only where not)
+    ignored = [k for k in wanted if k in known]
+    partner_of: dict[str, GridPoint] = {}
     used: set[str] = set()
+    for alike in (True, False):
+        for job in new.points:
+            if job["job"] in partner_of:
+                continue
+            partner = next((b for b in by_key.get(job.pair_identity(columns), []) if b["job"] not in used and (
+                not alike or b.pair_identity(ignored) == job.pair_identity(ignored))), None)
+            if partner is not None:
+                used.add(partner["job"])
+                partner_of[job["job"]] = partner
+    pairs, unmatched_new = [], []
     for job in new.points:
-        candidates = [b for b in by_key.get(job.pair_identity(columns), []) if b["job"] not in used]
-        if not candidates:
+        partner = partner_of.get(job["job"])
+        if partner is None:
             unmatched_new.append(job["job"])
             continue
-        # among points the ignored keys make alike, the one they would pair with too: --ignore compile
-        # on two sweeps of eager and compiled points pairs eager with eager where both sides have it
-        ignored = [k for k in wanted if k in known]
-        partner = next((b for b in candidates if b.pair_identity(ignored) == job.pair_identity(ignored)), candidates[0])
-        used.add(partner["job"])
         pairs.append(_pair(base, partner, new, job, columns, band))
         # what the ignored keys say on each side (the pair's words leave them out): `compile False -> True`
         pairs[-1]["ignored_values"] = "; ".join(

@@ -159,9 +159,9 @@ def _points_table(store: Store, have: dict[str, str], columns: list[str], ignore
     noise = ("CASE WHEN TRY_CAST(noise_load AS BOOLEAN) THEN CAST(noise_reason AS VARCHAR) END"
              if {"noise_load", "noise_reason"} <= set(have) else "NULL")
     jobs = "coalesce(CAST(jobs AS VARCHAR), CAST(job AS VARCHAR))" if "jobs" in have else "CAST(job AS VARCHAR)"
-    # points the ignored keys make alike pair k-th with k-th in the order of those keys' values, then
-    # of their jobs: --ignore compile pairs eager with eager where each sweep has both (as compare)
-    by_ignored = "".join(f"CAST(p.{_q(k)} AS VARCHAR), " for k in ignored if k in have)
+    # the ignored keys' values: points alike in them pair first (see _join_across_ignored)
+    alike = [f"{key(k)} AS _i{i}" for i, k in enumerate(ignored) if k in have]
+    inames = [f"_i{i}" for i in range(len(alike))]
     moments = []
     for m in MOMENTS:
         v = f"TRY_CAST(o.{_q(m)} AS DOUBLE)"  # a column no job filled reads as text
@@ -170,7 +170,7 @@ def _points_table(store: Store, have: dict[str, str], columns: list[str], ignore
     store.con.execute(f"""CREATE OR REPLACE TEMP TABLE _points AS
         WITH p AS (
             SELECT h.sweep_id, c.place, CAST(h.job AS VARCHAR) AS point_job, {jobs} AS jobs, {noise} AS noise,
-                   {', '.join(keys + raw)}
+                   {', '.join(keys + alike + raw)}
             FROM history h JOIN _chosen c USING (sweep_id)),
         members AS (SELECT sweep_id, point_job, unnest(string_split(jobs, ';')) AS job FROM p),
         o AS (SELECT sweep_id, CAST(job AS VARCHAR) AS job, {', '.join(column(repeats, m) for m in MOMENTS)}
@@ -178,11 +178,41 @@ def _points_table(store: Store, have: dict[str, str], columns: list[str], ignore
         agg AS (SELECT m.sweep_id, m.point_job, {', '.join(moments)}
                 FROM members m JOIN o ON o.sweep_id = m.sweep_id AND o.job = m.job GROUP BY m.sweep_id, m.point_job)
         SELECT p.*, agg.* EXCLUDE (sweep_id, point_job),
-               dense_rank() OVER (ORDER BY {', '.join(names)}) AS line,
-               row_number() OVER (PARTITION BY p.sweep_id, {', '.join(names)}
-                                  ORDER BY {by_ignored}TRY_CAST(split_part(p.point_job, '_', 1) AS BIGINT),
-                                           p.point_job) AS nth
+               dense_rank() OVER (ORDER BY {', '.join(names)}) AS _grp,
+               dense_rank() OVER (ORDER BY {', '.join(names + inames)}) AS _sub,
+               row_number() OVER (PARTITION BY p.sweep_id, {', '.join(names + inames)}
+                                  ORDER BY TRY_CAST(split_part(p.point_job, '_', 1) AS BIGINT), p.point_job) AS _k
         FROM p JOIN agg USING (sweep_id, point_job)""")
+    _join_across_ignored(store)
+
+
+def _join_across_ignored(store: Store) -> None:
+    """_points' `line` and `nth`. Points alike in every pairing key and in the ignored keys' values
+    make one line (the k-th such point of each sweep pairs with the k-th: `_sub`, `_k`); lines that
+    --ignore makes alike (one `_grp`) are then joined where no sweep has both, in the order of the
+    ignored values: `--ignore allocator` joins the sweeps run with `system` to those run with
+    `steady`, while `--ignore compile` over sweeps that measured both keeps eager with eager and
+    compiled with compiled, as compare pairs them (alike first). `nth` numbers a group's lines."""
+    import pandas as pd
+
+    units: dict[tuple[int, int, int], set[int]] = {}
+    for grp, sub, k, sweep in store.con.execute("SELECT _grp, _sub, _k, sweep_id FROM _points").fetchall():
+        units.setdefault((grp, sub, k), set()).add(sweep)
+    rows, lines = [], 0
+    joined: dict[int, list[tuple[set[int], int, int]]] = {}  # a group's lines: (their sweeps, line, nth)
+    for (grp, sub, k), sweeps in sorted(units.items()):
+        mine = joined.setdefault(grp, [])
+        target = next((t for t in mine if t[0].isdisjoint(sweeps)), None)
+        if target is None:
+            lines += 1
+            target = (set(), lines, len(mine) + 1)
+            mine.append(target)
+        target[0].update(sweeps)
+        rows.append({"_grp": grp, "_sub": sub, "_k": k, "line": target[1], "nth": target[2]})
+    store.con.register("_lines", pd.DataFrame(rows, columns=["_grp", "_sub", "_k", "line", "nth"]).astype("int64"))
+    store.con.execute("""CREATE OR REPLACE TEMP TABLE _points AS
+        SELECT p.*, l.line, l.nth FROM _points p JOIN _lines l USING (_grp, _sub, _k)""")
+    store.con.unregister("_lines")
 
 
 def fill(store: Store, history: History, lines: Sequence[Line]) -> None:
