@@ -2,8 +2,9 @@
 server. Tables (one `sweep_id` column joins them; `trend` is a view of `history` with its sweep):
 
     sweeps       one row per sweep: sweep_id, folder, name, started_at (UTC), started_from (which
-                 file said so), ingested_at, summary_mtime_ns (its summary file's time then: a
-                 sweep analysed again since is read again, its rows replaced), grid_points, jobs,
+                 file said so), ingested_at, summary_mtime_ns (its summary file's time then, or
+                 where its job records are newer, the newest record's: a sweep analysed again or
+                 rerun since is read again, its rows replaced), grid_points, jobs,
                  jobs_failed, and the environment's main keys (torch_version, git_commit,
                  hostname, driver_version, ...) as text
     environment  one row per sweep and key of its environment.json (lists and objects as JSON)
@@ -28,6 +29,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -71,11 +73,15 @@ class SweepFolder:
     started_at: datetime.datetime  # UTC, without a zone
     started_from: str  # sweep.json, environment.json or the summary file's time
     summary: Path
-    tables: Path | None = None  # where its table files are, where not in `folder`: analysed anew (see find_sweeps)
+    # where job records were written after its analysis: the newest one's time (its tables are then
+    # analysed anew from the records when the store takes it: Store.ingest)
+    records_ns: int | None = None
 
     @property
-    def tables_folder(self) -> Path:
-        return self.tables or self.folder
+    def version_ns(self) -> int | None:
+        """What the store tells this sweep's versions by: its summary file's time, or (its analysis
+        older than its records) the newest record's."""
+        return self.records_ns if self.records_ns is not None else _mtime_ns(self.summary)
 
 
 def summary_file(folder: Path) -> Path | None:
@@ -133,26 +139,26 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
             return f"{folder}: cannot read it ({exc.strerror or exc})"
         return None
 
-    def stale(folder: Path) -> Path | None:
+    def stale(folder: Path) -> int | None:
         """Where job records were written after the analysis (a job rerun, a status changed, a
-        record edited), the sweep's tables analysed anew from its records into a folder of their own
-        (as compare analyses such a side in memory; nothing is written into the sweep), with a
-        warning that says so; else None: its analysis stands."""
+        record edited), the newest one's time, with a warning: history then reads the records,
+        as compare analyses such a side in memory, writing nothing into the sweep; else None."""
         summary = summary_file(folder)
         try:
             written = summary.stat().st_mtime_ns if summary is not None else None
-            newer = [] if written is None else \
-                [j.name for j in job_folders(folder) if (j / METRICS_FILE).is_file() and
-                 (j / METRICS_FILE).stat().st_mtime_ns > written]
+            times = [] if written is None else \
+                [(j.name, (j / METRICS_FILE).stat().st_mtime_ns) for j in job_folders(folder)
+                 if (j / METRICS_FILE).is_file()]
         except OSError:
             return None
+        newer = [(name, ns) for name, ns in times if written is not None and ns > written]
         if not newer:
             return None
         warn(f"warning: {folder}: its analysis is older than {amount(len(newer), 'job record')} "
-             f"({', '.join(newer[:3])}{', ...' if len(newer) > 3 else ''}: rerun or changed since, or the folder "
-             f"copied without its times); history analyses its records anew, writing nothing into it "
-             f"(python -m analysis {folder} writes its analysis anew)")
-        return fresh_tables(folder)
+             f"({', '.join(n for n, _ in newer[:3])}{', ...' if len(newer) > 3 else ''}: rerun or changed since, "
+             f"or the folder copied without its times); history reads its job records instead, writing nothing "
+             f"into it (python -m analysis {folder} writes its analysis anew)")
+        return max(ns for _, ns in newer)
 
     def is_sweep(folder: Path) -> bool:
         """Analysed, or job folders that are not themselves analysed runs (outputs/runs/<date>)."""
@@ -190,9 +196,7 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
         if folder not in found:
             summary = summary_file(folder)
             assert summary is not None
-            tables = stale(folder)
-            found[folder] = SweepFolder(folder, *start_time(folder, summary),
-                                        summary if tables is None else summary_file(tables) or summary, tables)
+            found[folder] = SweepFolder(folder, *start_time(folder, summary), summary, stale(folder))
 
     for path in paths:
         if not path.is_dir():
@@ -230,6 +234,9 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
     return list(found.values())
 
 
+FRESH_PREFIX = "profsweep-history-"  # + the pid of the history that made it
+
+
 def fresh_tables(folder: Path) -> Path:
     """The tables history reads of `folder`, analysed from its job records into a temporary folder
     (removed when this process ends): summary.csv and TABLE_FILES, without plots, report or
@@ -241,12 +248,16 @@ def fresh_tables(folder: Path) -> Path:
     from analysis.tables import analyse_sweep, frame, frames, write_tables
     from analysis.top_ops import TOP_OPS_COLUMNS, top_ops
 
-    out = Path(tempfile.mkdtemp(prefix=f"profsweep-history-{os.getpid()}-"))
-    atexit.register(shutil.rmtree, out, True)
-    tables = analyse_sweep(folder, lambda line: None)
-    data = frames(tables)
-    data["top_ops"] = frame(top_ops(tables.points, tables.jobs, tables.ops, tables.kernels), TOP_OPS_COLUMNS)
-    write_tables(out, data)
+    out = Path(tempfile.mkdtemp(prefix=f"{FRESH_PREFIX}{os.getpid()}-"))
+    atexit.register(shutil.rmtree, out, True)  # a backstop: Store.ingest removes it once it is read
+    try:
+        tables = analyse_sweep(folder, lambda line: None)
+        data = frames(tables)
+        data["top_ops"] = frame(top_ops(tables.points, tables.jobs, tables.ops, tables.kernels), TOP_OPS_COLUMNS)
+        write_tables(out, data)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
     return out
 
 
@@ -339,6 +350,7 @@ class Store:
 
     def __init__(self, path: Path, read_only: bool = False):
         self._replaced: dict[SweepFolder, int] = {}  # ingested again (analysed since): their old ids
+        self._fresh: dict[SweepFolder, Path] = {}  # sweeps being ingested from their records: their tables' folder
         self.reread = 0
         duckdb = duckdb_module()
         self.path = Path(path)
@@ -411,7 +423,7 @@ class Store:
             if found is None:
                 continue
             i, ingested, stored = found
-            now = _mtime_ns(s.summary)
+            now = s.version_ns
             if stored is not None:  # the file's own time against itself: no clock of this machine's
                 same = now is None or now == stored
             else:
@@ -421,11 +433,16 @@ class Store:
             (have if same else changed)[s] = i
         return have, changed
 
-    def ingest(self, sweeps: Sequence[SweepFolder], progress: Callable[[str], None] | None = None
+    def ingest(self, sweeps: Sequence[SweepFolder], progress: Callable[[str], None] | None = None,
+               warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr)
                ) -> tuple[dict[SweepFolder, int], int]:
         """Add the sweeps not in the store yet, a few at a time (CHUNK_BYTES of files, one
         transaction each: a sweep is in the store whole or not at all, and memory stays flat);
-        return every sweep's id and how many were new."""
+        return every sweep's id and how many were new. A sweep whose analysis is older than its
+        records (`records_ns`) is analysed anew from them first, into a temporary folder removed
+        once read; where that fails, its written analysis is read, with a warning."""
+        import shutil
+
         have, self._replaced = self._known(sweeps)
         self.reread = len(self._replaced)
         new = [s for s in sweeps if s not in have]
@@ -435,17 +452,38 @@ class Store:
         ids = {s: start + i for i, s in enumerate(new)}
         chunk: list[SweepFolder] = []
         size = done = 0
-        for s in new:
-            chunk.append(s)
-            size += sum(f.stat().st_size for f in (s.summary, *(s.tables_folder / n for n in TABLE_FILES.values()))
-                        if f.is_file())
-            if size >= CHUNK_BYTES or s is new[-1]:
-                self._ingest(chunk, ids)
-                done += len(chunk)
-                if progress and len(new) > len(chunk):
-                    progress(f"ingested {done}/{len(new)} sweeps")
-                chunk, size = [], 0
+        try:
+            for s in new:
+                if s.records_ns is not None:
+                    try:
+                        self._fresh[s] = fresh_tables(s.folder)
+                    except Exception as exc:  # noqa: BLE001 (any failure of one sweep's analysis)
+                        warn(f"warning: {s.folder}: its job records could not be analysed anew ({type(exc).__name__}: "
+                             f"{exc}); its written analysis is read")
+                chunk.append(s)
+                size += sum(f.stat().st_size for f in (self._summary(s), *(self._tables(s) / n
+                                                                          for n in TABLE_FILES.values())) if f.is_file())
+                if size >= CHUNK_BYTES or s is new[-1]:
+                    self._ingest(chunk, ids)
+                    for done_with in chunk:
+                        if done_with in self._fresh:
+                            shutil.rmtree(self._fresh.pop(done_with), ignore_errors=True)
+                    done += len(chunk)
+                    if progress and len(new) > len(chunk):
+                        progress(f"ingested {done}/{len(new)} sweeps")
+                    chunk, size = [], 0
+        finally:
+            for path in self._fresh.values():
+                shutil.rmtree(path, ignore_errors=True)
+            self._fresh.clear()
         return {**have, **ids}, len(new)
+
+    def _tables(self, s: SweepFolder) -> Path:
+        """Where a sweep's table files are read: its folder, or where its records were analysed anew."""
+        return self._fresh.get(s, s.folder)
+
+    def _summary(self, s: SweepFolder) -> Path:
+        return summary_file(self._fresh[s]) or s.summary if s in self._fresh else s.summary
 
     def _ingest(self, new: list[SweepFolder], ids: dict[SweepFolder, int]) -> None:
         import pandas as pd
@@ -461,7 +499,7 @@ class Store:
                 env = {}
             rows.append({"sweep_id": ids[s], "folder": str(s.folder), "name": s.folder.name,
                          "started_at": s.started_at, "started_from": s.started_from, "ingested_at": now,
-                         "summary_mtime_ns": _mtime_ns(s.summary),
+                         "summary_mtime_ns": s.version_ns,
                          **{k: _show(env.get(k)) for k in ENVIRONMENT_COLUMNS}})
             env_rows += [{"sweep_id": ids[s], "key": str(k), "value": _show(v)} for k, v in env.items()]
         sweep_frame = pd.DataFrame(rows)
@@ -479,12 +517,13 @@ class Store:
             c.execute("INSERT INTO sweeps BY NAME SELECT * FROM _new_sweeps")
             c.register("_new_environment", env_frame)
             c.execute("INSERT INTO environment SELECT * FROM _new_environment")
-            parquet = [(ids[s], s.summary) for s in new if s.summary.suffix == ".parquet"]
-            csv = [(ids[s], s.summary) for s in new if s.summary.suffix == ".csv" and _has_rows(s.summary)]
+            summaries = [(ids[s], self._summary(s)) for s in new]
+            parquet = [(i, path) for i, path in summaries if path.suffix == ".parquet"]
+            csv = [(i, path) for i, path in summaries if path.suffix == ".csv" and _has_rows(path)]
             self._load("history", parquet, parquet=True)
             self._load("history", csv)
             for table, name in TABLE_FILES.items():
-                self._load(table, [(ids[s], s.tables_folder / name) for s in new if _has_rows(s.tables_folder / name)])
+                self._load(table, [(ids[s], self._tables(s) / name) for s in new if _has_rows(self._tables(s) / name)])
             wanted = ", ".join(str(ids[s]) for s in new)
             have = self.columns("repeats")
             ok = usable_sql(have, "r")  # a failed job: one whose figures cannot be used ...

@@ -794,7 +794,7 @@ def test_records_changed_after_the_analysis_are_what_history_judges(tmp_path, ca
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "n").rglob("*") if p.is_file()}
     code, out, err = history(tmp_path / "n", "--fail-on-change", "1.10", "--out", tmp_path / "h", capsys=capsys)
     assert code == 1, out + err
-    assert "s2: its analysis is older than 3 job records" in err and "history analyses its records anew" in err
+    assert "s2: its analysis is older than 3 job records" in err and "history reads its job records instead" in err
     assert re.search(r"regression +matmul_add size=8 bf16 cold eager at \S+s2 \(sweep 3 of 4", out), out
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "n").rglob("*") if p.is_file()} == before
 
@@ -951,3 +951,59 @@ def test_ignore_keeps_a_line_per_ignored_value_where_sweeps_measured_both(tmp_pa
         (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T02:00:00+00:00"}))
     code, out, err = history(tmp_path / "a", "--ignore", "allocator", "--out", tmp_path / "ha", capsys=capsys)
     assert code == 0 and re.search(r"regression +matmul_add size=8 bf16 cold eager at \S+s2 .*2\.00x", out), out + err
+
+
+def test_a_sweep_read_from_its_records_is_read_once_and_leaves_nothing(tmp_path, capsys):
+    """A sweep whose records are newer than its analysis is analysed anew once: the next history
+    finds it in the store as it is (before: re-analysed and re-ingested on every run), and the
+    temporary tables are gone when history returns (not when the process ends)."""
+    import tempfile
+
+    from analysis import analyse_folder
+    from analysis.store import FRESH_PREFIX
+
+    for i in range(3):
+        folder = tmp_path / "n" / f"s{i}"
+        hand_made_point(folder, 0, processes(100))
+        analyse_folder(folder, progress=lambda line: None)
+        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T02:00:00+00:00"}))
+    later = (tmp_path / "n" / "s2" / "summary.csv").stat().st_mtime_ns + 10**9
+    for record in (tmp_path / "n" / "s2").glob("*/metrics.json"):
+        os.utime(record, ns=(later, later))
+    before = set(Path(tempfile.gettempdir()).glob(f"{FRESH_PREFIX}{os.getpid()}-*"))
+    said = []
+    for _ in range(3):
+        code, out, err = history(tmp_path / "n", "--out", tmp_path / "h", capsys=capsys)
+        assert code == 0, out + err
+        said.append(out.splitlines()[0])
+        assert set(Path(tempfile.gettempdir()).glob(f"{FRESH_PREFIX}{os.getpid()}-*")) == before
+    assert said[0].startswith("history: ingested 3 new sweeps, 0 already in the store")
+    assert said[1].startswith("history: ingested 0 new sweeps, 3 already in the store"), said
+    assert said[2] == said[1]
+    os.utime(next((tmp_path / "n" / "s2").glob("*/metrics.json")), ns=(later + 10**9, later + 10**9))  # rerun again
+    code, out, _ = history(tmp_path / "n", "--out", tmp_path / "h", capsys=capsys)
+    assert out.startswith("history: ingested 1 new sweep (1 of them again: analysed since), 2 already"), out
+
+
+def test_a_sweep_whose_records_cannot_be_analysed_anew_is_read_as_analysed(tmp_path, capsys, monkeypatch):
+    """One sweep's failed analysis does not end the history: its written analysis is read, with a
+    warning."""
+    from analysis import analyse_folder, store
+
+    for i in range(2):
+        folder = tmp_path / "n" / f"s{i}"
+        hand_made_point(folder, 0, processes(100))
+        analyse_folder(folder, progress=lambda line: None)
+        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T02:00:00+00:00"}))
+    later = (tmp_path / "n" / "s1" / "summary.csv").stat().st_mtime_ns + 10**9
+    for record in (tmp_path / "n" / "s1").glob("*/metrics.json"):
+        os.utime(record, ns=(later, later))
+
+    def broken(folder):
+        raise RuntimeError("no analysis today")
+
+    monkeypatch.setattr(store, "fresh_tables", broken)
+    code, out, err = history(tmp_path / "n", "--out", tmp_path / "h", capsys=capsys)
+    assert code == 0 and "no change at 1 grid point" in out, out + err
+    assert "s1: its job records could not be analysed anew (RuntimeError: no analysis today); its written analysis " \
+           "is read" in err
