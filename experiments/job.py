@@ -104,9 +104,9 @@ def _noting_interrupts(signalled: list[int]) -> Iterator[None]:
 
     def note(signum: int, frame: Any) -> None:
         signalled.append(signum)
-        if callable(previous):
-            previous(signum, frame)
-        raise KeyboardInterrupt
+        if not callable(previous):  # SIG_DFL: the process would end; here as Python's own handler does
+            raise KeyboardInterrupt
+        previous(signum, frame)  # Python's (it raises), or the sweep's own (it may note the stop and go on)
 
     signal.signal(signal.SIGINT, note)
     try:

@@ -341,8 +341,9 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     for name, error in untimed:
         print(f"  no un-profiled timing: {name}: {one_line(error)}", flush=True)
     if untimed:
-        print(f"  their grid points' step times come from their other processes; rerun the same command into the "
-              f"same folder to redo {'it' if len(untimed) == 1 else 'them'} ({_dir_key(folder)}={folder})", flush=True)
+        print(f"  a grid point's step time then comes from its other processes, where it has any, else from its "
+              f"profiled steps; rerun the same command into the same folder to redo {'it' if len(untimed) == 1 else 'them'} "
+              f"({_dir_key(folder)}={folder}; a timing process that ran out of memory will again)", flush=True)
     settled = _not_run(folder)
     if settled:
         print(f"  not run: the later repeats of {amount(len(settled), 'grid point')} whose "

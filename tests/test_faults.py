@@ -540,4 +540,4 @@ def test_the_tally_fails_a_sweep_that_lost_a_jobs_un_profiled_timing(tmp_path, c
     assert stopped.value.code == EXIT_FAILED_JOBS
     assert "done: 2 jobs (2 ok, 0 failed)" in said
     assert "no un-profiled timing: 1_b: the twin was killed by SIGKILL" in said
-    assert f"rerun the same command into the same folder to redo it (hydra.run.dir={tmp_path})" in said  # no sweep.json
+    assert f"rerun the same command into the same folder to redo it (hydra.run.dir={tmp_path};" in said  # no sweep.json
