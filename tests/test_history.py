@@ -768,6 +768,8 @@ def test_compiler_settings_do_not_split_an_eager_points_history(tmp_path, capsys
     assert code == 0, err
     assert "3 grid points paired by" in out and "no change at 2 grid points" in out
     assert "measured before: matmul_add size=16 bf16 cold compile compile_mode=default" in out
+    points = set(pd.read_csv(tmp_path / "h" / "trends.csv")["point"])  # an eager line names no compile_mode
+    assert "matmul_add size=8 bf16 cold eager" in points and not any("eager compile_mode" in p for p in points), points
 
 
 def test_records_changed_after_the_analysis_are_what_history_judges(tmp_path, capsys):

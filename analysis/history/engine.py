@@ -27,7 +27,7 @@ from analysis.text import us
 from analysis.history.page import write_page
 from analysis.store import Store, StoreError, SweepFolder
 from profsweep import stats
-from profsweep.contract import PAIR_DEFAULTS, GridPoint, amount, only_with, read_plan, usable_sql
+from profsweep.contract import PAIR_DEFAULTS, GridPoint, amount, only_with, pair_identity, read_plan, usable_sql
 from profsweep.decide import ABOVE, BAND, BELOW, FDR, decide
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
@@ -127,7 +127,10 @@ def load(store: Store, ids: Sequence[int], ignore: Sequence[str]) -> History:
     shown = [k for k in dict.fromkeys([*columns, "variant", "workload"]) if k in have]
     latest = ", ".join(["arg_max(point_job, place)", *(f"arg_max({_q(k)}, place)" for k in shown)])
     for line, nth, job, *values in c.execute(f"SELECT line, nth, {latest} FROM _points GROUP BY line, nth").fetchall():
-        lines[(line, nth)].row = {"job": job, **dict(zip(shown, values))}
+        row = {"job": job, **dict(zip(shown, values))}
+        blank = pair_identity(row, columns)  # a setting that does not apply to the line (an eager point's
+        gone = {k for k, v in zip(columns, blank) if v is None and row.get(k) is not None}  # compile_mode): left out
+        lines[(line, nth)].row = {k: v for k, v in row.items() if k not in gone}
     found = sorted(lines.values(), key=lambda ln: (tuple(_order(ln.row.get(k)) for k in columns), ln.key[1]))
     for line, label in zip(found, point_labels([ln.row for ln in found], columns)):
         line.label = label + (f" #{line.key[1]}" if line.key[1] > 1 else "")
@@ -254,7 +257,7 @@ def point_labels(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
                and len({repr(_plain(r.get(c))) for r in rows}) > 1]
     without = [k for k in ("warmup", "compile") if k not in columns]
     return [" ".join([GridPoint({k: _plain(v) for k, v in r.items()}).label(without),
-                      *(f"{c}={_plain(r.get(c))}" for c in varying)]) for r in rows]
+                      *(f"{c}={_plain(r.get(c))}" for c in varying if _plain(r.get(c)) is not None)]) for r in rows]
 
 
 def _order(v: Any) -> tuple:
