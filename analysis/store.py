@@ -248,6 +248,12 @@ def fresh_tables(folder: Path) -> Path:
     from analysis.tables import analyse_sweep, frame, frames, write_tables
     from analysis.top_ops import TOP_OPS_COLUMNS, top_ops
 
+    from profsweep.contract import alive
+
+    for left in Path(tempfile.gettempdir()).glob(f"{FRESH_PREFIX}*-*"):  # by a history killed outright
+        pid = left.name[len(FRESH_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not alive(int(pid)):
+            shutil.rmtree(left, ignore_errors=True)
     out = Path(tempfile.mkdtemp(prefix=f"{FRESH_PREFIX}{os.getpid()}-"))
     atexit.register(shutil.rmtree, out, True)  # a backstop: Store.ingest removes it once it is read
     try:

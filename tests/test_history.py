@@ -1009,3 +1009,24 @@ def test_a_sweep_whose_records_cannot_be_analysed_anew_is_read_as_analysed(tmp_p
     assert code == 0 and "no change at 1 grid point" in out, out + err
     assert "s1: its job records could not be analysed anew (RuntimeError: no analysis today); its written analysis " \
            "is read" in err
+
+
+def test_tables_a_killed_history_left_are_cleared(tmp_path, monkeypatch):
+    """A history killed outright while it analysed a sweep anew leaves its temporary tables; the
+    next one that analyses a sweep anew clears them (their pid names no process), not a live one's."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from analysis import store
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    left, live = tmp_path / "tmp" / f"{store.FRESH_PREFIX}{dead}-x", tmp_path / "tmp" / f"{store.FRESH_PREFIX}1-y"
+    for folder in (left, live):
+        folder.mkdir()
+    hand_made_point(tmp_path / "s", 0, processes(100))
+    made = store.fresh_tables(tmp_path / "s")
+    assert (made / "summary.csv").is_file() and not left.exists() and live.exists()  # pid 1 lives
