@@ -753,21 +753,43 @@ def test_ctrl_c_or_sigterm_stops_a_command_with_one_line(monkeypatch, capsys):
     assert signal.getsignal(signal.SIGTERM) is before  # put back as it was
 
 
-def test_compiler_settings_do_not_split_an_eager_points_history(tmp_path, capsys):
-    """As compare pairs them: an eager point is one line whatever compiler.mode each sweep ran
-    with; a compiled point run with two modes is two."""
+def analysed_sweeps(root: Path, count: int, make=lambda i, folder: hand_made_point(folder, 0, processes(100))
+                    ) -> list[Path]:
+    """`count` hand-made sweeps root/s0, s1, ..., started on consecutive days, each analysed;
+    `make(i, folder)` writes sweep i's jobs (one grid point at 100 µs by default)."""
     from analysis import analyse_folder
 
     folders = []
-    for name, mode in (("a", "default"), ("b", "max-autotune"), ("c", "max-autotune")):
-        hand_made_point(tmp_path / name, 0, processes(100), compile_mode=mode)
-        hand_made_point(tmp_path / name, 1, processes(300), compile_mode=mode, compile=True, size=16)
-        analyse_folder(tmp_path / name, progress=lambda line: None)
-        folders.append(tmp_path / name)
+    for i in range(count):
+        folder = root / f"s{i}"
+        make(i, folder)
+        analyse_folder(folder, progress=lambda line: None)
+        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-{i + 1:02d}T02:00:00+00:00"}))
+        folders.append(folder)
+    return folders
+
+
+def rerun_after_analysis(folder: Path, by_ns: int = 10**9) -> int:
+    """Give every job record of `folder` a time `by_ns` after its analysis (a rerun since); the time."""
+    later = (folder / "summary.csv").stat().st_mtime_ns + by_ns
+    for record in folder.glob("*/metrics.json"):
+        os.utime(record, ns=(later, later))
+    return later
+
+
+def test_compiler_settings_do_not_split_an_eager_points_history(tmp_path, capsys):
+    """As compare pairs them: an eager point is one line whatever compiler.mode each sweep ran
+    with; a compiled point run with two modes is two."""
+    def make(i: int, folder: Path) -> None:
+        mode = "default" if i == 0 else "max-autotune"
+        hand_made_point(folder, 0, processes(100), compile_mode=mode)
+        hand_made_point(folder, 1, processes(300), compile_mode=mode, compile=True, size=16)
+
+    folders = analysed_sweeps(tmp_path, 3, make)
     code, out, err = history(*folders, "--out", tmp_path / "h", capsys=capsys)
     assert code == 0, err
     assert "3 grid points paired by" in out and "no change at 2 grid points" in out
-    assert "measured before: matmul_add size=16 bf16 cold compile compile_mode=default" in out
+    assert "measured before: matmul_add size=16 bf16 cold compile compile_mode=default" in out, out
     points = set(pd.read_csv(tmp_path / "h" / "trends.csv")["point"])  # an eager line names no compile_mode
     assert "matmul_add size=8 bf16 cold eager" in points and not any("eager compile_mode" in p for p in points), points
 
@@ -777,22 +799,12 @@ def test_records_changed_after_the_analysis_are_what_history_judges(tmp_path, ca
     records changed) still say the old time: history judges the records, as compare does, and its
     gate fails (before: "no change", exit 0, on tables it warned were stale). Nothing is written
     into the sweeps."""
-    from analysis import analyse_folder
-
-    folders = []
-    for i in range(4):
-        folder = tmp_path / "n" / f"s{i}"
-        hand_made_point(folder, 0, processes(100))
-        analyse_folder(folder, progress=lambda line: None)
-        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T02:00:00+00:00"}))
-        folders.append(folder)
+    folders = analysed_sweeps(tmp_path / "n", 4)
     for folder in folders[2:]:  # the jobs rerun since, 1.4x: only their records know
         for job in folder.glob("[0-9]*_matmul_add_*"):
             shutil.rmtree(job)
         hand_made_point(folder, 0, processes(140))
-        later = (folder / "summary.csv").stat().st_mtime_ns + 10**9
-        for record in folder.glob("*/metrics.json"):
-            os.utime(record, ns=(later, later))
+        rerun_after_analysis(folder)
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "n").rglob("*") if p.is_file()}
     code, out, err = history(tmp_path / "n", "--fail-on-change", "1.10", "--out", tmp_path / "h", capsys=capsys)
     assert code == 1, out + err
@@ -804,15 +816,12 @@ def test_records_changed_after_the_analysis_are_what_history_judges(tmp_path, ca
 def test_ignore_pairs_points_alike_in_the_ignored_key_first(tmp_path, capsys):
     """As compare: --ignore compile over sweeps that number their eager and compiled jobs
     differently is no change (before: a false 3x 'regression' at the renumbered sweeps)."""
-    from analysis import analyse_folder
-
-    for i in range(4):
-        folder = tmp_path / "n" / f"s{i}"
+    def make(i: int, folder: Path) -> None:
         eager_num, compiled_num = (0, 1) if i < 2 else (1, 0)
         hand_made_point(folder, eager_num, processes(100))
         hand_made_point(folder, compiled_num, processes(300), compile=True)
-        analyse_folder(folder, progress=lambda line: None)
-        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T02:00:00+00:00"}))
+
+    analysed_sweeps(tmp_path / "n", 4, make)
     code, out, err = history(tmp_path / "n", "--ignore", "compile", "--fail-on-change", "1.10", "--out",
                              tmp_path / "h", capsys=capsys)
     assert code == 0 and "no change at 2 grid points" in out, out + err
@@ -933,24 +942,18 @@ def test_ignore_keeps_a_line_per_ignored_value_where_sweeps_measured_both(tmp_pa
     sweep's compiled point was paired with the second's eager one, a false 3x regression, exit 1),
     as compare pairs the second and third sweeps. Sweeps that each ran one allocator are joined
     across it, which is what --ignore is for."""
-    from analysis import analyse_folder
-
-    for i in range(4):
-        folder = tmp_path / "n" / f"s{i}"
+    def make(i: int, folder: Path) -> None:
         hand_made_point(folder, 0, processes(300), compile=True)
         if i < 2:
             hand_made_point(folder, 1, processes(100))
-        analyse_folder(folder, progress=lambda line: None)
-        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T02:00:00+00:00"}))
+
+    analysed_sweeps(tmp_path / "n", 4, make)
     code, out, err = history(tmp_path / "n", "--ignore", "compile", "--fail-on-change", "1.10", "--out",
                              tmp_path / "h", capsys=capsys)
     assert code == 0 and "no change at 2 grid points" in out and "regression  " not in out, out + err
     assert "not measured in the newest sweep (s3), measured before" in out, out
-    for i in range(4):
-        folder = tmp_path / "a" / f"s{i}"
-        hand_made_point(folder, 0, processes(100 if i < 2 else 200), allocator="system" if i < 2 else "steady")
-        analyse_folder(folder, progress=lambda line: None)
-        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T02:00:00+00:00"}))
+    analysed_sweeps(tmp_path / "a", 4, lambda i, folder: hand_made_point(
+        folder, 0, processes(100 if i < 2 else 200), allocator="system" if i < 2 else "steady"))
     code, out, err = history(tmp_path / "a", "--ignore", "allocator", "--out", tmp_path / "ha", capsys=capsys)
     assert code == 0 and re.search(r"regression +matmul_add size=8 bf16 cold eager at \S+s2 .*2\.00x", out), out + err
 
@@ -961,17 +964,9 @@ def test_a_sweep_read_from_its_records_is_read_once_and_leaves_nothing(tmp_path,
     temporary tables are gone when history returns (not when the process ends)."""
     import tempfile
 
-    from analysis import analyse_folder
     from analysis.store import FRESH_PREFIX
 
-    for i in range(3):
-        folder = tmp_path / "n" / f"s{i}"
-        hand_made_point(folder, 0, processes(100))
-        analyse_folder(folder, progress=lambda line: None)
-        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T02:00:00+00:00"}))
-    later = (tmp_path / "n" / "s2" / "summary.csv").stat().st_mtime_ns + 10**9
-    for record in (tmp_path / "n" / "s2").glob("*/metrics.json"):
-        os.utime(record, ns=(later, later))
+    later = rerun_after_analysis(analysed_sweeps(tmp_path / "n", 3)[2])
     before = set(Path(tempfile.gettempdir()).glob(f"{FRESH_PREFIX}{os.getpid()}-*"))
     said = []
     for _ in range(3):
@@ -990,16 +985,9 @@ def test_a_sweep_read_from_its_records_is_read_once_and_leaves_nothing(tmp_path,
 def test_a_sweep_whose_records_cannot_be_analysed_anew_is_read_as_analysed(tmp_path, capsys, monkeypatch):
     """One sweep's failed analysis does not end the history: its written analysis is read, with a
     warning."""
-    from analysis import analyse_folder, store
+    from analysis import store
 
-    for i in range(2):
-        folder = tmp_path / "n" / f"s{i}"
-        hand_made_point(folder, 0, processes(100))
-        analyse_folder(folder, progress=lambda line: None)
-        (folder / "sweep.json").write_text(json.dumps({"created_at": f"2026-12-0{i + 1}T02:00:00+00:00"}))
-    later = (tmp_path / "n" / "s1" / "summary.csv").stat().st_mtime_ns + 10**9
-    for record in (tmp_path / "n" / "s1").glob("*/metrics.json"):
-        os.utime(record, ns=(later, later))
+    rerun_after_analysis(analysed_sweeps(tmp_path / "n", 2)[1])
 
     def broken(folder):
         raise RuntimeError("no analysis today")
