@@ -73,8 +73,8 @@ class SweepFolder:
     started_at: datetime.datetime  # UTC, without a zone
     started_from: str  # sweep.json, environment.json or the summary file's time
     summary: Path
-    # where job records were written after its analysis: the newest one's time (its tables are then
-    # analysed anew from the records when the store takes it: Store.ingest)
+    # where job records were written after its analysis: the newest one's time plus their count (its
+    # tables are then analysed anew from the records when the store takes it: Store.ingest)
     records_ns: int | None = None
 
     @property
@@ -158,7 +158,9 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
              f"({', '.join(n for n, _ in newer[:3])}{', ...' if len(newer) > 3 else ''}: rerun or changed since, "
              f"or the folder copied without its times); history reads its job records instead, writing nothing "
              f"into it (python -m analysis {folder} writes its analysis anew)")
-        return max(ns for _, ns in newer)
+        # the newest record's time, plus how many there are: a record removed or copied in with an
+        # older time changes it too
+        return max(ns for _, ns in newer) + len(times)
 
     def is_sweep(folder: Path) -> bool:
         """Analysed, or job folders that are not themselves analysed runs (outputs/runs/<date>)."""
@@ -235,6 +237,14 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
 
 
 FRESH_PREFIX = "profsweep-history-"  # + the pid of the history that made it
+FRESH_LEFT_S = 24 * 3600  # a folder of them untouched this long, its pid gone, is a killed history's
+
+
+def _older_than(path: Path, seconds: float) -> bool:
+    try:
+        return datetime.datetime.now().timestamp() - path.stat().st_mtime > seconds
+    except OSError:
+        return False
 
 
 def fresh_tables(folder: Path) -> Path:
@@ -251,8 +261,8 @@ def fresh_tables(folder: Path) -> Path:
     from profsweep.contract import alive
 
     for left in Path(tempfile.gettempdir()).glob(f"{FRESH_PREFIX}*-*"):  # by a history killed outright
-        pid = left.name[len(FRESH_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not alive(int(pid)):
+        pid = left.name[len(FRESH_PREFIX):].split("-", 1)[0]  # (a day old too: another container's pids)
+        if pid.isdigit() and not alive(int(pid)) and _older_than(left, FRESH_LEFT_S):
             shutil.rmtree(left, ignore_errors=True)
     out = Path(tempfile.mkdtemp(prefix=f"{FRESH_PREFIX}{os.getpid()}-"))
     atexit.register(shutil.rmtree, out, True)  # a backstop: Store.ingest removes it once it is read
@@ -505,7 +515,10 @@ class Store:
                 env = {}
             rows.append({"sweep_id": ids[s], "folder": str(s.folder), "name": s.folder.name,
                          "started_at": s.started_at, "started_from": s.started_from, "ingested_at": now,
-                         "summary_mtime_ns": s.version_ns,
+                         # a sweep read from its written analysis though its records are newer (their
+                         # analysis failed): stored as that analysis, so that the next history tries again
+                         "summary_mtime_ns": _mtime_ns(s.summary) if s.records_ns is not None and s not in self._fresh
+                         else s.version_ns,
                          **{k: _show(env.get(k)) for k in ENVIRONMENT_COLUMNS}})
             env_rows += [{"sweep_id": ids[s], "key": str(k), "value": _show(v)} for k, v in env.items()]
         sweep_frame = pd.DataFrame(rows)

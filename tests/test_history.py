@@ -11,6 +11,7 @@ import math
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -977,7 +978,11 @@ def test_a_sweep_read_from_its_records_is_read_once_and_leaves_nothing(tmp_path,
     assert said[0].startswith("history: ingested 3 new sweeps, 0 already in the store")
     assert said[1].startswith("history: ingested 0 new sweeps, 3 already in the store"), said
     assert said[2] == said[1]
-    os.utime(next((tmp_path / "n" / "s2").glob("*/metrics.json")), ns=(later + 10**9, later + 10**9))  # rerun again
+    first, *others = sorted((tmp_path / "n" / "s2").glob("*/metrics.json"))
+    os.utime(first, ns=(later + 10**9, later + 10**9))  # rerun again
+    code, out, _ = history(tmp_path / "n", "--out", tmp_path / "h", capsys=capsys)
+    assert out.startswith("history: ingested 1 new sweep (1 of them again: analysed since), 2 already"), out
+    shutil.rmtree(others[0].parent)  # a job removed since (not the newest record): read again too
     code, out, _ = history(tmp_path / "n", "--out", tmp_path / "h", capsys=capsys)
     assert out.startswith("history: ingested 1 new sweep (1 of them again: analysed since), 2 already"), out
 
@@ -992,11 +997,15 @@ def test_a_sweep_whose_records_cannot_be_analysed_anew_is_read_as_analysed(tmp_p
     def broken(folder):
         raise RuntimeError("no analysis today")
 
-    monkeypatch.setattr(store, "fresh_tables", broken)
-    code, out, err = history(tmp_path / "n", "--out", tmp_path / "h", capsys=capsys)
+    with monkeypatch.context() as patched:
+        patched.setattr(store, "fresh_tables", broken)
+        code, out, err = history(tmp_path / "n", "--out", tmp_path / "h", capsys=capsys)
     assert code == 0 and "no change at 1 grid point" in out, out + err
     assert "s1: its job records could not be analysed anew (RuntimeError: no analysis today); its written analysis " \
            "is read" in err
+    # the next history tries again (stored as its written analysis, not as its records)
+    code, out, err = history(tmp_path / "n", "--out", tmp_path / "h", capsys=capsys)
+    assert out.startswith("history: ingested 1 new sweep (1 of them again: analysed since), 1 already"), out + err
 
 
 def test_tables_a_killed_history_left_are_cleared(tmp_path, monkeypatch):
@@ -1013,8 +1022,12 @@ def test_tables_a_killed_history_left_are_cleared(tmp_path, monkeypatch):
     dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                               text=True).stdout)
     left, live = tmp_path / "tmp" / f"{store.FRESH_PREFIX}{dead}-x", tmp_path / "tmp" / f"{store.FRESH_PREFIX}1-y"
-    for folder in (left, live):
+    recent = tmp_path / "tmp" / f"{store.FRESH_PREFIX}{dead}-z"  # its pid gone, but new: another container's?
+    for folder in (left, live, recent):
         folder.mkdir()
+    old = time.time() - store.FRESH_LEFT_S - 60
+    for folder in (left, live):
+        os.utime(folder, (old, old))
     hand_made_point(tmp_path / "s", 0, processes(100))
     made = store.fresh_tables(tmp_path / "s")
-    assert (made / "summary.csv").is_file() and not left.exists() and live.exists()  # pid 1 lives
+    assert (made / "summary.csv").is_file() and not left.exists() and live.exists() and recent.exists()  # pid 1 lives
