@@ -869,3 +869,18 @@ def test_ignore_pairs_alike_points_first_whatever_order_new_lists_them(tmp_path,
     assert "1 pair (0 slower, 0 faster, 1 same, 0 inconclusive)" in out
     assert "same         matmul_add size=8 bf16 cold (compile False): 1.000x" in out
     assert "measured in NEW only (no such grid point in BASE): 0_matmul_add_8_bf16_cold_eager" in out
+
+
+def test_two_ignored_keys_pair_the_points_apart_in_fewer_of_them_first(tmp_path, capsys):
+    """--ignore compile --ignore allocator, BASE on system and NEW on steady, each with eager and
+    compiled in another order: compiled pairs with compiled (apart in the allocator only), not with
+    eager (apart in both): no false 'slower 3x'."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    hand_made_point(base, 0, processes(300), compile=True, allocator="system")
+    hand_made_point(base, 1, processes(100), allocator="system")
+    hand_made_point(new, 0, processes(100), allocator="steady")
+    hand_made_point(new, 1, processes(300), compile=True, allocator="steady")
+    code, out, err = compare(base, new, "--ignore", "compile", "--ignore", "allocator", "--fail-if-slower", "1.10",
+                             capsys=capsys)
+    assert code == 0 and "2 pairs (0 slower, 0 faster, 2 same, 0 inconclusive)" in out, out + err
+    assert "(compile True; allocator system -> steady): 1.000x" in out, out

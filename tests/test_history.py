@@ -952,11 +952,15 @@ def test_ignore_keeps_a_line_per_ignored_value_where_sweeps_measured_both(tmp_pa
     code, out, err = history(tmp_path / "n", "--ignore", "compile", "--fail-on-change", "1.10", "--out",
                              tmp_path / "h", capsys=capsys)
     assert code == 0 and "no change at 2 grid points" in out and "regression  " not in out, out + err
-    assert "not measured in the newest sweep (s3), measured before" in out, out
+    # each line named by the ignored value it ran with (before: the same words, and "#2")
+    assert "not measured in the newest sweep (s3), measured before: matmul_add size=8 bf16 cold (compile False)" in out
+    assert set(pd.read_csv(tmp_path / "h" / "trends.csv")["point"]) == {
+        "matmul_add size=8 bf16 cold (compile False)", "matmul_add size=8 bf16 cold (compile True)"}
     analysed_sweeps(tmp_path / "a", 4, lambda i, folder: hand_made_point(
         folder, 0, processes(100 if i < 2 else 200), allocator="system" if i < 2 else "steady"))
     code, out, err = history(tmp_path / "a", "--ignore", "allocator", "--out", tmp_path / "ha", capsys=capsys)
-    assert code == 0 and re.search(r"regression +matmul_add size=8 bf16 cold eager at \S+s2 .*2\.00x", out), out + err
+    assert code == 0 and re.search(r"regression +matmul_add size=8 bf16 cold eager \(allocator system → steady\) at "
+                                   r"\S+s2 .*2\.00x", out), out + err
 
 
 def test_a_sweep_read_from_its_records_is_read_once_and_leaves_nothing(tmp_path, capsys):
@@ -1031,3 +1035,20 @@ def test_tables_a_killed_history_left_are_cleared(tmp_path, monkeypatch):
     hand_made_point(tmp_path / "s", 0, processes(100))
     made = store.fresh_tables(tmp_path / "s")
     assert (made / "summary.csv").is_file() and not left.exists() and live.exists() and recent.exists()  # pid 1 lives
+
+
+def test_two_ignored_keys_join_the_lines_apart_in_fewer_of_them(tmp_path, capsys):
+    """--ignore compile --ignore allocator: sweeps 1-2 measured eager and compiled on system, 3-4
+    compiled only on steady. The compiled line runs through all four (apart in the allocator only);
+    the eager one stops (before: joined to the compiled points, apart in both, a false 3x)."""
+    def make(i: int, folder: Path) -> None:
+        if i < 2:
+            hand_made_point(folder, 0, processes(100), allocator="system")
+            hand_made_point(folder, 1, processes(300), compile=True, allocator="system")
+        else:
+            hand_made_point(folder, 0, processes(300), compile=True, allocator="steady")
+
+    analysed_sweeps(tmp_path / "n", 4, make)
+    code, out, err = history(tmp_path / "n", "--ignore", "compile", "--ignore", "allocator", "--fail-on-change",
+                             "1.10", "--out", tmp_path / "h", capsys=capsys)
+    assert code == 0 and "no change at 2 grid points" in out and "regression  " not in out, out + err

@@ -286,18 +286,20 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
     by_key: dict[tuple, list[GridPoint]] = {}
     for point in base.points:
         by_key.setdefault(point.pair_identity(columns), []).append(point)
-    # Two passes: points alike in the ignored keys' values too pair first, then what is left across
-    # them (--ignore compile on two sweeps of eager and compiled points: eager with eager where
-    # both sides have it, whatever order their jobs come in; eager with compiled only where not)
+    # In passes: points alike in every ignored key's value pair first, then those apart in one of
+    # them, two, ... (--ignore compile on two sweeps of eager and compiled points: eager with eager
+    # where both sides have it, whatever order their jobs come in; eager with compiled only where
+    # not; with --ignore allocator too, compiled with compiled across the allocator first)
     ignored = [k for k in wanted if k in known]
     partner_of: dict[str, GridPoint] = {}
     used: set[str] = set()
-    for alike in (True, False):
+    for apart in range(len(ignored) + 1):
         for job in new.points:
             if job["job"] in partner_of:
                 continue
-            partner = next((b for b in by_key.get(job.pair_identity(columns), []) if b["job"] not in used and (
-                not alike or b.pair_identity(ignored) == job.pair_identity(ignored))), None)
+            mine = job.pair_identity(ignored)
+            partner = next((b for b in by_key.get(job.pair_identity(columns), []) if b["job"] not in used and
+                            sum(x != y for x, y in zip(b.pair_identity(ignored), mine)) == apart), None)
             if partner is not None:
                 used.add(partner["job"])
                 partner_of[job["job"]] = partner

@@ -132,9 +132,33 @@ def load(store: Store, ids: Sequence[int], ignore: Sequence[str]) -> History:
         gone = {k for k, v in zip(columns, blank) if v is None and row.get(k) is not None}  # compile_mode): left out
         lines[(line, nth)].row = {k: v for k, v in row.items() if k not in gone}
     found = sorted(lines.values(), key=lambda ln: (tuple(_order(ln.row.get(k)) for k in columns), ln.key[1]))
+    said = _ignored_values(store, [k for k in ignored if k in have])
+    seen: dict[str, int] = {}
     for line, label in zip(found, point_labels([ln.row for ln in found], columns)):
-        line.label = label + (f" #{line.key[1]}" if line.key[1] > 1 else "")
+        label += f" ({said[line.key]})" if said.get(line.key) else ""  # what --ignore leaves out of its name
+        seen[label] = seen.get(label, 0) + 1
+        line.label = label + (f" #{seen[label]}" if seen[label] > 1 else "")  # a grid point twice in a sweep
     return History(sweeps, columns, ignored, found)
+
+
+def _ignored_values(store: Store, ignored: list[str]) -> dict[tuple[int, int], str]:
+    """Per line (line, nth), what the ignored keys were over its sweeps: `compile False`, or
+    `allocator system → steady` where they changed ({} without --ignore)."""
+    if not ignored:
+        return {}
+    names = ", ".join(f"_i{i}" for i in range(len(ignored)))
+    seen: dict[tuple[int, int], list[list[Any]]] = {}
+    for line, nth, *values in store.con.execute(f"SELECT line, nth, {names} FROM _points ORDER BY line, nth, place"
+                                                ).fetchall():
+        each = seen.setdefault((line, nth), [[] for _ in ignored])
+        for held, value in zip(each, values):
+            if not held or held[-1] != value:
+                held.append(value)
+    def word(v: Any) -> str:  # a flag as compare says it (True), not as the store casts it (true)
+        return str(v).capitalize() if str(v) in ("true", "false") else str(v)
+
+    return {key: "; ".join(f"{k} {' → '.join(word(v) for v in held)}" for k, held in zip(ignored, each))
+            for key, each in seen.items()}
 
 
 def _points_table(store: Store, have: dict[str, str], columns: list[str], ignored: list[str]) -> None:
@@ -186,32 +210,47 @@ def _points_table(store: Store, have: dict[str, str], columns: list[str], ignore
                row_number() OVER (PARTITION BY p.sweep_id, {', '.join(names + inames)}
                                   ORDER BY TRY_CAST(split_part(p.point_job, '_', 1) AS BIGINT), p.point_job) AS _k
         FROM p JOIN agg USING (sweep_id, point_job)""")
-    _join_across_ignored(store)
+    _join_across_ignored(store, len(inames))
 
 
-def _join_across_ignored(store: Store) -> None:
+def _join_across_ignored(store: Store, ignored: int) -> None:
     """_points' `line` and `nth`. Points alike in every pairing key and in the ignored keys' values
     make one line (the k-th such point of each sweep pairs with the k-th: `_sub`, `_k`); lines that
-    --ignore makes alike (one `_grp`) are then joined where no sweep has both, in the order of the
-    ignored values: `--ignore allocator` joins the sweeps run with `system` to those run with
-    `steady`, while `--ignore compile` over sweeps that measured both keeps eager with eager and
-    compiled with compiled, as compare pairs them (alike first). `nth` numbers a group's lines."""
+    --ignore makes alike (one `_grp`) are then joined where no sweep has both, the two whose
+    ignored values are apart in the fewest keys first, then in their order:
+    `--ignore allocator` joins the sweeps run with `system` to those run with `steady`, while
+    `--ignore compile` over sweeps that measured both keeps eager with eager and compiled with
+    compiled, as compare pairs them (alike first, then apart in one key, ...). `nth` numbers a
+    group's lines."""
     import pandas as pd
 
     units: dict[tuple[int, int, int], set[int]] = {}
-    for grp, sub, k, sweep in store.con.execute("SELECT _grp, _sub, _k, sweep_id FROM _points").fetchall():
+    values: dict[int, tuple] = {}  # _sub -> the ignored keys' values
+    extra = "".join(f", _i{i}" for i in range(ignored))
+    for grp, sub, k, sweep, *alike in store.con.execute(f"SELECT _grp, _sub, _k, sweep_id{extra} FROM _points").fetchall():
         units.setdefault((grp, sub, k), set()).add(sweep)
+        values[sub] = tuple(alike)
+    by_group: dict[int, list[tuple[int, int]]] = {}
+    for grp, sub, k in sorted(units):
+        by_group.setdefault(grp, []).append((sub, k))
     rows, lines = [], 0
-    joined: dict[int, list[tuple[set[int], int, int]]] = {}  # a group's lines: (their sweeps, line, nth)
-    for (grp, sub, k), sweeps in sorted(units.items()):
-        mine = joined.setdefault(grp, [])
-        target = next((t for t in mine if t[0].isdisjoint(sweeps)), None)
-        if target is None:
-            lines += 1
-            target = (set(), lines, len(mine) + 1)
-            mine.append(target)
-        target[0].update(sweeps)
-        rows.append({"_grp": grp, "_sub": sub, "_k": k, "line": target[1], "nth": target[2]})
+    for grp, members in by_group.items():
+        # each unit its own line, then the closest two lines no sweep has both of joined, again and
+        # again: the closest by how many ignored keys their values are apart in, then by order
+        line_of = list(range(len(members)))
+        sweeps = [set(units[(grp, *m)]) for m in members]
+        for _, i, j in sorted((sum(a != b for a, b in zip(values[members[i][0]], values[members[j][0]])), i, j)
+                              for i in range(len(members)) for j in range(i + 1, len(members))):
+            a, b = line_of[i], line_of[j]
+            if a != b and sweeps[a].isdisjoint(sweeps[b]):
+                sweeps[a] |= sweeps[b]
+                line_of = [a if x == b else x for x in line_of]
+        numbered: dict[int, tuple[int, int]] = {}  # a joined line -> (line, nth), in the order of its first unit
+        for (sub, k), own in zip(members, line_of):
+            if own not in numbered:
+                lines += 1
+                numbered[own] = (lines, len(numbered) + 1)
+            rows.append({"_grp": grp, "_sub": sub, "_k": k, "line": numbered[own][0], "nth": numbered[own][1]})
     store.con.register("_lines", pd.DataFrame(rows, columns=["_grp", "_sub", "_k", "line", "nth"]).astype("int64"))
     store.con.execute("""CREATE OR REPLACE TEMP TABLE _points AS
         SELECT p.*, l.line, l.nth FROM _points p JOIN _lines l USING (_grp, _sub, _k)""")
