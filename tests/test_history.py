@@ -566,6 +566,14 @@ def test_four_real_sweeps_where_the_last_two_do_4x_the_work_at_one_grid_point(re
     if step.empty and len(seen) and seen.min() > 4 and noisy:
         pytest.skip(f"this machine was too noisy while the sweeps ran: the smallest step the history could "
                     f"have found at size 128 is {seen.min():.1f}x (the test needs under 4x); {noisy[0][:200]}")
+    # Found where it happened, but not confirmed because a sweep it rests on was measured on a loaded
+    # machine (the load veto, tested on hand-made sweeps): what can be asserted is, then skipped.
+    there = found[found["change_at"] == str((real_sweeps / "changed" / "a3").resolve())]
+    if step.empty and len(there) == 1 and there.iloc[0]["status"] == "unconfirmed" and \
+            str(there.iloc[0]["noise"]) not in ("", "nan"):
+        assert there.iloc[0]["size"] == 128 and 3 < there.iloc[0]["ratio"] < 5, there.iloc[0].to_dict()
+        pytest.skip(f"the 4x step was found at the right sweep ({there.iloc[0]['ratio']:.2f}x), unconfirmed: this "
+                    f"machine was loaded while the sweeps ran ({str(there.iloc[0]['noise'])[:200]})")
     assert step[["size", "status"]].values.tolist() == [[128, "regression"]], out
     assert code == 1 and "workload_times 1 → 4" in step.iloc[0]["what_changed"]
     assert "aten::mm +" in step.iloc[0]["what_changed"]

@@ -210,8 +210,11 @@ def test_a_real_ctrl_c_still_stops_the_job(tmp_path):
                        size=16, dtype="fp32", device="cpu", run=RunConfig(threads=1))
     (job_dir / "job_config.json").write_text(json.dumps(config_to_dict(config)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)])}
+    # SIGINT as a terminal gives it: a test suite run in the background (`make test &`) starts with
+    # it ignored, which the job keeps, as any process does
     proc = subprocess.Popen([sys.executable, "-m", "experiments.job", str(job_dir / "job_config.json")], cwd=ROOT,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not log.exists() and time.monotonic() < deadline:  # the factory has started: it sleeps now
         time.sleep(0.05)
