@@ -884,3 +884,17 @@ def test_two_ignored_keys_pair_the_points_apart_in_fewer_of_them_first(tmp_path,
                              capsys=capsys)
     assert code == 0 and "2 pairs (0 slower, 0 faster, 2 same, 0 inconclusive)" in out, out + err
     assert "(compile True; allocator system -> steady): 1.000x" in out, out
+
+
+def test_a_point_with_one_partner_that_close_is_not_left_a_farther_one(tmp_path, capsys):
+    """--ignore threads --ignore allocator. NEW's X is one key from both of BASE's points, NEW's Y
+    from one of them only: Y takes that one and X the other, each one key apart (before: X, first
+    in job order, took Y's only one and Y paired two keys apart: a false 3x, exit 1)."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    hand_made_point(base, 0, processes(100), threads=1, allocator="steady")
+    hand_made_point(base, 1, processes(300), threads=1, allocator="jemalloc")
+    hand_made_point(new, 0, processes(300), threads=1, allocator="system")
+    hand_made_point(new, 1, processes(100), threads=2, allocator="steady")
+    code, out, err = compare(base, new, "--ignore", "threads", "--ignore", "allocator", "--fail-if-slower", "1.10",
+                             capsys=capsys)
+    assert code == 0 and "2 pairs (0 slower, 0 faster, 2 same, 0 inconclusive)" in out, out + err

@@ -1060,3 +1060,37 @@ def test_two_ignored_keys_join_the_lines_apart_in_fewer_of_them(tmp_path, capsys
     code, out, err = history(tmp_path / "n", "--ignore", "compile", "--ignore", "allocator", "--fail-on-change",
                              "1.10", "--out", tmp_path / "h", capsys=capsys)
     assert code == 0 and "no change at 2 grid points" in out and "regression  " not in out, out + err
+
+
+def test_lines_joined_across_ignored_keys_are_as_far_apart_as_their_farthest_points(tmp_path, capsys):
+    """Sweeps 1-2: eager and compiled on system; 3-4: eager on steady; 5-6: compiled on steady.
+    Under --ignore compile --ignore allocator the eager line runs s1-s4 and the compiled one s1, s2,
+    s5, s6 (before: once eager/system had joined eager/steady, the line was 'one key' from
+    compiled/steady by its steady point, and took it: a false 3x regression at s5, exit 1)."""
+    def make(i: int, folder: Path) -> None:
+        if i < 4:
+            hand_made_point(folder, 0, processes(100), allocator="system" if i < 2 else "steady")
+        if i < 2 or i >= 4:
+            hand_made_point(folder, 1, processes(300), compile=True, allocator="system" if i < 2 else "steady")
+
+    analysed_sweeps(tmp_path / "n", 6, make)
+    code, out, err = history(tmp_path / "n", "--ignore", "compile", "--ignore", "allocator", "--fail-on-change",
+                             "1.10", "--out", tmp_path / "h", capsys=capsys)
+    assert code == 0 and "regression  " not in out, out + err
+    assert set(pd.read_csv(tmp_path / "h" / "trends.csv")["point"]) == {
+        "matmul_add size=8 bf16 cold (compile False; allocator system → steady)",
+        "matmul_add size=8 bf16 cold (compile True; allocator system → steady)"}
+
+
+def test_an_ignored_setting_that_does_not_apply_is_not_named(tmp_path, capsys):
+    """--ignore compile_mode: the eager line is named without it (it read 'compile_mode None')."""
+    def make(i: int, folder: Path) -> None:
+        mode = "default" if i == 0 else "max-autotune"
+        hand_made_point(folder, 0, processes(100), compile_mode=mode)
+        hand_made_point(folder, 1, processes(300), compile_mode=mode, compile=True)
+
+    analysed_sweeps(tmp_path / "n", 3, make)
+    code, out, err = history(tmp_path / "n", "--ignore", "compile_mode", "--out", tmp_path / "h", capsys=capsys)
+    assert code == 0, out + err
+    assert set(pd.read_csv(tmp_path / "h" / "trends.csv")["point"]) == {
+        "matmul_add size=8 bf16 cold eager", "matmul_add size=8 bf16 cold compile (compile_mode default → max-autotune)"}

@@ -293,16 +293,20 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
     ignored = [k for k in wanted if k in known]
     partner_of: dict[str, GridPoint] = {}
     used: set[str] = set()
+    def candidates(job: GridPoint, apart: int) -> list[GridPoint]:
+        mine = job.pair_identity(ignored)
+        return [b for b in by_key.get(job.pair_identity(columns), []) if b["job"] not in used and
+                sum(x != y for x, y in zip(b.pair_identity(ignored), mine)) == apart]
+
     for apart in range(len(ignored) + 1):
-        for job in new.points:
-            if job["job"] in partner_of:
-                continue
-            mine = job.pair_identity(ignored)
-            partner = next((b for b in by_key.get(job.pair_identity(columns), []) if b["job"] not in used and
-                            sum(x != y for x, y in zip(b.pair_identity(ignored), mine)) == apart), None)
-            if partner is not None:
-                used.add(partner["job"])
-                partner_of[job["job"]] = partner
+        # within a pass, the points with the fewest partners this far apart choose first, so that
+        # one with several does not take another's only one (then in job order)
+        waiting = [j for j in new.points if j["job"] not in partner_of]
+        for job in sorted(waiting, key=lambda j: len(candidates(j, apart))):
+            found = candidates(job, apart)
+            if found:
+                used.add(found[0]["job"])
+                partner_of[job["job"]] = found[0]
     pairs, unmatched_new = [], []
     for job in new.points:
         partner = partner_of.get(job["job"])

@@ -151,13 +151,13 @@ def _ignored_values(store: Store, ignored: list[str]) -> dict[tuple[int, int], s
     for line, nth, *values in store.con.execute(f"SELECT line, nth, {names} FROM _points ORDER BY line, nth, place"
                                                 ).fetchall():
         each = seen.setdefault((line, nth), [[] for _ in ignored])
-        for held, value in zip(each, values):
-            if not held or held[-1] != value:
+        for held, value in zip(each, values):  # a setting that does not apply to a point (an eager
+            if value is not None and (not held or held[-1] != value):  # point's compile_mode) has none
                 held.append(value)
     def word(v: Any) -> str:  # a flag as compare says it (True), not as the store casts it (true)
         return str(v).capitalize() if str(v) in ("true", "false") else str(v)
 
-    return {key: "; ".join(f"{k} {' → '.join(word(v) for v in held)}" for k, held in zip(ignored, each))
+    return {key: "; ".join(f"{k} {' → '.join(word(v) for v in held)}" for k, held in zip(ignored, each) if held)
             for key, each in seen.items()}
 
 
@@ -236,15 +236,25 @@ def _join_across_ignored(store: Store, ignored: int) -> None:
     rows, lines = [], 0
     for grp, members in by_group.items():
         # each unit its own line, then the closest two lines no sweep has both of joined, again and
-        # again: the closest by how many ignored keys their values are apart in, then by order
+        # again: the closest by how many ignored keys their values are apart in (two lines as far
+        # apart as their farthest units: an eager line joined across the allocator is still two keys
+        # from a compiled point on the other allocator), then by order
         line_of = list(range(len(members)))
         sweeps = [set(units[(grp, *m)]) for m in members]
-        for _, i, j in sorted((sum(a != b for a, b in zip(values[members[i][0]], values[members[j][0]])), i, j)
-                              for i in range(len(members)) for j in range(i + 1, len(members))):
-            a, b = line_of[i], line_of[j]
-            if a != b and sweeps[a].isdisjoint(sweeps[b]):
-                sweeps[a] |= sweeps[b]
-                line_of = [a if x == b else x for x in line_of]
+
+        def apart(a: int, b: int) -> int:
+            return max(sum(x != y for x, y in zip(values[members[i][0]], values[members[j][0]]))
+                       for i, own in enumerate(line_of) if own == a for j, other in enumerate(line_of) if other == b)
+
+        while True:
+            roots = sorted(set(line_of))
+            closest = min(((apart(a, b), a, b) for n, a in enumerate(roots) for b in roots[n + 1:]
+                           if sweeps[a].isdisjoint(sweeps[b])), default=None)
+            if closest is None:
+                break
+            _, a, b = closest
+            sweeps[a] |= sweeps[b]
+            line_of = [a if x == b else x for x in line_of]
         numbered: dict[int, tuple[int, int]] = {}  # a joined line -> (line, nth), in the order of its first unit
         for (sub, k), own in zip(members, line_of):
             if own not in numbered:
