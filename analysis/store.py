@@ -80,7 +80,7 @@ class SweepFolder:
     @property
     def version_ns(self) -> int | None:
         """What the store tells this sweep's versions by: its summary file's time, or (its analysis
-        older than its records) the newest record's."""
+        older than its records) `records_ns`."""
         return self.records_ns if self.records_ns is not None else _mtime_ns(self.summary)
 
 
@@ -240,37 +240,27 @@ FRESH_PREFIX = "profsweep-history-"  # + the pid of the history that made it
 FRESH_LEFT_S = 24 * 3600  # a folder of them untouched this long, its pid gone, is a killed history's
 
 
-def _older_than(path: Path, seconds: float) -> bool:
-    try:
-        return datetime.datetime.now().timestamp() - path.stat().st_mtime > seconds
-    except OSError:
-        return False
-
-
 def fresh_tables(folder: Path) -> Path:
     """The tables history reads of `folder`, analysed from its job records into a temporary folder
-    (removed when this process ends): summary.csv and TABLE_FILES, without plots, report or
+    (Store.ingest removes it once read): summary.csv and TABLE_FILES, without plots, report or
     conclusions."""
     import atexit
     import shutil
     import tempfile
 
-    from analysis.tables import analyse_sweep, frame, frames, write_tables
-    from analysis.top_ops import TOP_OPS_COLUMNS, top_ops
+    from analysis.tables import analyse_sweep, frames, write_tables
+    from analysis.top_ops import top_ops_frame
+    from profsweep.contract import alive, scratch_pid, untouched_for
 
-    from profsweep.contract import alive
-
-    for left in Path(tempfile.gettempdir()).glob(f"{FRESH_PREFIX}*-*"):  # by a history killed outright
-        pid = left.name[len(FRESH_PREFIX):].split("-", 1)[0]  # (a day old too: another container's pids)
-        if pid.isdigit() and not alive(int(pid)) and _older_than(left, FRESH_LEFT_S):
+    for left in Path(tempfile.gettempdir()).glob(f"{FRESH_PREFIX}*"):  # by a history killed outright (a day
+        pid = scratch_pid(left.name, FRESH_PREFIX)  # old too: another container's live pid may look dead here)
+        if pid is not None and not alive(pid) and untouched_for(left, FRESH_LEFT_S):
             shutil.rmtree(left, ignore_errors=True)
     out = Path(tempfile.mkdtemp(prefix=f"{FRESH_PREFIX}{os.getpid()}-"))
-    atexit.register(shutil.rmtree, out, True)  # a backstop: Store.ingest removes it once it is read
+    atexit.register(shutil.rmtree, out, True)  # a backstop, should ingest itself be killed
     try:
         tables = analyse_sweep(folder, lambda line: None)
-        data = frames(tables)
-        data["top_ops"] = frame(top_ops(tables.points, tables.jobs, tables.ops, tables.kernels), TOP_OPS_COLUMNS)
-        write_tables(out, data)
+        write_tables(out, {**frames(tables), "top_ops": top_ops_frame(tables)})
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise

@@ -76,3 +76,10 @@ def top_ops(points: list[GridPoint], jobs: list[Job], ops: dict[str, list[dict[s
 
 TOP_OPS_COLUMNS = [*SERIES_KEYS, "size", "point", "job", "kind", "rank", "name", "us_per_step", "share",
                    "calls_per_step", "all_ops_share", "repeats"]
+
+
+def top_ops_frame(tables: Any) -> Any:
+    """top_ops.csv's table of a sweep's analysis (analysis.tables.SweepTables)."""
+    from analysis.tables import frame
+
+    return frame(top_ops(tables.points, tables.jobs, tables.ops, tables.kernels), TOP_OPS_COLUMNS)

@@ -468,13 +468,13 @@ def wait_unreaped(pid: int, timeout: float | None) -> None:
         pidfd = None
     try:
         while not _exited(pid):
-            if deadline is not None and time.monotonic() >= deadline:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(str(pid), timeout)
-            wait = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
-            if pidfd is not None:
-                select.select([pidfd], [], [], 1.0 if deadline is None else max(0.0, deadline - time.monotonic()))
+            if pidfd is not None:  # readable once the process has ended
+                select.select([pidfd], [], [], 1.0 if left is None else min(1.0, left))
             else:
-                time.sleep(wait)
+                time.sleep(0.05 if left is None else min(0.05, left))
     finally:
         if pidfd is not None:
             os.close(pidfd)

@@ -21,7 +21,7 @@ from experiments.config import AUTO, JobConfig
 from experiments.launchers import failure_record, finished_record, launcher_for, unfinished_record
 from experiments.slots import CPU_SLOT, held_slot, slots_for, visible_gpus
 from profsweep.progress import duration
-from profsweep.contract import alive
+from profsweep.contract import alive, scratch_pid, untouched_for
 from profsweep.sweep_state import SWEEP
 
 
@@ -149,8 +149,8 @@ def clear_stale_scratch() -> None:
     root = Path(tempfile.gettempdir())
     for prefix in SCRATCH_PREFIXES:
         for folder in root.glob(f"{prefix}*"):
-            pid = folder.name[len(prefix):].split("-", 1)[0]
-            if (not alive(int(pid))) if pid.isdigit() and "-" in folder.name[len(prefix):] else _untouched(folder):
+            pid = scratch_pid(folder.name, prefix)
+            if not alive(pid) if pid is not None else untouched_for(folder, OLD_SCRATCH_S):
                 if folder.is_dir():
                     shutil.rmtree(folder, ignore_errors=True)
                 else:  # a memory count's trace file
@@ -158,13 +158,6 @@ def clear_stale_scratch() -> None:
 
 
 OLD_SCRATCH_S = 7 * 24 * 3600  # an older profsweep's scratch (no pid to ask) untouched this long is no job's
-
-
-def _untouched(path: Path) -> bool:
-    try:
-        return time.time() - path.stat().st_mtime > OLD_SCRATCH_S
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager

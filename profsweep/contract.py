@@ -388,6 +388,23 @@ def alive(pid: int) -> bool:
     return True
 
 
+def scratch_pid(name: str, prefix: str) -> int | None:
+    """The pid in a temporary file's name `<prefix><pid>-<rest>` (None: not so named, an older
+    profsweep's): the process that made it, which removes it unless killed outright."""
+    pid, dash, _ = name[len(prefix):].partition("-")
+    return int(pid) if dash and pid.isdigit() else None
+
+
+def untouched_for(path: Path, seconds: float) -> bool:
+    """Whether `path` was last modified more than `seconds` ago (False where it cannot be read)."""
+    import time
+
+    try:
+        return time.time() - path.stat().st_mtime > seconds
+    except OSError:
+        return False
+
+
 def live_sweep(folder: Path) -> int | None:
     """The pid of another process's sweep that is still writing `folder` (it holds the folder's
     lock), or None: no lock file, nobody holds it, or this process holds it."""

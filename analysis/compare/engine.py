@@ -293,6 +293,7 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
     ignored = [k for k in wanted if k in known]
     partner_of: dict[str, GridPoint] = {}
     used: set[str] = set()
+
     def candidates(job: GridPoint, apart: int) -> list[GridPoint]:
         mine = job.pair_identity(ignored)
         return [b for b in by_key.get(job.pair_identity(columns), []) if b["job"] not in used and

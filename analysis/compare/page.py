@@ -34,20 +34,25 @@ def write_compare(result: dict[str, Any], base: Side, new: Side, out: Path) -> l
     as one set: an earlier comparison's are removed first, and where one cannot be written those
     written before it go too (an error then, and no mix of two comparisons' files)."""
     out.mkdir(parents=True, exist_ok=True)
-    for name in OUTPUTS:
-        path = out / name
-        if path.is_file() or path.is_symlink():
-            path.unlink()
+    _remove_outputs(out)
     try:
         return _write_compare(result, base, new, out)
     except BaseException:
-        for name in OUTPUTS:
-            try:
-                if (out / name).is_file():
-                    (out / name).unlink()
-            except OSError:
-                pass
+        _remove_outputs(out, quiet=True)
         raise
+
+
+def _remove_outputs(out: Path, quiet: bool = False) -> None:
+    """compare's files in `out` (a link itself, not what it points to); `quiet`: what cannot be
+    removed stays, the error that brought us here is the one said."""
+    for name in OUTPUTS:
+        path = out / name
+        try:
+            if path.is_file() or path.is_symlink():
+                path.unlink()
+        except OSError:
+            if not quiet:
+                raise
 
 
 def _write_compare(result: dict[str, Any], base: Side, new: Side, out: Path) -> list[Path]:

@@ -154,6 +154,7 @@ def _ignored_values(store: Store, ignored: list[str]) -> dict[tuple[int, int], s
         for held, value in zip(each, values):  # a setting that does not apply to a point (an eager
             if value is not None and (not held or held[-1] != value):  # point's compile_mode) has none
                 held.append(value)
+
     def word(v: Any) -> str:  # a flag as compare says it (True), not as the store casts it (true)
         return str(v).capitalize() if str(v) in ("true", "false") else str(v)
 

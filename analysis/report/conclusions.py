@@ -79,8 +79,6 @@ def _series(points: list[dict[str, Any]], without: str | None = None) -> dict[tu
     return found
 
 
-
-
 # --- the conclusions ----------------------------------------------------------------------------
 
 
