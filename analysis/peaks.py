@@ -101,15 +101,38 @@ class Ceilings:
         the measured ceiling of its device, dtype and threads, else its GPU's datasheet peak."""
         if self.mode == "off":
             return None, None, None
+        c = self._measured(row)
+        if c is not None:
+            return c.flops_per_s, c.bytes_per_s, f"{MEASURED} {str(c.measured_at)[:10]}"
+        peak = peak_for(row.get("device_name")) if row.get("platform") not in (None, "cpu") else None
+        if peak is None:
+            return None, None, None
+        dtype = row.get("dtype")
+        return (peak.flops_per_s(dtype) if dtype in ("bf16", "fp16", "fp32") else None), peak.bytes_per_s, DATASHEET
+
+    def ridge(self, row: dict[str, Any]) -> tuple[float, float, float] | None:
+        """The roofline's ridge (FLOP per byte where the two ceilings meet) for a grid point, with
+        the range its own measurement leaves: the matmul rate between the slowest process's and the
+        best, over the memory rate between STREAM's copy and triad. A datasheet's ridge is exact
+        (low = high); None without both ceilings."""
+        peak_f, peak_b, _ = self.peak(row)
+        if not peak_f or not peak_b:
+            return None
+        ridge = peak_f / peak_b
+        c = self._measured(row)
+        if c is None:
+            return ridge, ridge, ridge
+        f_low = c.matmul_low if _plausible(c.matmul_low, *FLOPS_RANGE) and c.matmul_low <= peak_f else peak_f
+        rates = [peak_b] + ([c.copy_bytes_per_s] if _plausible(c.copy_bytes_per_s, *BYTES_RANGE) else [])
+        return ridge, f_low / max(rates), peak_f / min(rates)
+
+    def _measured(self, row: dict[str, Any]) -> Ceiling | None:
+        """The measured ceiling of the row's device, dtype and threads (a GPU's: of its name)."""
         device = "cpu" if row.get("platform") in (None, "cpu") else "cuda"
         threads = row.get("torch_threads")
         name = row.get("device_name")
         for c in self.measured:
             same = c.threads == threads if device == "cpu" else (not c.device_name or not name or c.device_name == name)
             if c.device == device and c.dtype == row.get("dtype") and same:
-                return c.flops_per_s, c.bytes_per_s, f"{MEASURED} {str(c.measured_at)[:10]}"
-        peak = peak_for(row.get("device_name")) if device == "cuda" else None
-        if peak is None:
-            return None, None, None
-        dtype = row.get("dtype")
-        return (peak.flops_per_s(dtype) if dtype in ("bf16", "fp16", "fp32") else None), peak.bytes_per_s, DATASHEET
+                return c
+        return None

@@ -21,7 +21,7 @@ from analysis.fusion import kernel_sources
 from analysis.peaks import Ceilings
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
-from profsweep.decide import SAME, Decision, decide
+from profsweep.decide import ABOVE, BAND, BELOW, SAME, Decision, decide
 from profsweep.columns import OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX
 from profsweep.contract import (METRICS_FILE, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, TIMED, GridPoint,
                                Job, table_files, timed_samples, trace_files)
@@ -447,10 +447,10 @@ def derive(row: dict[str, Any], ceilings: Ceilings | None = None) -> None:
             value = row.get(achieved + end)
             row[frac + end] = value / peak if value and peak else None
     row["fraction_of_peak_flops"] = row["achieved_flops_frac"]  # its name before the measured ceilings
-    ridge = (  # only a known device's: an assumed ridge would make the regime a guess about intensity
-        row["peak_flops_per_s"] / row["peak_bytes_per_s"]
-        if row["peak_flops_per_s"] and row["peak_bytes_per_s"] else None
-    )
+    # only a known device's ridge: an assumed one would make the regime a guess about intensity
+    ridge = (ceilings or Ceilings("table")).ridge(row) if peak_f and peak_b else None
+    for end, value in zip(("", "_low", "_high"), ridge or (None, None, None)):
+        row["ridge_flops_per_byte" + end] = value
     row["arithmetic_intensity"] = flops / moved if flops and moved else None
     ratio = _work_over_host(row, *_curves(row))
     if ratio is None:
@@ -459,10 +459,10 @@ def derive(row: dict[str, Any], ceilings: Ceilings | None = None) -> None:
     low = stats.number(row.get(f"{grid_points.RATIO}_low"))
     high = stats.number(row.get(f"{grid_points.RATIO}_high"))
     if low is None or high is None:  # a job's own row: no interval to decide by, the value says it
-        set_regime(row, Decision(SAME, ratio, None, None, 0.0), ridge, PROFILED_SPLIT)
+        set_regime(row, Decision(SAME, ratio, None, None, 0.0), PROFILED_SPLIT)
         row["regime_uncertain"] = None
         return
-    set_regime(row, decide(ratio, low, high, int(stats.number(row.get("repeats")) or 1)), ridge, PROFILED_SPLIT)
+    set_regime(row, decide(ratio, low, high, int(stats.number(row.get("repeats")) or 1)), PROFILED_SPLIT)
 
 
 # Where a grid point's regime comes from (`regime_source`).
@@ -470,20 +470,44 @@ FITTED = "fit of the un-profiled steps"  # the series' model (profsweep.fit): b 
 PROFILED_SPLIT = "split of the profiled steps"  # work / host within each profiled step (one size, or no fit)
 
 
-def set_regime(row: dict[str, Any], d: Decision, ridge: float | None, source: str) -> None:
+def set_regime(row: dict[str, Any], d: Decision, source: str) -> None:
     """A grid point's regime from the verdict on its work / overhead ratio (profsweep.decide):
     overhead-bound below 1, else compute-bound (or memory-bound by the roofline where the device's
-    ridge is known); `regime_uncertain` unless the verdict is decided past the band."""
+    ridge is known: `ridge_flops_per_byte`); `regime_uncertain` unless the verdict is decided past
+    the band; and where the roofline says which, `regime_at_ridge` when the arithmetic intensity
+    is within the band of the ridge or its range (the one rule on intensity / ridge): compute- and
+    memory-bound are alike within what the ceilings' measurement can tell."""
     flops, moved = row.get("flops_per_call"), row.get("bytes_per_call")
+    ridge = stats.number(row.get("ridge_flops_per_byte"))
+    row["regime_at_ridge"] = None
     if d.ratio is not None and d.ratio < 1:
         row["regime"] = "overhead-bound"
     elif flops and moved and ridge:  # the work dominates: the roofline says which limit it meets
-        row["regime"] = "compute-bound" if flops / moved >= ridge else "memory-bound"
+        intensity = flops / moved
+        row["regime"] = "compute-bound" if intensity >= ridge else "memory-bound"
+        low = stats.number(row.get("ridge_flops_per_byte_low")) or ridge
+        high = stats.number(row.get("ridge_flops_per_byte_high")) or ridge
+        row["regime_at_ridge"] = decide(intensity / ridge, intensity / high, intensity / low, band=d.band or BAND).outcome \
+            not in (ABOVE, BELOW)
     else:  # the work dominates, judged by measured time as the article does
         row["regime"] = "compute-bound"
     row["regime_uncertain"] = not d.decided or d.outcome == SAME
     row["regime_processes_needed"] = d.processes_needed
     row["regime_source"] = source
+
+
+def regime_doubt(row: dict[str, Any]) -> str:
+    """Why a grid point's regime is uncertain, in words: work / host may be either side of 1
+    (`regime_uncertain`), or the intensity lies at the ridge (`regime_at_ridge`)."""
+    if contract.flag(row.get("regime_at_ridge")) and not contract.flag(row.get("regime_uncertain")):
+        flops, moved = stats.number(row.get("flops_per_call")), stats.number(row.get("bytes_per_call"))
+        ridge = stats.number(row.get("ridge_flops_per_byte"))
+        low, high = stats.number(row.get("ridge_flops_per_byte_low")), stats.number(row.get("ridge_flops_per_byte_high"))
+        if flops and moved and ridge:
+            span = f" [{low:.3g}, {high:.3g}]" if low is not None and high is not None and low < high else ""
+            return (f"arithmetic intensity {flops / moved:.3g} FLOP/byte is at the roofline's ridge, {ridge:.3g}{span}: "
+                    "compute- and memory-bound alike; a size further from it decides")
+    return "the interval of work / host holds 1"
 
 
 def straddles_one(row: dict[str, Any]) -> bool:
@@ -575,8 +599,7 @@ def _fit(rows: list[dict[str, Any]]) -> Any:
     for (r, *_), d in zip(sorted(usable, key=lambda u: float(u[0]["size"])), fit.ratios):
         r["work_overhead_ratio"], r["work_overhead_ratio_low"], r["work_overhead_ratio_high"] = d.ratio, d.low, d.high
         if fit.fits:
-            peak_f, peak_b = stats.number(r.get("peak_flops_per_s")), stats.number(r.get("peak_bytes_per_s"))
-            set_regime(r, d, peak_f / peak_b if peak_f and peak_b else None, FITTED)
+            set_regime(r, d, FITTED)
     return fit
 
 

@@ -75,7 +75,8 @@ DERIVED_METRICS = (
     "fraction_of_peak_flops", "peak_source", "achieved_flops_frac", "achieved_bandwidth_frac", "arithmetic_intensity", "regime", "top_kernel", "top_kernel_calls",
     "top_kernel_median_us", "top_kernel_min_us", "top_kernel_max_us", "top_kernel_spread",
     "malformed_names", "trace_bytes", "profiler_overhead_ratio", "regime_uncertain", "work_host_ratio",
-    "regime_source", "regime_processes_needed", "work_overhead_ratio",
+    "regime_source", "regime_processes_needed", "work_overhead_ratio", "ridge_flops_per_byte",
+    "ridge_flops_per_byte_low", "ridge_flops_per_byte_high", "regime_at_ridge",
     # over the repeats of a grid point (summary.csv)
     "repeats", "repeats_failed", "jobs", "noisy", "noise_reason", "noise_load", "spread", "dispersion",
     "interval_width",

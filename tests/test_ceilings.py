@@ -16,7 +16,7 @@ import pytest
 
 from analysis.__main__ import main as analysis_main
 from analysis.peaks import DATASHEET, Ceilings
-from analysis.tables import derive
+from analysis.tables import derive, regime_doubt
 from profsweep import ceilings
 from profsweep.ceilings import Ceiling
 from tests.conftest import ROOT, run_cli
@@ -72,6 +72,38 @@ def test_the_fractions_of_the_ceilings_are_the_achieved_rates_over_them_with_the
     assert row["peak_source"] == "measured 2026-12-04"
     # the roofline's ridge is the measured one: 10 FLOP/byte; this matmul's intensity is 341
     assert row["arithmetic_intensity"] == pytest.approx(1024 / 3)
+
+
+def test_the_ridge_has_the_range_its_measurement_leaves_and_a_point_at_it_is_neither_bound():
+    have = Ceilings.of(environment(CPU_BF16))
+    cpu = {"platform": "cpu", "dtype": "bf16", "torch_threads": 2}
+    # matmul 190..200 GFLOP/s over copy 18 / triad 20 GB/s: 10 FLOP/byte [9.5, 11.1]
+    assert have.ridge(cpu) == pytest.approx((10.0, 190 / 20, 200 / 18))
+    h100 = {"platform": "cuda", "dtype": "bf16", "device_name": "NVIDIA H100 80GB HBM3"}
+    assert have.ridge(h100) == pytest.approx((989e12 / 3350e9,) * 3)  # a datasheet's: exact
+    assert have.ridge({**cpu, "dtype": "fp16"}) is None
+
+    def regime(flops: float, moved: float) -> dict:
+        # work 100x the overhead, decided: the work bounds it, the roofline says which ceiling
+        row = {**cpu, "flops_per_call": flops, "bytes_per_call": moved, "timed_us_per_step": 1000.0,
+               "work_host_ratio": 100.0, "work_host_ratio_low": 90.0, "work_host_ratio_high": 110.0, "repeats": 5}
+        derive(row, have)
+        return row
+
+    clear = regime(12.0 * 1e6, 1e6)  # 12 FLOP/byte: past the ridge's range and the band
+    assert (clear["regime"], clear["regime_at_ridge"], clear["regime_uncertain"]) == ("compute-bound", False, False)
+    low = regime(8.0 * 1e6, 1e6)  # 8: below 9.5 / 1.05
+    assert (low["regime"], low["regime_at_ridge"]) == ("memory-bound", False)
+    for intensity in (9.3, 10.0, 11.5):  # within the range, or within 5% of its ends
+        at = regime(intensity * 1e6, 1e6)
+        assert at["regime_at_ridge"] is True and at["regime_uncertain"] is False, intensity
+        assert at["regime"] == ("compute-bound" if intensity >= 10 else "memory-bound")
+        assert regime_doubt(at).startswith(f"arithmetic intensity {intensity:.3g} FLOP/byte is at the roofline's ridge, "
+                                           "10 [9.5, 11.1]")
+    overhead = {**cpu, "flops_per_call": 10e6, "bytes_per_call": 1e6, "timed_us_per_step": 10.0,
+                "work_host_ratio": 0.1, "work_host_ratio_low": 0.08, "work_host_ratio_high": 0.12, "repeats": 5}
+    derive(overhead, have)
+    assert (overhead["regime"], overhead["regime_at_ridge"]) == ("overhead-bound", None)
 
 
 def test_the_cache_keeps_one_entry_per_machine_dtype_torch_and_threads(tmp_path, monkeypatch):

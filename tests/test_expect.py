@@ -172,3 +172,22 @@ def test_claims_parse_from_one_string_and_bad_ones_are_refused():
                         (text.replace(">= 1 |", "regs == 1 |"), "'regs' is not a column of ops.csv")):
         with pytest.raises(ExpectationError, match=needle):
             parse_all([bad])
+
+
+def test_a_regime_at_the_roofline_ridge_decides_work_against_overhead_but_not_which_ceiling():
+    # work 50x the overhead, decided; intensity 128 FLOP/byte at a ridge of 130 [117, 145]
+    point = GridPoint({"job": "a", "status": "ok", "size": 512, "regime": "memory-bound", "regime_uncertain": False,
+                       "regime_at_ridge": True, "flops_per_call": 128e6, "bytes_per_call": 1e6,
+                       "ridge_flops_per_byte": 130.0, "ridge_flops_per_byte_low": 117.0,
+                       "ridge_flops_per_byte_high": 145.0})
+    rows = check([parse("regime == compute-bound"), parse("regime == memory-bound"), parse("regime != overhead-bound")],
+                 [point], {}, {})
+    got = {r["expectation"]: (r["measured"], r["holds"]) for r in rows}
+    said = ("memory-bound (uncertain: arithmetic intensity 128 FLOP/byte is at the roofline's ridge, 130 [117, 145]: "
+            "compute- and memory-bound alike; a size further from it decides)")
+    assert got == {"regime == compute-bound": (said, "inconclusive"), "regime == memory-bound": (said, "inconclusive"),
+                   "regime != overhead-bound": ("memory-bound", "true")}
+    # work / host undecided: every regime check is, and the doubt named is that one
+    doubt = GridPoint({**point, "regime_uncertain": True})
+    rows = check([parse("regime != overhead-bound")], [doubt], {}, {})
+    assert rows[0]["holds"] == "inconclusive" and "the interval of work / host holds 1" in rows[0]["measured"]

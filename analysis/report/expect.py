@@ -15,7 +15,7 @@ from profsweep.expectations import (  # noqa: F401  (the grammar, used through t
     ExpectationError, compare_values, number_of, series_of, show_value, is_claim, is_known, known_metrics, parse, parse_all,
     parse_claim, parse_claims, unknown_operators,
 )
-from analysis.tables import SweepTables
+from analysis.tables import SweepTables, regime_doubt
 from profsweep.columns import KERNEL_COLUMNS, OP_COLUMNS  # noqa: F401
 from profsweep.contract import GridPoint, amount, flag
 
@@ -123,9 +123,11 @@ def check(expectations: Sequence[Expectation], jobs: Sequence[GridPoint],
                 verdict = compare_values(measured, e.cmp, e.value)
                 shown = _shown(measured) if measured is not None else "no value"
                 interval = interval_of(job, e.terms or (e.subject,)) if measured is not None else None
-                if e.terms == ("regime",) and verdict is not None and flag(job.get("regime_uncertain")):
-                    verdict = INCONCLUSIVE  # work / host may be either side of 1
-                    shown += " (uncertain: the interval of work / host holds 1)"
+                if e.terms == ("regime",) and verdict is not None and (
+                        flag(job.get("regime_uncertain"))
+                        or (flag(job.get("regime_at_ridge")) and e.value in ("compute-bound", "memory-bound"))):
+                    verdict = INCONCLUSIVE  # work / host may be either side of 1, or intensity of the ridge
+                    shown += f" (uncertain: {regime_doubt(job)})"
                 if interval is not None:
                     # measured over repeats: it holds only when its whole interval does
                     verdict = compare_interval(*interval, e.cmp, e.value) if e.cmp not in ("==", "!=") else verdict

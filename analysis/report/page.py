@@ -201,8 +201,10 @@ def _cell(point: dict[str, Any], key: str) -> str:
     if key == "peak_memory_bytes":
         value = stats.number(point.get(key))
         return escape(nbytes(value)) if value is not None else ""
-    if key == "regime" and flag(point.get("regime_uncertain")) and point.get("regime"):
-        return f"{escape(str(point['regime']))} <small class='noisy'>uncertain</small>"
+    if key == "regime" and point.get("regime") and (flag(point.get("regime_uncertain"))
+                                                     or flag(point.get("regime_at_ridge"))):
+        word = "uncertain" if flag(point.get("regime_uncertain")) else "at the ridge"
+        return f"{escape(str(point['regime']))} <small class='noisy'>{word}</small>"
     return _value(point, key)
 
 
