@@ -577,10 +577,11 @@ def crossovers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _fit(rows: list[dict[str, Any]]) -> Any:
     """The series' model (profsweep.fit) over its un-profiled steps and their work: FLOPs, or the
-    bytes moved where the roofline calls it memory-bound (or no FLOPs were counted). Where the
-    model fits, each grid point's regime is the model's (`regime_source`); else the profiled
-    steps' split stays."""
-    memory = sum(1 for r in rows if r.get("regime") == "memory-bound") > len(rows) / 2
+    bytes moved where the roofline calls most of it memory-bound, past the band of its ridge (or
+    no FLOPs were counted). Where the model fits, each grid point's regime is the model's
+    (`regime_source`); else the profiled steps' split stays."""
+    memory = sum(1 for r in rows if r.get("regime") == "memory-bound"  # by the roofline, not at its ridge
+                 and not contract.flag(r.get("regime_at_ridge"))) > len(rows) / 2
     kind = "bytes" if memory or not all(stats.number(r.get("flops_per_call")) for r in rows) else "flops"
     key = "bytes_per_call" if kind == "bytes" else "flops_per_call"
     usable = []

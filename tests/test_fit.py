@@ -76,3 +76,21 @@ def test_an_unlocated_crossover_says_how_many_processes_would_locate_it():
     assert located.crossover_size_high / located.crossover_size_low <= CROSSOVER_SPAN * 1.1
     assert processes_to_locate(10.0, 90.0, 3) == 12  # log 9 / log 3 = 2: four times the 3 processes
     assert processes_to_locate(10.0, 20.0, 3) is None and processes_to_locate(10.0, float("inf"), 3) is None
+
+
+@pytest.mark.parametrize("at_ridge, work", [(False, "bytes"), (True, "flops")])
+def test_a_series_is_fitted_over_bytes_only_where_the_roofline_decidedly_calls_it_memory_bound(at_ridge, work):
+    from analysis.tables import crossovers
+
+    # t = 20 µs + size^3 / 1e4 µs at sizes 64..512 over 3 processes each; labelled memory-bound
+    rows = []
+    for size in (64, 128, 256, 512):
+        t = 20.0 + size ** 3 / 1e4
+        rows.append({"job": f"j{size}", "status": "ok", "workload": "matmul_add", "variant": None, "dtype": "bf16",
+                     "compile": False, "warmup": True, "train": False, "device": "cpu", "size": size,
+                     "host_us_per_step": t, "overhead_us_per_step": 20.0, "compute_us_per_step": t - 20.0,
+                     "timed_us_per_step": t, "timed_us_per_step_low": t * 0.98, "timed_us_per_step_high": t * 1.02,
+                     "repeats": 3, "flops_per_call": 2 * size ** 3, "bytes_per_call": 6 * size ** 2,
+                     "regime": "memory-bound", "regime_at_ridge": at_ridge})
+    [series] = crossovers(rows)
+    assert series["fit_work"] == work
