@@ -17,6 +17,7 @@ from profsweep.ceilings import Ceiling
 
 FLOPS_RANGE = (1e6, 1e19)  # FLOP/s a measured ceiling can be (a CPU core's MFLOP/s to beyond any GPU's)
 BYTES_RANGE = (1e6, 1e15)  # bytes/s likewise
+RANGE_FACTOR = 2.0  # a ridge's range takes a slowest matmul process or a copy rate this close to its ceiling's
 MEASURED = "measured"  # peak_source: this machine's ceilings (its date follows) ...
 DATASHEET = "datasheet"  # ... or the vendor's numbers
 
@@ -122,8 +123,11 @@ class Ceilings:
         c = self._measured(row)
         if c is None:
             return ridge, ridge, ridge
-        f_low = c.matmul_low if _plausible(c.matmul_low, *FLOPS_RANGE) and c.matmul_low <= peak_f else peak_f
-        rates = [peak_b] + ([c.copy_bytes_per_s] if _plausible(c.copy_bytes_per_s, *BYTES_RANGE) else [])
+        # untrusted numbers: a rate more than RANGE_FACTOR from its ceiling's is left out, not let
+        # widen the range until every point is at the ridge
+        f_low = c.matmul_low if _plausible(c.matmul_low, peak_f / RANGE_FACTOR, peak_f) else peak_f
+        copy = c.copy_bytes_per_s
+        rates = [peak_b] + ([copy] if _plausible(copy, peak_b / RANGE_FACTOR, peak_b * RANGE_FACTOR) else [])
         return ridge, f_low / max(rates), peak_f / min(rates)
 
     def _measured(self, row: dict[str, Any]) -> Ceiling | None:

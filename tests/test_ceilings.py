@@ -106,6 +106,35 @@ def test_the_ridge_has_the_range_its_measurement_leaves_and_a_point_at_it_is_nei
     assert (overhead["regime"], overhead["regime_at_ridge"]) == ("overhead-bound", None)
 
 
+def test_the_ridges_range_takes_the_wider_of_copy_and_triad_and_leaves_out_rates_far_from_their_ceiling():
+    cpu = {"platform": "cpu", "dtype": "bf16", "torch_threads": 2}
+
+    def ridge(**changed):
+        return Ceilings.of(environment(replace(CPU_BF16, **changed))).ridge(cpu)
+
+    # copy above triad: the range's low end is the slowest matmul over the faster copy
+    assert ridge(copy_bytes_per_s=25e9) == pytest.approx((10.0, 190 / 25, 200 / 20))
+    # untrusted: a copy rate or slowest matmul more than 2x from its ceiling (or above it) is left out
+    for changed in ({"copy_bytes_per_s": 1e15}, {"copy_bytes_per_s": 1e6}, {"copy_bytes_per_s": -1.0},
+                    {"copy_bytes_per_s": float("nan")}, {"copy_bytes_per_s": "fast"}):
+        assert ridge(**changed) == pytest.approx((10.0, 190 / 20, 10.0)), changed
+    for changed in ({"matmul_low": 1e6}, {"matmul_low": 300e9}, {"matmul_low": None}):
+        assert ridge(**changed) == pytest.approx((10.0, 200 / 20, 200 / 18)), changed
+
+
+def test_the_summary_table_marks_a_regime_uncertain_or_at_the_ridge():
+    from analysis.report.page import _cell
+    from profsweep.contract import GridPoint
+
+    def cell(**flags):
+        return _cell(GridPoint({"status": "ok", "regime": "memory-bound", **flags}), "regime")
+
+    assert cell(regime_uncertain="False", regime_at_ridge="False") == "memory-bound"
+    assert cell(regime_at_ridge="True") == "memory-bound <small class='noisy'>at the roofline's ridge</small>"
+    assert cell(regime_uncertain=True, regime_at_ridge=True) == \
+        "memory-bound <small class='noisy'>uncertain, at the roofline's ridge</small>"
+
+
 def test_the_cache_keeps_one_entry_per_machine_dtype_torch_and_threads(tmp_path, monkeypatch):
     monkeypatch.setenv(ceilings.CACHE_DIR_ENV, str(tmp_path))
     mine = replace(CPU_BF16, machine=ceilings.machine("cpu"))

@@ -311,3 +311,22 @@ def test_the_short_answer_names_the_regime_the_sizes_above_the_crossover_are_in(
     points = [p.replace(regime="memory-bound") if p["size"] == 1024 else p for p in tables.points]
     short = "\n".join(in_short(points, tables.crossovers, tables.jobs))
     assert re.search(r"cold eager: overhead-bound below size ≈\d+ \[\d+, \d+\], memory-bound above it", short), short
+    # at the roofline's ridge there, neither label is claimed
+    points = [p.replace(regime="memory-bound", regime_at_ridge=True) if p["size"] == 1024 else p for p in tables.points]
+    short = "\n".join(in_short(points, tables.crossovers, tables.jobs))
+    assert re.search(r"cold eager: overhead-bound below size ≈\d+ \[\d+, \d+\], bound by its work "
+                     r"\(at the roofline's ridge at 1024\)", short), short
+
+
+def test_the_ceiling_a_point_at_the_ridge_is_held_against_is_both():
+    from analysis.report.conclusions import _ceilings
+
+    row = {"status": "ok", "workload": "matmul_add", "dtype": "bf16", "compile": False, "warmup": False, "size": 512,
+           "regime": "memory-bound", "achieved_flops_frac": 0.36, "achieved_bandwidth_frac": 0.37,
+           "peak_flops_per_s": 3.2e12, "peak_bytes_per_s": 2.4e10, "peak_source": "measured 2026-12-06"}
+    [alone] = _ceilings([GridPoint(row)])
+    assert "reaches 37% of this machine's measured memory bandwidth (24 GB/s, measured 2026-12-06)." in alone.text
+    [both] = _ceilings([GridPoint({**row, "regime_at_ridge": "True"})])  # as summary.csv reads back
+    assert ("reaches 36% of this machine's measured bf16 matmul peak (3.2 TFLOP/s, measured 2026-12-06) and 37% of "
+            "this machine's measured memory bandwidth") in both.text, both.text
+    assert "at the roofline's ridge" in both.text

@@ -124,10 +124,14 @@ def in_short(points: list[GridPoint], crossovers: list[dict[str, Any]], jobs: li
         at = stats.number(c.get("fit_crossover_size"))
         if at is None:
             continue
-        above = {str(r.get("regime")) for r in rows if (stats.number(r.get("size")) or 0) > at
-                 and r.get("regime") in ("compute-bound", "memory-bound")}
-        bound = above.pop() if len(above) == 1 else "compute- or memory-bound" if above else \
-            "memory-bound" if c.get("fit_work") == "bytes" else "bound by its work"
+        above = [r for r in rows if (stats.number(r.get("size")) or 0) > at
+                 and r.get("regime") in ("compute-bound", "memory-bound")]
+        ridge = [str(r["size"]) for r in above if flag(r.get("regime_at_ridge"))]
+        labels = {str(r["regime"]) for r in above if not flag(r.get("regime_at_ridge"))}
+        bound = labels.pop() if len(labels) == 1 else "compute- or memory-bound" if labels else \
+            "bound by its work" if ridge else "memory-bound" if c.get("fit_work") == "bytes" else "bound by its work"
+        if ridge:  # compute- or memory-bound alike there: the roofline's ridge
+            bound += f" (at the roofline's ridge at {', '.join(ridge)})"
         lines.append(f"{series_name(rows[0])}: overhead-bound below size ≈{at:,.0f}"
                      f"{interval(c, 'fit_crossover_size', lambda v: f'{v:,.0f}', always=True)}, "
                      f"{bound} above it")
@@ -519,19 +523,25 @@ def _ceilings(points: list[dict[str, Any]]) -> list[Conclusion]:
         if not placed:
             continue
         r = max(placed, key=lambda row: stats.number(row["size"]) or 0)
-        memory = r.get("regime") == "memory-bound" and stats.number(r.get("achieved_bandwidth_frac")) is not None
-        key = "achieved_bandwidth_frac" if memory else "achieved_flops_frac"
+        bandwidth = stats.number(r.get("achieved_bandwidth_frac")) is not None
+        at_ridge = flag(r.get("regime_at_ridge")) and bandwidth  # both ceilings are the one it meets
+        memory = r.get("regime") == "memory-bound" and bandwidth and not at_ridge
         source = str(r.get("peak_source") or "")
         whose = ("this machine's measured" if source.startswith("measured") else "the datasheet's")
         when = f", measured {source.split(' ', 1)[1]}" if source.startswith("measured ") else ""
-        what = (f"{whose} memory bandwidth ({rate(stats.number(r.get('peak_bytes_per_s')), 'B/s')}{when})" if memory
-                else f"{whose} {r.get('dtype')} matmul peak ({rate(stats.number(r.get('peak_flops_per_s')), 'FLOP/s')}"
-                     f"{when})")
+        held = {"achieved_bandwidth_frac": f"{whose} memory bandwidth ({rate(stats.number(r.get('peak_bytes_per_s')), 'B/s')}"
+                                           f"{when})",
+                "achieved_flops_frac": f"{whose} {r.get('dtype')} matmul peak "
+                                       f"({rate(stats.number(r.get('peak_flops_per_s')), 'FLOP/s')}{when})"}
+        keys = (["achieved_flops_frac", "achieved_bandwidth_frac"] if at_ridge
+                else ["achieved_bandwidth_frac" if memory else "achieved_flops_frac"])
         percent = lambda v: f"{v * 100:.0f}%"  # noqa: E731
+        reached = " and ".join(f"{percent(r[k])}{interval(r, k, percent)} of {held[k]}" for k in keys)
+        ridge = " (its intensity is at the roofline's ridge: either ceiling may be the one it meets)" if at_ridge else ""
         above = (" Above the ceiling: it was measured low (a busy machine?); measure it again with python -m "
-                 "analysis calibrate" if stats.number(r[key]) > ABOVE_CEILING else "")
-        out.append(Conclusion("ceilings", f"{series_name(r)} at {r['size']} reaches {percent(r[key])}"
-                              f"{interval(r, key, percent)} of {what}.{above}", "plot-roofline"))
+                 "analysis calibrate" if any(stats.number(r[k]) > ABOVE_CEILING for k in keys) else "")
+        out.append(Conclusion("ceilings", f"{series_name(r)} at {r['size']} reaches {reached}{ridge}.{above}",
+                              "plot-roofline"))
     return out
 
 

@@ -203,7 +203,8 @@ def _cell(point: dict[str, Any], key: str) -> str:
         return escape(nbytes(value)) if value is not None else ""
     if key == "regime" and point.get("regime") and (flag(point.get("regime_uncertain"))
                                                      or flag(point.get("regime_at_ridge"))):
-        word = "uncertain" if flag(point.get("regime_uncertain")) else "at the ridge"
+        word = ", ".join(w for w, on in (("uncertain", flag(point.get("regime_uncertain"))),
+                                         ("at the roofline's ridge", flag(point.get("regime_at_ridge")))) if on)
         return f"{escape(str(point['regime']))} <small class='noisy'>{word}</small>"
     return _value(point, key)
 

@@ -790,6 +790,11 @@ def _roofline(ok: pd.DataFrame, sweep: Grouping) -> Figure:
             ax.annotate(size_label(float(point["size"])), (point["arithmetic_intensity"], point["achieved_flops_per_s"]),
                         fontsize=7, color="dimgray", xytext=(4, -8), textcoords="offset points")
         ax.axvline(ridge, color="crimson", linestyle=":", linewidth=1)
+        if {"ridge_flops_per_byte_low", "ridge_flops_per_byte_high"} <= set(part.columns):
+            low, high = part["ridge_flops_per_byte_low"].iloc[0], part["ridge_flops_per_byte_high"].iloc[0]
+            if pd.notna(low) and pd.notna(high) and 0 < low < high:  # what the ceilings' measurement leaves
+                ax.axvspan(float(low), float(high), color="crimson", alpha=0.08, linewidth=0, zorder=0)
+                notes.add("shaded: the ridge's range")
         for level, rows in (part.groupby(hue, sort=False, observed=True) if hue else [(None, part)]):
             bars = rows.dropna(subset=["achieved_flops_per_s_low", "achieved_flops_per_s_high"]) \
                 if {"achieved_flops_per_s_low", "achieved_flops_per_s_high"} <= set(rows.columns) else rows.iloc[0:0]
