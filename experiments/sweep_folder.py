@@ -89,6 +89,10 @@ def record_ceilings(folder: Path, configs: list[JobConfig], axes: list[Axis] | N
                 except ceilings.CeilingError as exc:
                     print(f"warning: {exc}; the roofline leaves this ceiling out", flush=True)
                     continue
+            elif ceiling.stale():
+                print(f"note: this machine's cached {device} {dtype} ceiling (threads {threads}) was "
+                      f"{ceiling.stale()}; python -m analysis calibrate --device {device} --dtype {dtype} "
+                      f"--threads {threads} measures it again", flush=True)
             found.append({**asdict(ceiling), "threads_setting": threads})
     except KeyboardInterrupt:
         SWEEP.stop()  # the measuring processes are gone (profsweep.ceilings.measure); no job starts

@@ -53,6 +53,7 @@ MAX_SIZE = {"cpu": 8192, "cuda": 32768}
 MIN_ARRAY_BYTES = {"cpu": 64 << 20, "cuda": 256 << 20}  # at least, whatever the cache
 ASSUMED_LLC_BYTES = 32 << 20  # where the cache size cannot be read (said in `how`)
 PASSES = 7  # copy and triad passes per process
+STALE_DAYS = 30  # a cached ceiling older than this is said to be, with how to measure it again
 BUSY_OTHER_CPUS = 0.5  # other processes' CPUs while measuring past which the ceiling is said to be suspect
 TIMEOUT_S = 600  # a worker interpreter still measuring after this is stopped
 CACHE_FILE = "ceilings.json"
@@ -106,6 +107,19 @@ class Ceiling:
         """Whether other processes kept a CPU's worth or more busy while it measured (half a CPU or
         more on average, the bar a job's noise is held to)."""
         return self.other_cpus is not None and self.other_cpus > BUSY_OTHER_CPUS
+
+    def stale(self, now: _dt.datetime | None = None) -> str:
+        """Why a cached ceiling may no longer be this machine's ('' when it may be): measured on a
+        busy machine (low), or longer ago than STALE_DAYS (drivers, firmware, the machine's
+        neighbours change)."""
+        if self.busy:
+            return f"measured while other processes used {self.other_cpus:.1f} of {self.cpus} CPUs"
+        try:
+            then = _dt.datetime.fromisoformat(str(self.measured_at))
+            age = ((now or _dt.datetime.now(then.tzinfo)) - then).days
+        except (TypeError, ValueError):
+            return "its measuring date cannot be read"
+        return f"measured {age} days ago" if age > STALE_DAYS else ""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Ceiling:

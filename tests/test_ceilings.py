@@ -269,3 +269,13 @@ def test_ceilings_off_and_table_measure_nothing(sweep_dir):
     summary = pd.read_csv(sweep_dir / "summary.csv")
     assert summary["achieved_flops_frac"].isna().all() and not (sweep_dir / "plots" / "roofline.png").exists()
     assert not math.isnan(summary.loc[0, "achieved_flops_per_s"])
+
+
+def test_a_cached_ceiling_measured_long_ago_or_on_a_busy_machine_is_said_to_be_stale():
+    import datetime as dt
+
+    now = dt.datetime(2026, 12, 6, tzinfo=dt.timezone.utc)  # CPU_BF16 was measured 2026-12-04
+    assert CPU_BF16.stale(now) == ""
+    assert replace(CPU_BF16, other_cpus=1.2, cpus=2).stale(now) == "measured while other processes used 1.2 of 2 CPUs"
+    assert CPU_BF16.stale(now + dt.timedelta(days=40)) == "measured 41 days ago"  # 41 days and 7 hours
+    assert replace(CPU_BF16, measured_at="yesterday").stale(now) == "its measuring date cannot be read"
