@@ -316,6 +316,10 @@ def test_the_short_answer_names_the_regime_the_sizes_above_the_crossover_are_in(
     short = "\n".join(in_short(points, tables.crossovers, tables.jobs))
     assert re.search(r"cold eager: overhead-bound below size ≈\d+ \[\d+, \d+\], bound by its work "
                      r"\(at the roofline's ridge at 1024\)", short), short
+    from analysis.report.conclusions import _regime
+    [said, *_] = _regime(sorted((p for p in points if not p["compile"]), key=lambda p: p["size"]), None)
+    assert re.search(r"bound by its work at 1024 \([^)]*at the roofline's ridge: compute- or memory-bound alike\)",
+                     said.text), said.text
 
 
 def test_the_ceiling_a_point_at_the_ridge_is_held_against_is_both():

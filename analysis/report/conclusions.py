@@ -219,7 +219,8 @@ def _regime(rows: list[dict[str, Any]], crossover: dict[str, Any] | None) -> lis
         needed = stats.number(r.get("regime_processes_needed"))
         if flag(r.get("regime_uncertain")) and needed is not None:
             flags.append(f"{needed:.0f} processes would decide it" if needed <= 1000 else "at the crossover")
-        if flag(r.get("regime_at_ridge")):
+        if flag(r.get("regime_at_ridge")):  # which ceiling is not the roofline's to say there
+            regime = "bound by its work"
             flags.append("at the roofline's ridge: compute- or memory-bound alike")
         text += "".join(f", {w}" for w in flags) + ")"
         if runs and runs[-1][0] == regime:
