@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Mapping, NamedTuple
 
 from experiments import allocator
-from experiments.seam import short_name
+from experiments.seam import RESERVED, short_name
 from profsweep.ceilings import MODES
 from profsweep.contract import Job
 
@@ -406,7 +406,7 @@ def repeat_suffix(repeat: Any) -> str:
 
 # --- the variant: the workload settings a sweep sets name its jobs -----------------------------
 
-NOT_SETTINGS = ("_target_", "name")  # keys of workload. that are not the factory's settings
+NOT_SETTINGS = RESERVED  # keys of workload. that are not the factory's settings
 
 
 def overridden_settings(overrides: Any) -> list[str]:

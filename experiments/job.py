@@ -345,6 +345,7 @@ def _prepare(config: JobConfig, out: dict[str, Any], quiet: bool = False) -> Pre
         cost = workload.cost
         _add_cost(out, cost, config)
         _check_memory(out, config, device, free)
+    _log_recompiles(config)
     step = make_step(workload, train=config.train, optimizer=config.optimizer, name=w.name,
                      compile_fn=_compiler(config, device))
     graphs, limits = dynamo_graphs()
@@ -409,6 +410,21 @@ def _place(config: JobConfig, workload: seam.Workload, modules: list[Any], grid:
         raise records.Refusal(held.refusal)
     for warning in ([] if quiet else held.warnings):
         print(f"warning: {warning}", file=sys.stderr, flush=True)
+
+
+def _logs_recompiles(config: JobConfig) -> bool:
+    """Whether the job has Dynamo log why it compiles again (its own process, whose output is
+    job.log, where the user has not chosen what torch logs with TORCH_LOGS)."""
+    return config.run.isolation == "process" and not os.environ.get("TORCH_LOGS")
+
+
+def _log_recompiles(config: JobConfig) -> None:
+    """Dynamo's reasons for every recompilation (the guard that failed, the line that set it) into
+    job.log, which the recompilation warning points to; nothing is logged where nothing recompiles."""
+    if _logs_recompiles(config):
+        import torch._logging
+
+        torch._logging.set_logs(recompiles=True)
 
 
 def _compiler(config: JobConfig, device: str) -> Callable[[Any], Any] | None:
@@ -767,7 +783,9 @@ def _recompiled(job: Prepared, out: dict[str, Any]) -> None:
         _warn(out, f"the step was compiled again while it was measured ({graphs} graph{'' if graphs == 1 else 's'} "
                    "after its first call" + ("; Dynamo reached its recompile limit and runs the rest eagerly" if limit
                                              else "") + "): a guard failed on every call (a Python number the step "
-                   "changes, a shape that changes): its step times hold compilations; job.log has Dynamo's reasons")
+                   "changes, a shape that changes): its step times hold compilations; "
+                   + ("job.log has Dynamo's reasons" if _logs_recompiles(job.config)
+                      else "TORCH_LOGS=recompiles shows Dynamo's reasons"))
 
 
 def _threads_changed(out: dict[str, Any]) -> None:

@@ -111,6 +111,7 @@ def check_configs(configs: list[JobConfig], jobs: list[int] | None = None) -> No
         configs = [c for c in configs if id(c) not in left_out]
     cuda_only: list[seam.CudaOnly] = []
     seen: set[str] = set()
+    warned: set[str] = set()  # factories whose hidden settings were said
     for c in configs:
         key = json.dumps([c.workload.target, c.workload.settings, c.device], sort_keys=True, default=str)
         if key in seen:
@@ -118,6 +119,9 @@ def check_configs(configs: list[JobConfig], jobs: list[int] | None = None) -> No
         seen.add(key)
         try:
             seam.check(c.workload.target, c.workload.settings)
+            for warning in seam.shadowed(c.workload.target) if c.workload.target not in warned else []:
+                print(f"warning: {warning}", flush=True)
+            warned.add(c.workload.target)
             needs = seam.needs_cuda(c.workload.target, c.workload.settings)
         except seam.WorkloadError as exc:
             refuse(str(exc))

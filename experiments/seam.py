@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping
 from profsweep.contract import first_line, without_address
 
 GRID_ARGUMENTS = ("size", "dtype", "device")  # what every factory is given besides its settings
+RESERVED = ("_target_", "name")  # workload. keys that are profsweep's own, never passed to the factory
 
 
 class WorkloadError(ValueError):
@@ -211,6 +212,13 @@ def check(target: str, settings: Mapping[str, Any]) -> Callable[..., Any]:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):
         return factory  # a builtin without a signature: it will tell at call time
+    for key in RESERVED:
+        parameter = signature.parameters.get(key)
+        if parameter is not None and parameter.default is inspect.Parameter.empty \
+                and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+            raise WorkloadError(f"{target} needs a setting {key!r} that no override can give it: workload.{key} is "
+                                f"profsweep's own ({_RESERVED_MEANING[key]}), never passed to the factory; give that "
+                                "argument another name (e.g. model_name)")
     try:
         signature.bind(**{name: None for name in GRID_ARGUMENTS}, **settings)
     except TypeError as exc:
@@ -224,6 +232,23 @@ def check(target: str, settings: Mapping[str, Any]) -> Callable[..., Any]:
                 raise WorkloadError(f"workload.{key}={value!r} is not allowed: {problem} "
                                     f"({target} declares {key}: {_hint_name(hints[key])})")
     return factory
+
+
+_RESERVED_MEANING = {"_target_": "the factory itself", "name": "the workload's name in its job folders and series"}
+
+
+def shadowed(target: str) -> list[str]:
+    """Warnings for the factory's settings that profsweep's own keys hide (RESERVED): a default
+    the factory always runs with, whatever workload.KEY says ([] when none, or no signature)."""
+    try:
+        parameters = inspect.signature(locate(target)).parameters
+    except (WorkloadError, TypeError, ValueError):
+        return []
+    return [f"{target}'s setting {key}={parameters[key].default!r} always keeps its default: workload.{key} is "
+            f"profsweep's own ({_RESERVED_MEANING[key]}), never passed to the factory; give that argument another "
+            "name to set it" for key in RESERVED
+            if key in parameters and parameters[key].default is not inspect.Parameter.empty
+            and parameters[key].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
 
 
 def _binding_message(target: str, signature: inspect.Signature, settings: Mapping[str, Any],

@@ -93,10 +93,11 @@ def make_step(workload: Workload, *, train: bool, optimizer: str, name: str,
                 f"train=true needs parameters to train: the {type(fn).__name__} that {name} returned has {frozen}, "
                 "all with requires_grad=False (frozen); unfreeze those to train (p.requires_grad_(True)), "
                 "or profile it with train=false")
+        what = (f"an nn.Module ({type(fn).__name__}) with none (a module's inputs are not trained)"
+                if isinstance(fn, nn.Module) else f"a {type(fn).__name__} with none and no floating-point tensor arguments")
         raise StepError(
-            f"train=true needs parameters: {name} returned a {type(fn).__name__} with none and no "
-            "floating-point tensor arguments; return an nn.Module with parameters, or a callable "
-            "that calls one"
+            f"train=true needs parameters: {name} returned {what}; return an nn.Module with parameters, "
+            "or a callable that calls one, or profile it with train=false"
         )
     model = compile_fn(fn) if compile_fn is not None else fn
     if not train:

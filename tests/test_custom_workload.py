@@ -249,7 +249,9 @@ def test_a_step_compiled_again_while_measured_is_said_and_noisy(user_code, tmp_p
         record = read_metrics(job)
         # cold: compiled again in the profiled steps; warm: its warm-up calls reached the limit of 3
         assert record["status"] == "ok" and (record["recompiles"] >= 1 or record["recompile_limit"] == 1), record
-        assert any("compiled again while it was measured" in w for w in record["warnings"]), record["warnings"]
+        assert any("compiled again while it was measured" in w and "job.log has Dynamo's reasons" in w
+                   for w in record["warnings"]), record["warnings"]
+        assert "triggered by the following guard failure(s)" in (job / "job.log").read_text()  # the reasons are there
     summary = pd.read_csv(sweep / "summary.csv")
     assert summary["noise_reason"].str.contains("compiled again while it was measured").all()
     eager = tmp_path / "e"

@@ -33,6 +33,12 @@ _UNSET = object()
 def with_objects(*, size, dtype, device, act=torch.relu, marker=_UNSET):
     return (lambda x: x), (torch.ones(1),)
 
+def needs_name(*, size, dtype, device, name: str):
+    return (lambda x: x), (torch.ones(1),)
+
+def named(*, size, dtype, device, name: str = "enc", hidden: int = 4):
+    return (lambda x: x), (torch.ones(1),)
+
 NOT_A_FUNCTION = 3
 '''
 
@@ -71,6 +77,9 @@ def test_targets_are_found_by_colon_or_dotted_path(user_module):
                                                           "must be an integer", "hidden: int"]),
         ("mybench.blocks:make_block", {"scale": True}, ["workload.scale=True", "must be a number"]),
         ("mybench.blocks:needs_width", {}, ["workload.width is missing", "workload.width=..."]),
+        # workload.name names the workload: a factory that needs its own `name` can never get it
+        ("mybench.blocks:needs_name", {}, ["mybench.blocks:needs_name needs a setting 'name' that no override can give "
+                                           "it: workload.name is profsweep's own", "another name (e.g. model_name)"]),
         ("os:getcwd", {}, ["rejects its arguments", "keyword arguments size, dtype, device"]),
         ("experiments.workloads.bmm", {"batch": 0}, ["workload.batch=0 is not allowed", "> 0"]),
         ("experiments.workloads.attention", {"backend": "fast"}, ["workload.backend='fast'",
@@ -82,6 +91,14 @@ def test_bad_targets_and_settings_are_refused_with_key_value_and_python_error(us
         seam.check(target, settings)
     for needle in needles:
         assert needle in str(info.value)
+
+
+def test_a_factory_setting_that_workload_name_hides_is_said_to_keep_its_default(user_module):
+    assert seam.shadowed("mybench.blocks:named") == [
+        "mybench.blocks:named's setting name='enc' always keeps its default: workload.name is profsweep's own "
+        "(the workload's name in its job folders and series), never passed to the factory; give that argument "
+        "another name to set it"]
+    assert seam.shadowed("mybench.blocks:make_block") == [] and seam.shadowed("mybench.nope:f") == []
 
 
 def test_good_settings_pass_and_positional_factories_too(user_module):
@@ -198,6 +215,11 @@ def test_a_function_trains_its_floating_point_arguments_and_a_parameterless_one_
     counts = seam.Workload(lambda n: n * 2, (torch.arange(4),))
     with pytest.raises(StepError, match="train=true needs parameters: counter returned a function"):
         make_step(counts, train=True, optimizer="sgd", name="counter")
+    # a module without parameters: its float inputs are not trained, and the words say so
+    gelu = seam.Workload(torch.nn.GELU(), (torch.randn(4, 4),))
+    with pytest.raises(StepError, match=r"gelu returned an nn.Module \(GELU\) with none \(a module's inputs are not "
+                                        r"trained\); .* or profile it with train=false"):
+        make_step(gelu, train=True, optimizer="sgd", name="gelu")
 
 
 def test_inference_puts_modules_in_eval():

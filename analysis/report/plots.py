@@ -18,6 +18,7 @@ Imported only when plotting (it pulls in matplotlib, seaborn and pandas).
 from __future__ import annotations
 
 import io
+import logging
 import math
 import multiprocessing
 import os
@@ -31,6 +32,10 @@ import matplotlib
 import matplotlib.ticker as ticker
 
 matplotlib.use("Agg")
+# A font matplotlib's cache does not list (a cache another install built) falls back to DejaVu
+# Sans with a warning per font and plot: twenty lines of "findfont" in the analysis's output for a
+# glyph that is drawn anyway
+logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
