@@ -163,18 +163,36 @@ def count_flops(call: Callable[[], Any]) -> tuple[int, list[str]]:
         known = both
 
 
-def tensors(objects: Iterable[Any]) -> Iterable[torch.Tensor]:
-    """The tensors in `objects`, and in the lists, tuples, mappings and dataclasses among them (a
-    model's output object with `.loss` and `.logits`, keyword inputs)."""
-    for obj in objects:
-        if isinstance(obj, torch.Tensor):
-            yield obj
-        elif isinstance(obj, (list, tuple)):
-            yield from tensors(obj)
-        elif isinstance(obj, Mapping):
-            yield from tensors(obj.values())
-        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            yield from tensors(getattr(obj, f.name, None) for f in dataclasses.fields(obj))
+OBJECT_DEPTH = 4  # how many containers and objects deep `tensors` looks
+
+
+def tensors(objects: Iterable[Any], depth: int = OBJECT_DEPTH) -> Iterable[torch.Tensor]:
+    """The tensors in `objects`, and in the lists, tuples, mappings, dataclasses and plain objects'
+    attributes among them (a model's output object with `.loss` and `.logits`, keyword inputs), up
+    to `depth` deep, each object once; not a module's (its parameters and buffers are counted as
+    such)."""
+    seen: set[int] = set()
+
+    def within(items: Iterable[Any], depth: int) -> Iterable[torch.Tensor]:
+        for obj in items:
+            if isinstance(obj, torch.Tensor):
+                yield obj
+            elif depth <= 0 or isinstance(obj, (str, bytes, type, torch.nn.Module)) or id(obj) in seen:
+                continue
+            elif isinstance(obj, (list, tuple)):
+                seen.add(id(obj))
+                yield from within(obj, depth - 1)
+            elif isinstance(obj, Mapping):
+                seen.add(id(obj))
+                yield from within(obj.values(), depth - 1)
+            elif dataclasses.is_dataclass(obj):
+                seen.add(id(obj))
+                yield from within((getattr(obj, f.name, None) for f in dataclasses.fields(obj)), depth - 1)
+            elif not callable(obj) and isinstance(getattr(obj, "__dict__", None), dict):
+                seen.add(id(obj))
+                yield from within(list(vars(obj).values()), depth - 1)
+
+    yield from within(objects, depth)
 
 
 def storage_bytes(items: Iterable[torch.Tensor]) -> int:

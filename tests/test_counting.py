@@ -96,6 +96,15 @@ def test_tensors_are_found_in_outputs_of_every_shape():
     found = list(tensors([{"x": [a, (b,)]}, Output(loss=c, logits=a), "not a tensor", 3]))
     assert [t.numel() for t in found] == [1, 2, 3, 1]
 
+    class Plain:  # an output class of its own, as some libraries return: its attributes' tensors
+        def __init__(self):
+            self.logits, self.extra = b, {"past": [c]}
+            self.model = torch.nn.Linear(2, 2)  # a module's tensors are its parameters, counted as such
+            self.me = self  # a cycle ends at the depth limit
+
+    assert [t.numel() for t in tensors([Plain()])] == [2, 3]
+    assert moved_bytes((), [], Plain()) == (2 + 3) * 4
+
 
 def test_a_series_whose_flops_were_not_counted_says_so_before_its_regime():
     from analysis.report.conclusions import _uncounted
