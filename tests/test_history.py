@@ -1094,3 +1094,27 @@ def test_an_ignored_setting_that_does_not_apply_is_not_named(tmp_path, capsys):
     assert code == 0, out + err
     assert set(pd.read_csv(tmp_path / "h" / "trends.csv")["point"]) == {
         "matmul_add size=8 bf16 cold eager", "matmul_add size=8 bf16 cold compile (compile_mode default → max-autotune)"}
+
+
+def test_a_stop_while_the_page_is_drawn_leaves_no_old_page_beside_the_new_tables(tmp_path, capsys, monkeypatch):
+    from analysis.history import engine
+
+    sweeps = history_of(tmp_path / "all", 5)
+    (tmp_path / "nightly").mkdir()
+    for sweep in sweeps[:3]:
+        sweep.rename(tmp_path / "nightly" / sweep.name)
+    history(tmp_path / "nightly", "--out", tmp_path / "h", capsys=capsys)
+    assert (tmp_path / "h" / "history.html").is_file()
+    for sweep in sweeps[3:]:  # two sweeps more
+        sweep.rename(tmp_path / "nightly" / sweep.name)
+
+    def stopped(*_):
+        raise KeyboardInterrupt  # a stop while the plots are drawn
+
+    monkeypatch.setattr(engine, "write_page", stopped)
+    from analysis.__main__ import stoppable
+
+    assert stoppable(["history", str(tmp_path / "nightly"), "--out", str(tmp_path / "h")]) == 130
+    assert "run the same command again" in capsys.readouterr().err
+    assert not (tmp_path / "h" / "history.html").exists()
+    assert len(pd.read_csv(tmp_path / "h" / "trends.csv")["sweep"].unique()) == 5

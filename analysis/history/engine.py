@@ -548,10 +548,14 @@ def _fitted(line: Line) -> list[float]:
 
 
 def write(history: History, out: Path) -> list[Path]:
-    """regressions.csv, trends.csv and history.html in `out`, atomically."""
+    """regressions.csv, trends.csv and history.html in `out`, each atomically; the old page goes
+    first, so that a stop while these are written never leaves it beside newer tables (a page of
+    2 sweeps over a gate's CSVs of 5)."""
     import pandas as pd
 
     from analysis.files import atomic_write_text
+
+    (out / "history.html").unlink(missing_ok=True)
 
     columns = [*history.columns, *REGRESSION_COLUMNS]
     frame = pd.DataFrame([{k: r.get(k) for k in columns} for r in history.changes], columns=columns)
