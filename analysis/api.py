@@ -198,8 +198,10 @@ class History:
 
 
 def load(folder: str | Path, analyse: bool = True) -> Sweep:
-    """The sweep (or single run) in `folder`; analysed now when it has no summary.csv yet (and
-    `analyse`), as `python -m analysis FOLDER` would."""
+    """The sweep (or single run) in `folder`; analysed now when it has no summary.csv yet, or its
+    analysis is older than some of its job records (a sweep resumed or rerun since: a stop before
+    its analysis left the old one), as `python -m analysis FOLDER` would; with `analyse=False`,
+    or while a sweep still writes it, the written analysis with a warning that says so."""
     path = Path(folder)
     if not path.is_dir():
         raise ProfsweepError(f"{path}: no such folder (give a sweep folder, e.g. outputs/multirun/<date>/<time>)")
@@ -216,6 +218,21 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
         if not job_folders(path):
             raise ProfsweepError(f"{path}: not a sweep or a run: no job folder with a {METRICS_FILE} in it")
         analyse_folder(path, progress=lambda line: None)
+        return Sweep(path)
+    from analysis.store import newer_records, older_than_records
+    from profsweep.contract import live_sweep
+
+    newer, _ = newer_records(path)
+    if newer and analyse and live_sweep(path) is None:
+        from analysis import analyse_folder
+
+        analyse_folder(path, progress=lambda line: None)
+    elif newer:
+        import warnings
+
+        warnings.warn(f"{older_than_records(path, newer)}: these are the tables written before them"
+                      + ("" if analyse else "; load(folder, analyse=True) analyses it anew")
+                      + ("; a sweep still writes it" if live_sweep(path) is not None else ""), stacklevel=2)
     return Sweep(path)
 
 

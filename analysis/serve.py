@@ -89,6 +89,16 @@ def make_server(folder: Path, port: int = 0) -> tuple[ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}/{page}"
 
 
+def stale_report(folder: Path) -> str:
+    """Why the sweep's report is older than its jobs ('' when it is not): a sweep resumed, or a job
+    rerun, and stopped before its analysis left the old one."""
+    from analysis.store import newer_records, older_than_records
+
+    newer, _ = newer_records(folder)
+    return (f"{older_than_records(folder, newer)}: the report is of the jobs before them; python -m analysis "
+            f"{folder} writes it anew") if newer else ""
+
+
 def serve(folder: Path, port: int = 0, browser: bool = True) -> int:
     try:
         server, url = make_server(folder, port)
@@ -96,6 +106,9 @@ def serve(folder: Path, port: int = 0, browser: bool = True) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"serving {folder} at {url}  (only this machine can connect; Ctrl-C stops)", flush=True)
+    stale = stale_report(Path(folder))
+    if stale:
+        print(f"warning: {stale}", flush=True)
     if browser:
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
     try:

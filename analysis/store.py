@@ -88,6 +88,30 @@ def summary_file(folder: Path) -> Path | None:
     return next((folder / n for n in SUMMARY_FILES if (folder / n).is_file()), None)
 
 
+def newer_records(folder: Path) -> tuple[list[tuple[str, int]], int]:
+    """The job records of an analysed sweep written after its analysis (a job rerun or resumed, a
+    status changed, a record edited), as (job, mtime ns), and how many records it has; ([], n)
+    where none is newer, or the sweep is not analysed or cannot be read."""
+    from analysis.tables import job_folders
+    from profsweep.contract import METRICS_FILE
+
+    summary = summary_file(folder)
+    try:
+        written = summary.stat().st_mtime_ns if summary is not None else None
+        times = [] if written is None else \
+            [(j.name, (j / METRICS_FILE).stat().st_mtime_ns) for j in job_folders(folder) if (j / METRICS_FILE).is_file()]
+    except OSError:
+        return [], 0
+    return [(name, ns) for name, ns in times if written is not None and ns > written], len(times)
+
+
+def older_than_records(folder: Path, newer: list[tuple[str, int]]) -> str:
+    """`FOLDER: its analysis is older than 2 job records (a, b: rerun or changed since, ...)`."""
+    return (f"{folder}: its analysis is older than {amount(len(newer), 'job record')} "
+            f"({', '.join(n for n, _ in newer[:3])}{', ...' if len(newer) > 3 else ''}: rerun or changed since, "
+            "or the folder copied without its times)")
+
+
 def _utc(text: Any) -> datetime.datetime | None:
     try:
         t = datetime.datetime.fromisoformat(str(text))
@@ -116,7 +140,7 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
     warning. A sweep whose analysis is older than some of its job records (a job rerun since)
     is taken as analysed, with a warning that says so."""
     from analysis.tables import job_folders, unreadable
-    from profsweep.contract import METRICS_FILE, live_sweep
+    from profsweep.contract import live_sweep
 
     def problem(folder: Path) -> str | None:
         try:
@@ -143,24 +167,14 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
         """Where job records were written after the analysis (a job rerun, a status changed, a
         record edited), the newest one's time, with a warning: history then reads the records,
         as compare analyses such a side in memory, writing nothing into the sweep; else None."""
-        summary = summary_file(folder)
-        try:
-            written = summary.stat().st_mtime_ns if summary is not None else None
-            times = [] if written is None else \
-                [(j.name, (j / METRICS_FILE).stat().st_mtime_ns) for j in job_folders(folder)
-                 if (j / METRICS_FILE).is_file()]
-        except OSError:
-            return None
-        newer = [(name, ns) for name, ns in times if written is not None and ns > written]
+        newer, records = newer_records(folder)
         if not newer:
             return None
-        warn(f"warning: {folder}: its analysis is older than {amount(len(newer), 'job record')} "
-             f"({', '.join(n for n, _ in newer[:3])}{', ...' if len(newer) > 3 else ''}: rerun or changed since, "
-             f"or the folder copied without its times); history reads its job records instead, writing nothing "
+        warn(f"warning: {older_than_records(folder, newer)}; history reads its job records instead, writing nothing "
              f"into it (python -m analysis {folder} writes its analysis anew)")
         # the newest record's time, plus how many there are: a record removed or copied in with an
         # older time changes it too
-        return max(ns for _, ns in newer) + len(times)
+        return max(ns for _, ns in newer) + records
 
     def is_sweep(folder: Path) -> bool:
         """Analysed, or job folders that are not themselves analysed runs (outputs/runs/<date>)."""

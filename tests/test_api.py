@@ -56,6 +56,28 @@ def test_load_reads_an_analysed_sweep_and_analyses_one_that_is_not(tmp_path):
     assert len(same.table) == 2 and same.verdicts["same"] == 2  # a sweep against itself
 
 
+def test_a_sweep_resumed_after_its_analysis_is_loaded_analysed_anew_and_served_with_a_warning(tmp_path):
+    import os
+
+    from analysis.serve import stale_report
+    from tests.conftest import job
+
+    folder = tmp_path / "sweep"
+    job(folder, 0, size=64, compile=False, step_us=400, mm_us=200, timed_us=100)
+    job(folder, 1, size=1024, compile=False, step_us=4000, mm_us=3000, timed_us=1300)
+    assert list(profsweep.load(folder).summary["size"]) == [64, 1024] and stale_report(folder) == ""
+    job(folder, 2, size=4096, compile=False, step_us=9000, mm_us=8000, timed_us=7000)  # resumed, stopped before
+    analysed = max(table.stat().st_mtime_ns for table in folder.glob("summary.*"))
+    for n, after in ((0, -10 ** 10), (1, -10 ** 10), (2, 10 ** 6)):  # 0 and 1 before the analysis, 2 after it
+        at = analysed + after
+        os.utime(next(folder.glob(f"{n}_*")) / "metrics.json", ns=(at, at))
+    assert stale_report(folder).startswith(f"{folder}: its analysis is older than 1 job record (2_")
+    with pytest.warns(UserWarning, match="its analysis is older than 1 job record .*analyse=True"):
+        assert list(profsweep.load(folder, analyse=False).summary["size"]) == [64, 1024]
+    assert list(profsweep.load(folder).summary["size"]) == [64, 1024, 4096]  # analysed anew
+    assert stale_report(folder) == ""
+
+
 def test_the_profsweep_command_lists_its_subcommands_and_runs_them(tmp_path):
     exe = [sys.executable, "-m", "profsweep.cli"]
     done = subprocess.run([*exe, "--help"], cwd=ROOT, capture_output=True, text=True)
