@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from analysis import points as grid_points
 from profsweep.fit import FIT_COLUMNS, fit_series
@@ -22,7 +22,7 @@ from analysis.peaks import Ceilings
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
 from profsweep.decide import ABOVE, BAND, BELOW, SAME, Decision, decide
-from profsweep.columns import OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX
+from profsweep.columns import KERNEL_COLUMNS, OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX
 from profsweep.contract import (METRICS_FILE, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, TIMED, GridPoint,
                                Job, table_files, timed_samples, trace_files)
 
@@ -670,13 +670,15 @@ def crossover(sizes: list[float], host: list[float], work: list[float]) -> tuple
 INTEGERS = "integer_columns"  # a frame's attrs: its columns of integers that pandas holds as floats (an empty cell)
 
 
-def frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> Any:
+def frame(rows: list[dict[str, Any]], columns: list[str] | None = None, empty: Sequence[str] = ()) -> Any:
     """A table's rows as a DataFrame that remembers its columns of integers (attrs[INTEGERS]):
-    pandas holds one with an empty cell as floats, write_tables writes it as integers."""
+    pandas holds one with an empty cell as floats, write_tables writes it as integers. `empty`:
+    the columns of a table without rows whose columns come from its rows (a header, not a file
+    that nothing reads)."""
     import pandas as pd
 
     rows = [r if type(r) is dict else dict(r) for r in rows]  # (pandas 2 sorts the columns of other mappings)
-    table = pd.DataFrame(rows, columns=columns)
+    table = pd.DataFrame(rows, columns=columns if columns is not None or rows else list(empty) or None)
     table.attrs[INTEGERS] = [c for c in table.columns if table[c].isna().any() and table[c].notna().any() and all(
         isinstance(v, int) and not isinstance(v, bool) and abs(v) <= 2 ** 53  # exact as a float on the way
         for v in (r.get(c) for r in rows) if v is not None)]
@@ -687,12 +689,14 @@ def frames(tables: SweepTables) -> dict[str, Any]:
     """The tables as DataFrames, keyed by their file stem (summary, repeats, steps, timed_samples,
     kernels, ops, crossovers, memory_timeline). A column of integers stays one where a row has
     none (a failed job's size is written `8`, not `8.0`)."""
+    point = ["job", "status", *SERIES_KEYS, "size"]  # the columns of tables without rows: no job finished
     return {
-        "summary": frame(tables.points),
-        "repeats": frame([{k: v for k, v in job.items() if k != grid_points.TIMED_SAMPLES} for job in tables.jobs]),
-        "steps": frame(tables.steps),
+        "summary": frame(tables.points, empty=point),
+        "repeats": frame([{k: v for k, v in job.items() if k != grid_points.TIMED_SAMPLES} for job in tables.jobs],
+                         empty=point),
+        "steps": frame(tables.steps, empty=["job", *SERIES_KEYS, "size", "repeat", "step", "step_name", "host_us"]),
         "timed_samples": frame(samples_rows(tables.jobs), ["job", "sample", "us"]),
-        "kernels": frame(tables.kernels),
+        "kernels": frame(tables.kernels, empty=["job", "name", *KERNEL_COLUMNS]),
         "ops": frame([{"job": job, **op} for job, ops in tables.ops.items() for op in ops], ["job", "name", *OP_COLUMNS]),
         "crossovers": frame(tables.crossovers, [
             *SERIES_KEYS, "settings", "host_metric", "work_metric", "sizes", "crossover_size", "status", "uncertain",

@@ -444,7 +444,10 @@ def test_a_sweep_whose_tables_cannot_be_read_is_skipped_and_the_others_ingested(
     stopped = tmp_path / "n" / "stopped"
     (stopped / "0_matmul_add_8_bf16_cold_eager" / ".hydra").mkdir(parents=True)  # a job with no record
     analyse_folder(stopped, progress=lambda line: None)
-    assert not (stopped / "summary.parquet").exists() and (stopped / "summary.csv").is_file()
+    # no job finished: tables of no rows, with their headers (pandas reads them), not files of "\n"
+    for name in ("summary", "steps", "kernels"):  # (repeats.csv names the job without a record)
+        assert len(pd.read_csv(stopped / f"{name}.csv")) == 0 and "job" in pd.read_csv(stopped / f"{name}.csv"), name
+    assert len(pd.read_parquet(stopped / "summary.parquet")) == 0
     (stopped / "summary.parquet").write_bytes(b"PAR1 not a parquet file PAR1")  # as an earlier profsweep left it
     garbled = write_sweep(tmp_path / "n" / "garbled", 9, {8: [100.0, 101.0, 99.0]})
     (garbled / "repeats.csv").write_bytes(b"\x00\xff\xfe\x00job\n")
