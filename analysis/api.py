@@ -223,16 +223,21 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
     from profsweep.contract import live_sweep
 
     newer, _ = newer_records(path)
-    if newer and analyse and live_sweep(path) is None:
+    if not newer:
+        return Sweep(path)
+    why = "; load(folder, analyse=True) analyses it anew" if not analyse else \
+        "; a sweep still writes it" if live_sweep(path) is not None else ""
+    if not why:
         from analysis import analyse_folder
 
-        analyse_folder(path, progress=lambda line: None)
-    elif newer:
-        import warnings
+        try:
+            analyse_folder(path, progress=lambda line: None)
+            return Sweep(path)
+        except OSError as exc:  # a folder this user may read but not write (an archive, another's sweep)
+            why = f"; it cannot be analysed anew here ({exc})"
+    import warnings
 
-        warnings.warn(f"{older_than_records(path, newer)}: these are the tables written before them"
-                      + ("" if analyse else "; load(folder, analyse=True) analyses it anew")
-                      + ("; a sweep still writes it" if live_sweep(path) is not None else ""), stacklevel=2)
+    warnings.warn(f"{older_than_records(path, newer)}: these are the tables written before them{why}", stacklevel=2)
     return Sweep(path)
 
 

@@ -755,6 +755,7 @@ def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
         summary.astype({c: "string" for c in summary.columns if summary[c].dtype == object}).to_parquet(buffer, index=False)
         atomic_write_bytes(folder / "summary.parquet", buffer.getvalue())
         written.append(folder / "summary.parquet")
-    except ImportError as exc:  # no parquet engine installed
+    except ImportError as exc:  # no parquet engine installed: no older one left to be read as this analysis
+        (folder / "summary.parquet").unlink(missing_ok=True)
         print(f"warning: summary.parquet not written ({exc})", file=sys.stderr)
     return written

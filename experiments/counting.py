@@ -163,36 +163,41 @@ def count_flops(call: Callable[[], Any]) -> tuple[int, list[str]]:
         known = both
 
 
-OBJECT_DEPTH = 4  # how many containers and objects deep `tensors` looks
+OBJECT_DEPTH = 4  # how many objects' attributes deep `tensors(..., objects=True)` looks
 
 
-def tensors(objects: Iterable[Any], depth: int = OBJECT_DEPTH) -> Iterable[torch.Tensor]:
-    """The tensors in `objects`, and in the lists, tuples, mappings, dataclasses and plain objects'
-    attributes among them (a model's output object with `.loss` and `.logits`, keyword inputs), up
-    to `depth` deep, each object once; not a module's (its parameters and buffers are counted as
-    such)."""
+def tensors(items: Iterable[Any], objects: bool = False) -> Iterable[torch.Tensor]:
+    """The tensors in `items`, and in the lists, tuples, mappings and dataclasses among them (a
+    model's output with `.loss` and `.logits`, keyword inputs), each container once; `objects`: in
+    plain objects' attributes too, up to OBJECT_DEPTH objects deep (an output class of its own: not
+    for inputs, whose objects may hold a dataset or an optimizer that a call does not read), never
+    a module's (its parameters and buffers are counted as such)."""
     seen: set[int] = set()
 
     def within(items: Iterable[Any], depth: int) -> Iterable[torch.Tensor]:
         for obj in items:
             if isinstance(obj, torch.Tensor):
                 yield obj
-            elif depth <= 0 or isinstance(obj, (str, bytes, type, torch.nn.Module)) or id(obj) in seen:
+            elif isinstance(obj, (str, bytes, type, torch.nn.Module)) or id(obj) in seen:
                 continue
             elif isinstance(obj, (list, tuple)):
                 seen.add(id(obj))
-                yield from within(obj, depth - 1)
+                yield from within(obj, depth)
             elif isinstance(obj, Mapping):
                 seen.add(id(obj))
-                yield from within(obj.values(), depth - 1)
+                yield from within(obj.values(), depth)
             elif dataclasses.is_dataclass(obj):
                 seen.add(id(obj))
-                yield from within((getattr(obj, f.name, None) for f in dataclasses.fields(obj)), depth - 1)
-            elif not callable(obj) and isinstance(getattr(obj, "__dict__", None), dict):
+                yield from within((getattr(obj, f.name, None) for f in dataclasses.fields(obj)), depth)
+            elif objects and depth > 0 and not callable(obj):
+                try:
+                    attributes = list(vars(obj).values())  # not getattr(obj, "__dict__"): a proxy's __getattr__
+                except TypeError:  # no __dict__ (__slots__, a builtin)
+                    continue
                 seen.add(id(obj))
-                yield from within(list(vars(obj).values()), depth - 1)
+                yield from within(attributes, depth - 1)
 
-    yield from within(objects, depth)
+    yield from within(items, OBJECT_DEPTH)
 
 
 def storage_bytes(items: Iterable[torch.Tensor]) -> int:
@@ -210,7 +215,7 @@ def storage_bytes(items: Iterable[torch.Tensor]) -> int:
 def moved_bytes(args: tuple[Any, ...], parameters: Iterable[torch.Tensor], output: Any) -> int:
     """Compulsory traffic of one call, as the hand models count it: inputs and weights read once,
     the output written once."""
-    return storage_bytes([*tensors(args), *parameters, *tensors([output])])
+    return storage_bytes([*tensors(args), *parameters, *tensors([output], objects=True)])
 
 
 def live_tensor_bytes(device: torch.device) -> int:

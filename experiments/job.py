@@ -58,6 +58,7 @@ def run_job(config: JobConfig, job_dir: Path, own_process: bool = False) -> dict
 
     Never raises for a failure of the workload: the record says `failed` with the error.
     """
+    _log_recompiles(config)  # before the workload's module is imported (base_record reads its defaults)
     record = records.base_record(config, job_dir)
     record["started_at"] = records.now_iso()
     signalled: list[int] = []
@@ -345,7 +346,6 @@ def _prepare(config: JobConfig, out: dict[str, Any], quiet: bool = False) -> Pre
         cost = workload.cost
         _add_cost(out, cost, config)
         _check_memory(out, config, device, free)
-    _log_recompiles(config)
     step = make_step(workload, train=config.train, optimizer=config.optimizer, name=w.name,
                      compile_fn=_compiler(config, device))
     graphs, limits = dynamo_graphs()
@@ -412,19 +412,25 @@ def _place(config: JobConfig, workload: seam.Workload, modules: list[Any], grid:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
 
 
-def _logs_recompiles(config: JobConfig) -> bool:
-    """Whether the job has Dynamo log why it compiles again (its own process, whose output is
-    job.log, where the user has not chosen what torch logs with TORCH_LOGS)."""
-    return config.run.isolation == "process" and not os.environ.get("TORCH_LOGS")
+_RECOMPILES_LOGGED = False  # this process has Dynamo log its recompile reasons (into job.log)
 
 
 def _log_recompiles(config: JobConfig) -> None:
     """Dynamo's reasons for every recompilation (the guard that failed, the line that set it) into
-    job.log, which the recompilation warning points to; nothing is logged where nothing recompiles."""
-    if _logs_recompiles(config):
+    job.log, which the recompilation warning points to, for a job in its own process (whose
+    output is job.log) where the user has not chosen what torch logs (TORCH_LOGS); nothing is
+    logged where nothing recompiles. set_logs sets all of torch's logs at once: called before the
+    workload's module is imported, so that what its code sets replaces this."""
+    global _RECOMPILES_LOGGED
+    if config.run.isolation != "process" or os.environ.get("TORCH_LOGS"):
+        return
+    try:
         import torch._logging
 
         torch._logging.set_logs(recompiles=True)
+        _RECOMPILES_LOGGED = True
+    except (ImportError, AttributeError, TypeError, ValueError):  # a torch without this log: the warning says how
+        pass
 
 
 def _compiler(config: JobConfig, device: str) -> Callable[[Any], Any] | None:
@@ -476,7 +482,7 @@ def _first_call(job: Prepared, out: dict[str, Any]) -> None:
     result = job.step.call()
     job.sync()
     out["first_call_ms"] = (time.perf_counter() - start) * 1e3
-    if any(t.is_meta for t in counting.tensors([result])):  # meta tensors the factory hid from the check
+    if any(t.is_meta for t in counting.tensors([result], objects=True)):  # meta tensors the factory hid from the check
         raise records.Refusal(f"meta tensors are refused: {config.workload.target}'s step returned a tensor on device "
                        "'meta' (no data: nothing ran); build the model and its inputs on the device the "
                        "factory is given")
@@ -784,7 +790,7 @@ def _recompiled(job: Prepared, out: dict[str, Any]) -> None:
                    "after its first call" + ("; Dynamo reached its recompile limit and runs the rest eagerly" if limit
                                              else "") + "): a guard failed on every call (a Python number the step "
                    "changes, a shape that changes): its step times hold compilations; "
-                   + ("job.log has Dynamo's reasons" if _logs_recompiles(job.config)
+                   + ("job.log has Dynamo's reasons" if _RECOMPILES_LOGGED
                       else "TORCH_LOGS=recompiles shows Dynamo's reasons"))
 
 

@@ -74,6 +74,16 @@ def test_a_sweep_resumed_after_its_analysis_is_loaded_analysed_anew_and_served_w
     assert stale_report(folder).startswith(f"{folder}: its analysis is older than 1 job record (2_")
     with pytest.warns(UserWarning, match="its analysis is older than 1 job record .*analyse=True"):
         assert list(profsweep.load(folder, analyse=False).summary["size"]) == [64, 1024]
+    # a folder this user may read but not write: the tables written before, with a warning
+    from analysis import files
+
+    def refused(*_, **__):
+        raise files.WriteError("cannot write summary.csv: Permission denied")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(files, "atomic_write_text", refused)
+        with pytest.warns(UserWarning, match="it cannot be analysed anew here"):
+            assert list(profsweep.load(folder).summary["size"]) == [64, 1024]
     assert list(profsweep.load(folder).summary["size"]) == [64, 1024, 4096]  # analysed anew
     assert stale_report(folder) == ""
 

@@ -102,8 +102,12 @@ def test_tensors_are_found_in_outputs_of_every_shape():
             self.model = torch.nn.Linear(2, 2)  # a module's tensors are its parameters, counted as such
             self.me = self  # a cycle ends at the depth limit
 
-    assert [t.numel() for t in tensors([Plain()])] == [2, 3]
+    assert [t.numel() for t in tensors([Plain()], objects=True)] == [2, 3]
     assert moved_bytes((), [], Plain()) == (2 + 3) * 4
+    # an input's objects are not read (a dataset or optimizer it holds is no call's traffic); a
+    # container is read however deep
+    assert list(tensors([Plain()])) == [] and moved_bytes((Plain(),), [], None) == 0
+    assert moved_bytes(([[[[[[b]]]]]],), [], None) == 2 * 4
 
 
 def test_a_series_whose_flops_were_not_counted_says_so_before_its_regime():
