@@ -96,13 +96,15 @@ def newer_records(folder: Path) -> tuple[list[tuple[str, int]], int]:
     from profsweep.contract import METRICS_FILE
 
     summary = summary_file(folder)
+    if summary is None:
+        return [], 0
     try:
-        written = summary.stat().st_mtime_ns if summary is not None else None
-        times = [] if written is None else \
-            [(j.name, (j / METRICS_FILE).stat().st_mtime_ns) for j in job_folders(folder) if (j / METRICS_FILE).is_file()]
+        written = summary.stat().st_mtime_ns
+        times = [(j.name, (j / METRICS_FILE).stat().st_mtime_ns) for j in job_folders(folder)
+                 if (j / METRICS_FILE).is_file()]
     except OSError:
         return [], 0
-    return [(name, ns) for name, ns in times if written is not None and ns > written], len(times)
+    return [(name, ns) for name, ns in times if ns > written], len(times)
 
 
 def older_than_records(folder: Path, newer: list[tuple[str, int]]) -> str:

@@ -180,21 +180,18 @@ def tensors(items: Iterable[Any], objects: bool = False) -> Iterable[torch.Tenso
                 yield obj
             elif isinstance(obj, (str, bytes, type, torch.nn.Module)) or id(obj) in seen:
                 continue
-            elif isinstance(obj, (list, tuple)):
-                seen.add(id(obj))
+            seen.add(id(obj))  # (alive while it is walked: its id is its own)
+            if isinstance(obj, (list, tuple)):
                 yield from within(obj, depth)
             elif isinstance(obj, Mapping):
-                seen.add(id(obj))
                 yield from within(obj.values(), depth)
             elif dataclasses.is_dataclass(obj):
-                seen.add(id(obj))
                 yield from within((getattr(obj, f.name, None) for f in dataclasses.fields(obj)), depth)
             elif objects and depth > 0 and not callable(obj):
                 try:
                     attributes = list(vars(obj).values())  # not getattr(obj, "__dict__"): a proxy's __getattr__
                 except TypeError:  # no __dict__ (__slots__, a builtin)
                     continue
-                seen.add(id(obj))
                 yield from within(attributes, depth - 1)
 
     yield from within(items, OBJECT_DEPTH)

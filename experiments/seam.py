@@ -212,10 +212,8 @@ def check(target: str, settings: Mapping[str, Any]) -> Callable[..., Any]:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):
         return factory  # a builtin without a signature: it will tell at call time
-    for key in RESERVED:
-        parameter = signature.parameters.get(key)
-        if parameter is not None and parameter.default is inspect.Parameter.empty \
-                and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+    for key, parameter in _reserved(signature.parameters):
+        if parameter.default is inspect.Parameter.empty:
             raise WorkloadError(f"{target} needs a setting {key!r} that no override can give it: workload.{key} is "
                                 f"profsweep's own ({_RESERVED_MEANING[key]}), never passed to the factory; give that "
                                 "argument another name (e.g. model_name)")
@@ -244,10 +242,14 @@ def shadowed(target: str) -> list[str]:
         parameters = inspect.signature(locate(target)).parameters
     except (WorkloadError, TypeError, ValueError):
         return []
-    return [f"{target}'s setting {key}={parameters[key].default!r} always keeps its default: workload.{key} is "
+    return [f"{target}'s setting {key}={p.default!r} always keeps its default: workload.{key} is "
             f"profsweep's own ({_RESERVED_MEANING[key]}), never passed to the factory; give that argument another "
-            "name to set it" for key in RESERVED
-            if key in parameters and parameters[key].default is not inspect.Parameter.empty
+            "name to set it" for key, p in _reserved(parameters) if p.default is not inspect.Parameter.empty]
+
+
+def _reserved(parameters: Mapping[str, inspect.Parameter]) -> list[tuple[str, inspect.Parameter]]:
+    """The factory's keyword parameters named as profsweep's own keys (RESERVED)."""
+    return [(key, parameters[key]) for key in RESERVED if key in parameters
             and parameters[key].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
 
 

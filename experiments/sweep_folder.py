@@ -89,9 +89,9 @@ def record_ceilings(folder: Path, configs: list[JobConfig], axes: list[Axis] | N
                 except ceilings.CeilingError as exc:
                     print(f"warning: {exc}; the roofline leaves this ceiling out", flush=True)
                     continue
-            elif ceiling.stale():
+            elif stale := ceiling.stale():
                 print(f"note: this machine's cached {device} {dtype} ceiling (threads {threads}) was "
-                      f"{ceiling.stale()}; python -m analysis calibrate --device {device} --dtype {dtype} "
+                      f"{stale}; python -m analysis calibrate --device {device} --dtype {dtype} "
                       f"--threads {threads} measures it again", flush=True)
             found.append({**asdict(ceiling), "threads_setting": threads})
     except KeyboardInterrupt:

@@ -129,7 +129,7 @@ def in_short(points: list[GridPoint], crossovers: list[dict[str, Any]], jobs: li
         ridge = [str(r["size"]) for r in above if flag(r.get("regime_at_ridge"))]
         labels = {str(r["regime"]) for r in above if not flag(r.get("regime_at_ridge"))}
         bound = labels.pop() if len(labels) == 1 else "compute- or memory-bound" if labels else \
-            "bound by its work" if ridge else "memory-bound" if c.get("fit_work") == "bytes" else "bound by its work"
+            "memory-bound" if c.get("fit_work") == "bytes" and not ridge else "bound by its work"
         if ridge:  # compute- or memory-bound alike there: the roofline's ridge
             bound += f" (at the roofline's ridge at {', '.join(ridge)})"
         lines.append(f"{series_name(rows[0])}: overhead-bound below size ≈{at:,.0f}"
