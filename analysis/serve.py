@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import posixpath
+import signal
 import sys
 import threading
 import webbrowser
@@ -113,8 +114,10 @@ def serve(folder: Path, port: int = 0, browser: bool = True) -> int:
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
     try:
         server.serve_forever()
-    except KeyboardInterrupt:
-        print("stopped")
+    except KeyboardInterrupt as exc:
+        if exc.args and exc.args[0] == signal.SIGTERM:  # a SIGTERM (analysis.__main__.stoppable): exit 143
+            raise
+        print("stopped")  # Ctrl-C, how a server is stopped
     finally:
         server.server_close()
     return 0

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -18,7 +20,7 @@ import pytest
 from analysis import analyse_folder
 from analysis.__main__ import main
 from analysis.serve import make_server
-from tests.conftest import hand_made_job, hand_made_point, jitter, processes
+from tests.conftest import ROOT, hand_made_job, hand_made_point, jitter, processes
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 TRACE = "0_matmul_add_8_bf16_cold_eager/t.json"
@@ -106,6 +108,26 @@ def test_a_comparison_serves_both_sides_traces(tmp_path, capsys):
         assert get(f"{root}/_base/{TRACE}") == (200, (tmp_path / "base" / TRACE).read_bytes())
         assert get(f"{root}/_new/{TRACE}") == (200, (tmp_path / "new" / TRACE).read_bytes())
         assert get(f"{root}/_new/../../base/{TRACE}")[0] == 404
+
+
+@pytest.mark.parametrize("signum, code, said", [(signal.SIGINT, 0, "stopped"), (signal.SIGTERM, 143, "interrupted (SIGTERM)")])
+def test_serve_stops_on_ctrl_c_with_0_and_on_sigterm_with_143(sweep, signum, code, said):
+    """Ctrl-C is how a server is stopped (exit 0); SIGTERM is a stop from outside, as for every
+    other command (143)."""
+    proc = subprocess.Popen([sys.executable, "-m", "analysis", "serve", str(sweep), "--no-browser"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith(f"serving {sweep} at http://127.0.0.1:")
+        assert get(line.split()[3])[0] == 200  # serving now
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == code, err
+    assert said in out + err and "Traceback" not in err
 
 
 def test_serve_refuses_a_folder_with_no_page(tmp_path, capsys):
