@@ -30,7 +30,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     from profsweep.contract import COPY, amount
     from analysis.report.plots import PLOT_NAMES, write_plots
     from analysis.report.page import write_report
-    from analysis.tables import analyse_sweep, frame, frames, write_tables
+    from analysis.tables import MISSING, analyse_sweep, frame, frames, write_tables
 
     folder = Path(folder)
     target = Path(out) if out is not None else folder
@@ -73,8 +73,12 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
                  + (f", {unsure} inconclusive (their intervals straddle the value)" if unsure else "")
                  + (f", {na} n/a (no such value)" if na else ""))
     points = len(tables.points)
-    jobs = sum(1 for j in tables.jobs if j.get("status") != COPY)  # a copied job folder is no job
+    # a copied job folder is no job; one without a record (not run, or stopped) is said apart, as
+    # the sweep's tally counts it with the missing
+    jobs = sum(1 for j in tables.jobs if j.get("status") not in (COPY, MISSING))
+    missing = sum(1 for j in tables.jobs if j.get("status") == MISSING)
     progress(f"analysis: {amount(jobs, 'job')}" + (f", {amount(points, 'grid point')}" if points != jobs else "")
+             + (f" ({amount(missing, 'job folder')} without a result: not run or not finished)" if missing else "")
              + f" -> {report}")
     said = [c for c in found if c.topic != "noise"]  # the noise lines come last, as before
     if short:

@@ -173,6 +173,7 @@ LIST_FIELDS = ("timed_samples_us",)
 NUMBER_SUFFIXES = ("_us", "_ms", "_s", "_bytes", "_per_s", "_ratio", "_per_call", "_per_step")
 NUMBER_FIELDS = ("other_cpus", "cpu_pressure", "loadavg_1m", "exit_code")
 SIGNED = ("exit_code",)  # the one measured number that may be below 0 (-9: killed by SIGKILL)
+MISSING = "missing"  # a job folder without metrics.json: not run, or stopped before it wrote one
 # Durations a job measured: never 0 (a clock that read 0 measured nothing).
 POSITIVE = (TIMED, "speed_probe_us", "speed_probe_before_us", "speed_probe_after_us", "size")
 BIGGEST = 2 ** 62  # a count or a measurement beyond this is not one (and would overflow a float's use)
@@ -241,7 +242,7 @@ def untrusted(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         if any("/" in n or "\\" in n or n in (".", "..") for n in names):
             row[key] = None
             bad.append(f"{key}={_shown(record[key])} is not a file name in the job's folder")
-    if row.get("status") not in (None, "ok", "failed", "skipped", "missing"):
+    if row.get("status") not in (None, "ok", "failed", "skipped", MISSING):
         drop("status", "is not ok, failed or skipped")
     lost = [key for key in grid_points.REQUIRED if row.get(key) is None]
     if row.get("status") == "ok" and lost:
@@ -264,7 +265,7 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
                             "error": f"{METRICS_FILE} not read: its folder cannot be read"})
         return
     if not (job_dir / METRICS_FILE).exists():
-        tables.jobs.append({"job": job_dir.name, "status": "missing", "trace_error": None, "record_error": None,
+        tables.jobs.append({"job": job_dir.name, "status": MISSING, "trace_error": None, "record_error": None,
                             "error": f"no {METRICS_FILE}: the job was not run or did not finish"})
         return
     try:

@@ -17,7 +17,7 @@ import pytest
 from analysis import analyse_folder
 from analysis.tables import crossover
 from profsweep.contract import flag
-from tests.conftest import ROOT, job_dirs, run_cli, table_footer
+from tests.conftest import ROOT, hand_made_job, jitter, job_dirs, run_cli, table_footer
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -539,3 +539,19 @@ def test_an_analysis_starts_by_taking_away_what_would_pass_for_the_old_whole(tmp
     begin_writing(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, "plots", "summary.csv"])
     assert not dead.exists()
+
+
+def test_a_job_folder_without_a_record_is_not_counted_as_a_job(tmp_path):
+    """A sweep stopped as its first job began: Hydra made the job's folder, nothing ran. The
+    analysis's line says 0 jobs and names the folder apart, as the sweep's tally counts it missing."""
+    (tmp_path / "0_matmul_add_64_bf16_cold_eager" / ".hydra").mkdir(parents=True)
+    said: list[str] = []
+    analyse_folder(tmp_path, progress=said.append)
+    line = next(x for x in said if x.startswith("analysis: "))
+    assert line == (f"analysis: 0 jobs (1 job folder without a result: not run or not finished) -> "
+                    f"{tmp_path}/report.html")
+    hand_made_job(tmp_path, 1, jitter(100, 5))
+    said.clear()
+    analyse_folder(tmp_path, progress=said.append)
+    assert next(x for x in said if x.startswith("analysis: ")).startswith(
+        "analysis: 1 job (1 job folder without a result: not run or not finished) -> ")
