@@ -335,6 +335,11 @@ def sql_main(argv: list[str]) -> int:
         duckdb = duckdb_module()
         with Store(path, read_only=True) as store:
             try:
+                count = len(duckdb.extract_statements(args.query))
+                if count != 1:
+                    raise StoreError(f"give one query (SELECT ...); {args.query!r} holds {count} statements")
+                # the store's tables are in it: no statement reads or writes a file outside (COPY, read_csv)
+                store.con.execute("SET enable_external_access = false")
                 cursor = store.con.execute(args.query)
             except duckdb.Error as exc:
                 raise StoreError(f"the query failed: {exc}") from None

@@ -23,7 +23,7 @@ pytest.importorskip("duckdb")
 from analysis.history import changes  # noqa: E402
 from analysis.__main__ import main  # noqa: E402
 from analysis.history.engine import judge  # noqa: E402
-from tests.conftest import run_cli  # noqa: E402
+from tests.conftest import ROOT, run_cli  # noqa: E402
 from tests.conftest import hand_made_point, processes  # noqa: E402
 
 KEYS = {"workload": "matmul_add", "dtype": "bf16", "compile": False, "warmup": True, "train": False, "device": "cpu",
@@ -402,6 +402,15 @@ def test_sql_prints_a_table_or_csv_and_refuses_what_it_cannot_do(tmp_path, capsy
     assert out == "n\n2\n"
     code, _, err = sql(tmp_path / "none.duckdb", "SELECT 1", capsys=capsys)
     assert code == 2 and "no such store" in err and not (tmp_path / "none.duckdb").exists()
+    for query, said in (("", "holds 0 statements"), ("  ;", "holds 0 statements"),
+                        ("SELECT 1; SELECT 2", "holds 2 statements")):
+        code, out, err = sql(store, query, capsys=capsys)
+        assert code == 2 and out == "" and said in err, (query, err)
+    leak = tmp_path / "leak.csv"  # read-only means nothing outside the store either
+    code, _, err = sql(store, f"COPY sweeps TO '{leak}'", capsys=capsys)
+    assert code == 2 and not leak.exists() and "the query failed" in err
+    code, out, err = sql(store, f"SELECT * FROM read_csv_auto('{ROOT / 'pyproject.toml'}')", capsys=capsys)
+    assert code == 2 and out == "" and "the query failed" in err
 
 
 # --- the gate and the refusals ---------------------------------------------------------------------------
