@@ -67,7 +67,7 @@ def trace_summary(m: dict[str, Any]) -> str:
         f"   memsets: {m['memsets_total']}   occupancy queries: {m['occupancy_queries_total']}",
         f"dead window (first step, annotation -> first aten op): {_us(m['dead_window_us'])}",
         f"regime: {m['regime'] or 'not overhead-bound (compute vs memory needs the workload cost)'}",
-        *([f"malformed events (missing or negative duration, not summed): {m['malformed_events']}: "
+        *([f"malformed events (a duration no measurement has, not summed): {m['malformed_events']}: "
            + ", ".join(f"{n} ({c})" for n, c in list(m["malformed"].items())[:5])] if m.get("malformed_events") else []),
         "per step: median [min, max]",
     ]

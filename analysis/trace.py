@@ -16,8 +16,10 @@ Definitions (all times in µs):
   torch's own nesting rule, so `self_cpu_total_us` equals key_averages().table()'s footer.
 - device events: `kernel`, `gpu_memcpy`, `gpu_memset`, MTIA's `mtia_ccp_events`, and every
   event on a process or stream the trace labels as a device (any accelerator);
-  `self_device_total_us` is the sum of their durations. An event with a missing or negative
-  duration is malformed: counted and named (`malformed_events`), never summed. A device event
+  `self_device_total_us` is the sum of their durations. An event with a missing, negative or
+  non-finite duration, or one that starts among the recorded steps and runs on after the last of
+  them for longer than they all took, is malformed: counted and named (`malformed_events`), never
+  summed. A device event
   belongs to the step whose runtime call launched it (matched by `correlation`).
 - kernels: tensor cores read from the name (TENSOR_CORE_NAME, CUDA_CORE_NAME), and what CUPTI
   records in the kernel's args: estimated achieved occupancy (median over launches),
@@ -52,6 +54,7 @@ from profsweep.columns import FLAT_KEYS, PER_STEP_KEYS, PHASES  # noqa: F401  (r
 
 # Device-side events: these categories (CUDA and ROCm's, MTIA's), and every event of a process
 # or stream the trace labels as a device ("GPU 0", "MTIA 0", "stream 7"), whatever its category.
+LONGEST_US = 1e12  # 11.6 days: an event's duration (µs) at or past this is no measurement
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events"})
 DEVICE_LABEL = re.compile(r"\b(GPU|MTIA|XPU|HPU|NPU|TPU|accelerator|device)\b", re.IGNORECASE)
 STREAM_LABEL = re.compile(r"^\s*stream\s+\d+", re.IGNORECASE)
@@ -228,7 +231,7 @@ class Trace:
     windowed: bool  # the steps are ProfilerStep#N events
     phases: list[Window]  # the phase annotations (PHASES) on any thread, by start
     meta: dict[str, Any]  # the document without its events (deviceProperties, ...)
-    malformed: dict[str, int]  # name -> events with a missing or negative duration
+    malformed: dict[str, int]  # name -> events of a duration no measurement has (_read, _drop_overrunning)
     kernel_args: dict[str, dict[str, Any]]  # kernel name -> what CUPTI recorded of its launches
     memory: list[MemoryEvent] = field(default_factory=list)  # profile_memory=True's, in time order
     _step_starts: list[int] = field(init=False, repr=False)
@@ -392,7 +395,8 @@ def _malformed_events(path: Path) -> Iterator[None]:
     """An event with a field of the wrong type or missing is a TraceError that names the file."""
     try:
         yield
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # AttributeError: an event that is not an object
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        # AttributeError: an event that is not an object; OverflowError: a time of infinity
         if isinstance(exc, TraceError):
             raise
         raise TraceError(f"{path}: malformed events ({type(exc).__name__}: {exc})") from None
@@ -405,6 +409,7 @@ def parse_trace(paths: Path | Sequence[Path]) -> Trace:
     readers = [_EventBatches(p) for p in paths]
     with _malformed_events(paths[0]):
         read = _read(batch for reader in readers for batch in reader)
+        _drop_overrunning(read)
         if not read.device and not any(read.threads.values()):
             raise TraceError(f"{paths[0]}: no complete events (ph \"X\") in it: it recorded nothing to analyse")
         _move_device_threads(read.threads, read.labels, read.device)
@@ -425,6 +430,28 @@ def parse_trace(paths: Path | Sequence[Path]) -> Trace:
         trace = Trace(host, read.device, steps, windowed, phases, meta, malformed, read.kernel_args, read.memory)
         _place(trace)
     return trace
+
+
+def _drop_overrunning(read: _Read) -> None:
+    """An event that starts among the recorded steps (`ProfilerStep#N`) and ends later after the
+    last of them than all of them took, a duration no recording of these steps can hold (a
+    hand-edited or corrupted trace), is malformed: counted and named, never summed."""
+    steps = [(h.ts, h.ts + h.dur) for events in read.threads.values() for h in events
+             if h.name.startswith("ProfilerStep#")]
+    if not steps:
+        return
+    first, last = min(s for s, _ in steps), max(e for _, e in steps)
+    limit = last + (last - first)
+
+    def overruns(e: HostEvent | DeviceEvent) -> bool:
+        if first <= e.ts <= last and e.ts + e.dur > limit:
+            read.malformed[e.name] = read.malformed.get(e.name, 0) + 1
+            return True
+        return False
+
+    for key, events in read.threads.items():
+        read.threads[key] = [h for h in events if not overruns(h)]
+    read.device[:] = [d for d in read.device if not overruns(d)]
 
 
 class _Read(NamedTuple):
@@ -460,11 +487,11 @@ def _read(batches: Iterable[list[dict[str, Any]]]) -> _Read:
             if base is None:
                 base = int(float(e["ts"])) - 10**9
             dur = e.get("dur")
-            if dur is None or float(dur) < 0:
+            if dur is None or not 0 <= float(dur) < LONGEST_US:  # NaN, infinity, a duration no clock gives
                 name = str(e.get("name", ""))
                 malformed[name] = malformed.get(name, 0) + 1
                 continue
-            cat = e.get("cat")
+            cat = e.get("cat") or ""  # the format does not require one
             if cat in DEVICE_CATEGORIES:
                 args = e.get("args") or {}
                 name = e.get("name", "")

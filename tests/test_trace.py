@@ -381,6 +381,39 @@ def test_another_accelerators_device_events_are_device_time(tmp_path):
     assert flat(m)["malformed_names"] == "broken (2)"
 
 
+@pytest.mark.parametrize("odd", [
+    {"dur": 1e308}, {"dur": "1e400"}, {"dur": "nan"},  # no clock gives these (1e308: an OverflowError before)
+    {"dur": 1e9},  # 1000 s, starting inside a 0.4 ms step: ends 2.5 million steps' time after the last
+])
+def test_an_event_no_recording_can_hold_is_malformed_and_never_summed(tmp_path, odd):
+    """A reviewer set one aten::mm's duration to 1e9 µs inside a sweep's trace: the job was ok with
+    1000 s of overhead and 'ops 61% of the step'. Such an event is malformed, as a negative one is."""
+    path = tmp_path / "mtia.json"
+    _mtia_trace(path)
+    data = json.loads(path.read_text())
+    data["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::huge", "pid": 100, "tid": 1, "ts": 1250,
+                                **odd})
+    path.write_text(json.dumps(data))
+    m = analyse_trace(path)
+    assert m["malformed_events"] == 3 and m["malformed"] == {"broken": 2, "aten::huge": 1}
+    assert m["self_cpu_total_us"] == pytest.approx(400)  # as without it
+    done = subprocess.run([sys.executable, "-m", "analysis", "trace", str(path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "aten::huge (1)" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_an_event_running_on_past_its_step_within_the_recording_is_kept(tmp_path):
+    """A user's annotation opened in one step and closed in a later one (prof.step() between) is
+    no impossible event: it stays."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+               "ts": 1000 + 100 * i, "dur": 100} for i in range(4)]
+    events += [{"ph": "X", "cat": "user_annotation", "name": "epoch", "pid": 1, "tid": 1, "ts": 1150, "dur": 300},
+               {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1160, "dur": 10}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert analyse_trace(path)["malformed_events"] == 0
+
+
 def test_events_on_a_stream_labelled_as_a_device_are_device_events(tmp_path):
     events = [
         {"ph": "M", "name": "thread_name", "pid": 7, "tid": 2, "args": {"name": "stream 2 "}},
