@@ -253,6 +253,14 @@ def untrusted(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 
 def _add_job(tables: SweepTables, job_dir: Path) -> None:
+    try:
+        job_dir.name.encode("utf-8")
+    except UnicodeEncodeError:  # bytes the file system holds that are no text: no table can name it
+        shown = job_dir.name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        tables.jobs.append({"job": shown, "status": "failed", "trace_error": None,
+                            "record_error": f"{tables.folder / shown}: its name is not UTF-8 text: not read",
+                            "error": f"{METRICS_FILE} not read: its folder's name is not UTF-8 text"})
+        return
     out_of = next((p for p in (job_dir, job_dir / METRICS_FILE) if contract.leads_out(p, tables.folder)), None)
     if out_of is not None:
         tables.jobs.append({"job": job_dir.name, "status": "failed", "trace_error": None,

@@ -555,3 +555,22 @@ def test_a_job_folder_without_a_record_is_not_counted_as_a_job(tmp_path):
     analyse_folder(tmp_path, progress=said.append)
     assert next(x for x in said if x.startswith("analysis: ")).startswith(
         "analysis: 1 job (1 job folder without a result: not run or not finished) -> ")
+
+
+def test_a_job_folder_whose_name_is_not_utf8_is_named_and_left_out(tmp_path):
+    """Bytes that are no text in a folder's name made pyarrow raise UnicodeEncodeError with a
+    traceback, from the analysis and profsweep.load alike (helper-34)."""
+    import os
+
+    import profsweep
+
+    hand_made_job(tmp_path, 0, jitter(100, 5))
+    odd = tmp_path / os.fsdecode(b"7_bad\xff\xfename")
+    odd.mkdir()
+    (odd / "metrics.json").write_bytes((tmp_path / "0_matmul_add_8_bf16_cold_eager" / "metrics.json").read_bytes())
+    said = analyse_folder(tmp_path, progress=lambda line: None)
+    assert ("7_bad\\xff\\xfename", "failed: metrics.json not read: its folder's name is not UTF-8 text") in said
+    repeats = pd.read_csv(tmp_path / "repeats.csv")
+    assert repeats.set_index("job").loc["7_bad\\xff\\xfename", "status"] == "failed"
+    assert pd.read_csv(tmp_path / "summary.csv")["repeats"].tolist() == [1]  # the good job alone
+    assert len(profsweep.load(tmp_path).jobs) == 2
