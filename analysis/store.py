@@ -90,9 +90,10 @@ def summary_file(folder: Path) -> Path | None:
 
 def newer_records(folder: Path) -> tuple[list[tuple[str, int]], int]:
     """The job records of an analysed sweep written after its analysis (a job rerun or resumed, a
-    status changed, a record edited), as (job, mtime ns), and how many records it has; ([], n)
-    where none is newer, or the sweep is not analysed or cannot be read."""
-    from analysis.tables import job_folders
+    status changed, a record edited), as (job, mtime ns), and the jobs its analysis names whose
+    folders are gone since while others remain (removed: mtime 0); and how many records it has. ([], n) where none is
+    newer or gone, or the sweep is not analysed or cannot be read."""
+    from analysis.tables import job_folders, job_name
     from profsweep.contract import METRICS_FILE
 
     summary = summary_file(folder)
@@ -100,18 +101,44 @@ def newer_records(folder: Path) -> tuple[list[tuple[str, int]], int]:
         return [], 0
     try:
         written = summary.stat().st_mtime_ns
-        times = [(j.name, (j / METRICS_FILE).stat().st_mtime_ns) for j in job_folders(folder)
-                 if (j / METRICS_FILE).is_file()]
+        folders = job_folders(folder)
+        times = [(j.name, (j / METRICS_FILE).stat().st_mtime_ns) for j in folders if (j / METRICS_FILE).is_file()]
     except OSError:
         return [], 0
-    return [(name, ns) for name, ns in times if ns > written], len(times)
+    # jobs removed since, where some remain (with none left, the tables are what was kept: an archive)
+    present = {job_name(j) for j in folders}
+    gone = [(job, 0) for job in _analysed_jobs(folder) if job not in present] if folders else []
+    return [(name, ns) for name, ns in times if ns > written] + gone, len(times)
+
+
+def _analysed_jobs(folder: Path) -> list[str]:
+    """The jobs the sweep's analysis named (repeats.csv's `job` column; [] where it cannot be read)."""
+    import csv
+
+    try:
+        with open(folder / "repeats.csv", newline="", encoding="utf-8") as f:
+            return [row["job"] for row in csv.DictReader(f) if row.get("job")]
+    except (OSError, ValueError, KeyError, csv.Error):  # ValueError: not UTF-8
+        return []
 
 
 def older_than_records(folder: Path, newer: list[tuple[str, int]]) -> str:
-    """`FOLDER: its analysis is older than 2 job records (a, b: rerun or changed since, ...)`."""
-    return (f"{folder}: its analysis is older than {amount(len(newer), 'job record')} "
-            f"({', '.join(n for n, _ in newer[:3])}{', ...' if len(newer) > 3 else ''}: rerun or changed since, "
-            "or the folder copied without its times)")
+    """`FOLDER: its analysis is older than 2 job records (a, b: rerun or changed since, ...)`, or
+    names the jobs whose folders are gone since."""
+    changed = [n for n, ns in newer if ns]
+    gone = [n for n, ns in newer if not ns]
+
+    def some(names: list[str]) -> str:
+        return f"{', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
+
+    said = []
+    if changed:
+        said.append(f"its analysis is older than {amount(len(changed), 'job record')} ({some(changed)}: rerun or "
+                    "changed since, or the folder copied without its times)")
+    if gone:
+        said.append(f"{amount(len(gone), 'job')} its analysis names {'is' if len(gone) == 1 else 'are'} gone from "
+                    f"it ({some(gone)}: removed since)")
+    return f"{folder}: " + "; ".join(said)
 
 
 def _utc(text: Any) -> datetime.datetime | None:

@@ -252,11 +252,16 @@ def untrusted(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return row, bad
 
 
+def job_name(job_dir: Path) -> str:
+    """The job's name in the tables: its folder's, with bytes that are no UTF-8 text escaped (\\xff)."""
+    return job_dir.name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _add_job(tables: SweepTables, job_dir: Path) -> None:
     try:
         job_dir.name.encode("utf-8")
     except UnicodeEncodeError:  # bytes the file system holds that are no text: no table can name it
-        shown = job_dir.name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        shown = job_name(job_dir)
         tables.jobs.append({"job": shown, "status": "failed", "trace_error": None,
                             "record_error": f"{tables.folder / shown}: its name is not UTF-8 text: not read",
                             "error": f"{METRICS_FILE} not read: its folder's name is not UTF-8 text"})

@@ -88,6 +88,35 @@ def test_a_sweep_resumed_after_its_analysis_is_loaded_analysed_anew_and_served_w
     assert stale_report(folder) == ""
 
 
+def test_a_job_folder_removed_after_the_analysis_is_not_loaded_from_the_old_tables(tmp_path, capsys):
+    """helper-34: a job folder removed (rm -rf) after the analysis was still in profsweep.load's
+    jobs and in history's store. With every job folder gone the tables are all there is (a sweep
+    archived without its traces): they are read as they are."""
+    import shutil
+
+    from analysis.__main__ import main
+    from analysis.serve import stale_report
+    from tests.conftest import job
+
+    folder = tmp_path / "sweep"
+    for n, size in enumerate((64, 1024, 4096)):
+        job(folder, n, size=size, compile=False, step_us=400 * (n + 1), mm_us=200 * (n + 1), timed_us=100 * (n + 1))
+    assert len(profsweep.load(folder).jobs) == 3
+    shutil.rmtree(next(folder.glob("2_*")))
+    assert stale_report(folder).startswith(f"{folder}: 1 job its analysis names is gone from it (2_")
+    with pytest.warns(UserWarning, match="1 job its analysis names is gone from it"):
+        assert len(profsweep.load(folder, analyse=False).jobs) == 3
+    assert main(["history", str(folder), "--out", str(tmp_path / "h")]) == 0
+    assert "1 job its analysis names is gone from it" in capsys.readouterr().err
+    assert main(["sql", str(tmp_path / "h"), "SELECT count(*) AS n FROM repeats", "--csv"]) == 0
+    assert capsys.readouterr().out == "n\n2\n"
+    assert list(profsweep.load(folder).summary["size"]) == [64, 1024]  # analysed anew
+    assert stale_report(folder) == ""
+    for gone in folder.glob("[0-9]_*"):  # every job folder: the tables are what was kept (an archive)
+        shutil.rmtree(gone)
+    assert stale_report(folder) == "" and len(profsweep.load(folder).jobs) == 2
+
+
 def test_the_profsweep_command_lists_its_subcommands_and_runs_them(tmp_path):
     exe = [sys.executable, "-m", "profsweep.cli"]
     done = subprocess.run([*exe, "--help"], cwd=ROOT, capture_output=True, text=True)
