@@ -288,7 +288,16 @@ def history_main(argv: list[str]) -> int:
             again = f" ({store.reread} of them again: analysed since)" if store.reread else ""
             print(f"history: ingested {amount(new, 'new sweep')}{again}, {len(sweeps) - new} already in "
                   f"the store -> {store.path}")
-            found = history.load(store, [ids[s] for s in history.order(sweeps, args.order == "given")], args.ignore)
+            chosen = history.order(sweeps, args.order == "given")
+            copies = store.copies([ids[s] for s in chosen])
+            named = {ids[s]: s.folder for s in chosen}
+            for copy, original in copies.items():  # two of one sweep would confirm any change it shows
+                print(f"warning: {named[copy]} is a copy of {named[original]} (the same start and job start times): "
+                      "counted once", file=sys.stderr)
+            chosen = [s for s in chosen if ids[s] not in copies]
+            if len(sweeps) > 1 and len(chosen) == 1:
+                raise StoreError(f"the {len(sweeps)} sweeps given are copies of one: nothing to follow over time")
+            found = history.load(store, [ids[s] for s in chosen], args.ignore)
             broken = bool(found.sweeps and found.sweeps[-1].get("jobs_failed") and history.newest_missing(found))
             if len(sweeps) > 1 and not any(len(line.points) > 1 for line in found.lines) and not broken:
                 raise StoreError(f"these {len(sweeps)} sweeps have nothing in common: no grid point was measured in "

@@ -687,6 +687,25 @@ class Store:
 
     # --- reading -----------------------------------------------------------------------------------
 
+    def copies(self, ids: Sequence[int]) -> dict[int, int]:
+        """Each sweep of `ids` that is a copy of one before it in `ids` (the same start and the same
+        jobs' start times, to the millisecond: a folder copied, not a sweep run again) -> that one."""
+        if not ids or "started_at" not in self.columns("repeats"):
+            return {}
+        found = self.con.execute(
+            "SELECT s.sweep_id, CAST(s.started_at AS VARCHAR), string_agg(CAST(r.started_at AS VARCHAR), ',' "
+            "ORDER BY CAST(r.started_at AS VARCHAR)) FROM sweeps s LEFT JOIN repeats r USING (sweep_id) "
+            f"WHERE s.sweep_id IN ({', '.join(str(int(i)) for i in ids)}) GROUP BY ALL").fetchall()
+        prints = {sweep: (start, jobs) for sweep, start, jobs in found if jobs}  # no job's start: nothing to tell by
+        first: dict[tuple[str, str], int] = {}
+        out = {}
+        for sweep in ids:
+            if sweep in prints:
+                out_of = first.setdefault(prints[sweep], sweep)
+                if out_of != sweep:
+                    out[sweep] = out_of
+        return out
+
     def rows(self, query: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         cursor = self.con.execute(query, list(params))
         names = [d[0] for d in cursor.description]

@@ -1130,3 +1130,26 @@ def test_a_stop_while_the_page_is_drawn_leaves_no_old_page_beside_the_new_tables
     assert "run the same command again" in capsys.readouterr().err
     assert not (tmp_path / "h" / "history.html").exists()
     assert len(pd.read_csv(tmp_path / "h" / "trends.csv")["sweep"].unique()) == 5
+
+
+def test_a_copy_of_a_sweep_is_counted_once(tmp_path, capsys):
+    """helper-34: a sweep 1.5x slower, then a `cp -r` of it, made history confirm a regression
+    (two sweeps showed it) and fail the gate; a copy is no second measurement."""
+    import shutil
+
+    rng = np.random.default_rng(3)
+    root = tmp_path / "n"
+    for day, level in ((1, 100.0), (2, 100.0), (3, 150.0)):
+        folder = write_sweep(root / f"s0{day}", day, {8: noisy(level, rng, within=0.02)})
+        repeats = pd.read_csv(folder / "repeats.csv")
+        repeats["started_at"] = [f"2026-12-0{day}T02:00:0{r}.123+00:00" for r in range(len(repeats))]
+        repeats.to_csv(folder / "repeats.csv", index=False)
+    shutil.copytree(root / "s03", root / "s04")
+    code, out, err = history(*(root / f"s0{d}" for d in (1, 2, 3, 4)), "--order", "given", "--fail-on-change", "1.1",
+                             "--out", tmp_path / "h", capsys=capsys)
+    assert f"warning: {root / 's04'} is a copy of {root / 's03'} (the same start and job start times): counted once" in err
+    assert code == 0 and "history: 3 sweeps" in out
+    changes = pd.read_csv(tmp_path / "h" / "regressions.csv")
+    assert "regression" not in set(changes["status"])  # one sweep shows the step: not confirmed
+    code, _, err = history(root / "s03", root / "s04", "--out", tmp_path / "h2", capsys=capsys)
+    assert code == 2 and "the 2 sweeps given are copies of one" in err
