@@ -342,8 +342,12 @@ def refuse_loose_flags(axes: list[Axis] | None) -> None:
 
 def refuse_repeated_values(axes: list[Axis] | None) -> None:
     """A value given twice in one swept key (size=16,16) would be two grid points of one
-    configuration, each job `repeat` 1 of them: refused, with the setting that repeats."""
+    configuration, each job `repeat` 1 of them: refused, with the setting that repeats. A swept key
+    of no value (size=range(5,5)) would be a sweep of nothing: refused too."""
     for axis in axes or []:
+        if not axis.strings:
+            refuse(f"{axis.override.input_line or axis.key} gives {axis.key} no value: a sweep of no grid point; "
+                   f"give at least one value (e.g. {axis.key}=64,1024 or range(64,1025,64))")
         seen: set[str] = set()
         for string in axis.strings:
             if string in seen:

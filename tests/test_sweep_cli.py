@@ -274,6 +274,15 @@ def test_a_value_given_twice_in_a_swept_key_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_swept_key_of_no_value_is_refused(tmp_path):
+    """size=range(5,5) started a sweep of 0 jobs with an IndexError warning from the callback, exited 0
+    and left an empty report (helper-34)."""
+    done = run_cli("-m", "size=range(5,5)", f"hydra.sweep.dir={tmp_path / 'out'}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: size=range(5,5) gives size no value: a sweep of no grid point" in done.stderr
+    assert "Traceback" not in done.stderr and "IndexError" not in done.stderr and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("multirun", [True, False], ids=["sweep", "single"])
 def test_an_empty_output_folder_is_refused_not_taken_as_the_current_one(tmp_path, multirun):
     """`hydra.sweep.dir=""` is Path("") once made a path: "." (a reviewer's sweep wrote 18 files into
