@@ -7,8 +7,9 @@ training step in three phases.
                record_function("optimizer"): optimizer.step(); optimizer.zero_grad()
 
 A training step needs parameters: those of the modules the callable runs (`modules_of`: an
-nn.Module itself, or the modules a lambda, a functools.partial or a bound method closes over),
-or, for a plain function (matmul_add), its floating-point tensor inputs, which then require
+nn.Module itself, or the modules a lambda, a functools.partial or a bound method closes over,
+and the nn.Parameters such a function closes over outside any module), or, for a plain
+function that holds none (matmul_add), its floating-point tensor inputs, which then require
 gradients and are what the optimizer updates (documented in docs/own-model.md). Imported by the job
 only: it imports torch.
 """
@@ -158,13 +159,20 @@ def modules_of(fn: Any) -> list[nn.Module]:
     a module; else, recursively (REACH_DEPTH levels, REACH_WIDTH items a container), the modules in
     a function's closure cells, default arguments and the globals its code names, a
     functools.partial's func, args and keywords, a bound method's `__self__` and function, and
-    the attributes of a callable object. Each module once, in the order found."""
+    the attributes of a callable object. Each module once, in the order found. Parameters found
+    the same way outside any of those modules (a function closing over nn.Parameter weights) come
+    last as one nn.ParameterList of them, the very tensors: the step trains them and counts their
+    bytes, as a module's."""
     found: dict[int, nn.Module] = {}
+    loose: dict[int, torch.Tensor] = {}
     seen: set[int] = set()
 
     def visit(obj: Any, depth: int) -> None:
         if isinstance(obj, nn.Module):
             found.setdefault(id(obj), obj)
+            return
+        if isinstance(obj, nn.Parameter):
+            loose.setdefault(id(obj), obj)
             return
         if depth >= REACH_DEPTH or isinstance(obj, _LEAVES) or id(obj) in seen:
             return
@@ -173,7 +181,12 @@ def modules_of(fn: Any) -> list[nn.Module]:
             visit(inner, depth + 1)
 
     visit(fn, 0)
-    return list(found.values())
+    modules = list(found.values())
+    owned = {id(t) for m in modules for t in m.parameters()}
+    free = [t for i, t in loose.items() if i not in owned]
+    if free:
+        modules.append(nn.ParameterList(free))  # registers each Parameter itself, not a copy
+    return modules
 
 
 def _reachable(obj: Any) -> list[Any]:

@@ -128,7 +128,10 @@ def test_modules_are_found_in_closures_partials_bound_methods_and_callable_objec
     assert modules_of(m) == [m]
     assert modules_of(lambda x: m(x)) == [m]
     assert modules_of(lambda x, model=m: model(x)) == [m]  # a default argument
-    assert modules_of(functools.partial(F.linear, weight=m.weight)) == []  # a bare tensor is no module
+    # a bare Parameter is no module: it comes as one nn.ParameterList holding it (trained, counted)
+    loose = modules_of(functools.partial(F.linear, weight=m.weight))
+    assert [type(x).__name__ for x in loose] == ["ParameterList"] and list(loose[0].parameters())[0] is m.weight
+    assert modules_of(functools.partial(F.linear, weight=m.weight.detach())) == []  # a plain tensor: none
     assert modules_of(functools.partial(lambda a, b, x: b(a(x)), m, other)) == [m, other]
     assert modules_of(m.forward) == [m]  # a bound method's __self__
     assert modules_of(Runner(m)) == [m]

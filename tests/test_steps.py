@@ -89,3 +89,32 @@ def test_parameters_behind_reentrant_checkpointing_are_reached():
     step = make_step(Workload(model, (torch.randn(4, 8, requires_grad=True),)), train=True, optimizer="sgd",
                      name="checkpointed")
     assert step.unreached() == 0 and all(p.grad is None for p in model.parameters())
+
+
+def test_a_function_closing_over_parameters_trains_them_not_its_input():
+    """helper-33: `lambda x: relu(x @ w1) @ w2` over two nn.Parameters trained the input x (as for
+    a function without parameters), left w1 and w2 alone with their .grad growing every step, and
+    counted bytes without the weights."""
+    from experiments.steps import modules_of
+
+    torch.manual_seed(0)
+    w1, w2 = nn.Parameter(torch.randn(8, 32) * 0.1), nn.Parameter(torch.randn(32, 8) * 0.1)
+    leaf = nn.Parameter(torch.randn(8))
+    frozen = torch.randn(8)  # a plain tensor: held, not trained
+
+    def fn(x):
+        return torch.relu(x @ w1) @ w2 + leaf + frozen
+
+    x = torch.randn(4, 8)
+    held = modules_of(fn)
+    assert len(held) == 1 and [id(p) for p in held[0].parameters()] == [id(w1), id(w2), id(leaf)]
+    step = make_step(Workload(fn, (x,)), train=True, optimizer="sgd", name="fn")
+    assert [id(p) for p in step.parameters] == [id(w1), id(w2), id(leaf)]
+    before, x_before = [p.detach().clone() for p in (w1, w2, leaf)], x.clone()
+    for _ in range(2):
+        step.call()
+        assert all(p.grad is None for p in (w1, w2, leaf))  # zeroed every step, not accumulated
+    assert all(not torch.equal(b, p.detach()) for b, p in zip(before, (w1, w2, leaf)))
+    assert torch.equal(x, x_before) and not x.requires_grad
+    linear = nn.Linear(8, 8)  # a module's own parameters are the module's, not loose ones
+    assert modules_of(lambda x: linear(x) @ linear.weight) == [linear]
