@@ -54,6 +54,14 @@ PEAKS: tuple[tuple[str, Peak], ...] = (
 )
 
 
+def ran_dtype(row: dict[str, Any]) -> Any:
+    """The dtype a grid point's step ran in (`ran_dtype`: the most bytes of its parameters and
+    inputs, which a factory that ignores `dtype` decides), else the grid's: the ceiling it is held
+    against is that dtype's (an fp32 model swept at dtype=bf16 is no fraction of the bf16 peak)."""
+    ran = row.get("ran_dtype")
+    return ran if isinstance(ran, str) and ran and ran == ran else row.get("dtype")
+
+
 def peak_for(device_name: str | None) -> Peak | None:
     if not device_name:
         return None
@@ -108,7 +116,7 @@ class Ceilings:
         peak = peak_for(row.get("device_name")) if row.get("platform") not in (None, "cpu") else None
         if peak is None:
             return None, None, None
-        dtype = row.get("dtype")
+        dtype = ran_dtype(row)
         return (peak.flops_per_s(dtype) if dtype in ("bf16", "fp16", "fp32") else None), peak.bytes_per_s, DATASHEET
 
     def ridge(self, row: dict[str, Any]) -> tuple[float, float, float] | None:
@@ -137,6 +145,6 @@ class Ceilings:
         name = row.get("device_name")
         for c in self.measured:
             same = c.threads == threads if device == "cpu" else (not c.device_name or not name or c.device_name == name)
-            if c.device == device and c.dtype == row.get("dtype") and same:
+            if c.device == device and c.dtype == ran_dtype(row) and same:
                 return c
         return None

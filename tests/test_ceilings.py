@@ -38,9 +38,15 @@ def test_a_point_is_held_against_the_ceiling_of_its_device_dtype_and_threads():
     assert have.peak({"platform": "cpu", "dtype": "bf16", "torch_threads": 1})[0] == 110e9
     assert have.peak({"platform": "cpu", "dtype": "fp32", "torch_threads": 2})[0] == 90e9
     assert have.peak({"platform": "cpu", "dtype": "fp16", "torch_threads": 2}) == (None, None, None)
+    # the dtype the step ran in (a factory that ignores dtype: helper-33's fp32 model swept at bf16
+    # read "13% of the bf16 peak"), where the job recorded one
+    assert have.peak({"platform": "cpu", "dtype": "bf16", "ran_dtype": "fp32", "torch_threads": 2})[0] == 90e9
+    assert have.peak({"platform": "cpu", "dtype": "bf16", "ran_dtype": "float64", "torch_threads": 2})[0] is None
+    assert have.peak({"platform": "cpu", "dtype": "bf16", "ran_dtype": None, "torch_threads": 2})[0] == 200e9
     # a GPU without a measured ceiling: its datasheet's, said as such; off: none at all
     h100 = {"platform": "cuda", "dtype": "bf16", "device_name": "NVIDIA H100 80GB HBM3"}
     assert have.peak(h100) == (989e12, 3350e9, DATASHEET)
+    assert have.peak({**h100, "ran_dtype": "fp32"})[0] == 67e12
     assert Ceilings.of(environment(CPU_BF16, mode="off")).peak({"platform": "cpu", "dtype": "bf16",
                                                                 "torch_threads": 2}) == (None, None, None)
 
