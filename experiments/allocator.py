@@ -14,8 +14,10 @@ and MALLOC_TRIM_THRESHOLD_ in the environment reach too; either one also stops t
 threshold), set by the job before anything is measured and before its twin is forked, so the twin
 and a forked job's own process are held alike:
 
-- `steady` (32 MiB, 64 MiB): where glibc's dynamic thresholds end up in a long-running plain
-  process, held from the first step. Blocks below 32 MiB come from the heap and stay there when
+- `steady` (32 MiB, 64 MiB): where glibc's dynamic thresholds end up in a plain process once it
+  has freed a block of 32 MiB or more, held from the first step. A process whose blocks stay
+  smaller keeps lower thresholds and may fault a step's memory in every step: a small CNN took
+  2.14-2.34 ms at 681-960 faults a step in a plain script, 1.40-1.49 ms held (docs/numbers.md). Blocks below 32 MiB come from the heap and stay there when
   freed, in every process; blocks of 32 MiB or more are mapped and faulted in on every step, as
   in every plain process (glibc never raises its threshold past them). matmul_add 4096 bf16 (two
   32 MiB buffers a step): 64-71 ms at 16,386 faults a step, as a plain process timed by
