@@ -66,6 +66,12 @@ class Counting(nn.Module):
         return self.lin(x) * self.calls
 
 
+def make_opaque(*, size, dtype, device):
+    """A GRU, whose step Dynamo skips whole: compile=true compiles nothing."""
+    module = nn.GRU(8, 8, batch_first=True).to(device=device, dtype=dtype)
+    return module, (torch.randn(2, size, 8, device=device, dtype=dtype),)
+
+
 def make_counting(*, size, dtype, device, precompiled: bool = False):
     torch._dynamo.config.recompile_limit = 3  # a user's setting: fewer compilations before it gives up
     module = Counting(16).to(device=device, dtype=dtype)
@@ -261,3 +267,17 @@ def test_a_step_compiled_again_while_measured_is_said_and_noisy(user_code, tmp_p
     assert done.returncode == 0, done.stdout + done.stderr
     record = read_metrics(job_dirs(eager)[0])
     assert any("torch.compile ran inside the workload" in w for w in record["warnings"]), record["warnings"]
+
+
+@pytest.mark.slow
+def test_a_compiled_job_that_compiled_nothing_says_so(user_code, tmp_path):
+    """helper-33: a GRU compiled nothing (Dynamo made no graph) and the report concluded 'compile
+    against eager: no clear difference' without a word."""
+    sweep = tmp_path / "s"
+    done = run_cli("-m", "workload=custom", "workload._target_=mybench.blocks:make_opaque", "size=8", "compile=true",
+                   "run.repeats=1", f"hydra.sweep.dir={sweep}", env={"PYTHONPATH": str(user_code)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = read_metrics(job_dirs(sweep)[0])
+    assert record["status"] == "ok"
+    assert any(w.startswith("torch.compile compiled nothing: Dynamo made no graph") for w in record["warnings"])
+    assert "torch.compile compiled nothing" in done.stdout  # the conclusions' warnings line
