@@ -334,3 +334,22 @@ def test_the_ceiling_a_point_at_the_ridge_is_held_against_is_both():
     assert ("reaches 36% of this machine's measured bf16 matmul peak (3.2 TFLOP/s, measured 2026-12-06) and 37% of "
             "this machine's measured memory bandwidth") in both.text, both.text
     assert "at the roofline's ridge" in both.text
+
+
+def test_a_point_above_its_ceiling_names_what_may_overstate_it_and_the_dtype_it_ran_in():
+    """helper-33: an embedding's table counted as read whole gave '755% of the memory bandwidth:
+    it was measured low (a busy machine?)'; an fp32 model swept at dtype=bf16 was held against the
+    bf16 peak."""
+    from analysis.report.conclusions import _ceilings
+
+    row = {"status": "ok", "workload": "custom", "dtype": "bf16", "ran_dtype": "fp32", "compile": False,
+           "warmup": False, "size": 32, "regime": "memory-bound", "achieved_flops_frac": 0.01,
+           "achieved_bandwidth_frac": 7.55, "peak_flops_per_s": 2.2e11, "peak_bytes_per_s": 2.4e10,
+           "peak_source": "measured 2026-12-06"}
+    [said] = _ceilings([GridPoint(row)])
+    assert "reaches 755% of this machine's measured memory bandwidth" in said.text
+    assert ("Above the ceiling: bytes_per_call counts every input, parameter and output as moved once, more than a "
+            "step moves that reads part of them (an embedding's rows, a gather), or the ceiling was measured low") \
+        in said.text, said.text
+    [flops] = _ceilings([GridPoint({**row, "regime": "compute-bound", "achieved_flops_frac": 1.3})])
+    assert "130% of this machine's measured fp32 matmul peak" in flops.text and "bytes_per_call" not in flops.text

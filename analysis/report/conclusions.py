@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from analysis import points as grid_points
+from analysis.peaks import ran_dtype
 from profsweep.fit import CROSSOVER_SPAN
 from analysis.tables import FITTED
 from analysis.top_ops import on_gpu as _on_gpu
@@ -532,15 +533,19 @@ def _ceilings(points: list[dict[str, Any]]) -> list[Conclusion]:
         when = f", measured {source.split(' ', 1)[1]}" if source.startswith("measured ") else ""
         held = {"achieved_bandwidth_frac": f"{whose} memory bandwidth ({rate(stats.number(r.get('peak_bytes_per_s')), 'B/s')}"
                                            f"{when})",
-                "achieved_flops_frac": f"{whose} {r.get('dtype')} matmul peak "
+                "achieved_flops_frac": f"{whose} {ran_dtype(r)} matmul peak "
                                        f"({rate(stats.number(r.get('peak_flops_per_s')), 'FLOP/s')}{when})"}
         keys = (["achieved_flops_frac", "achieved_bandwidth_frac"] if at_ridge
                 else ["achieved_bandwidth_frac" if memory else "achieved_flops_frac"])
         percent = lambda v: f"{v * 100:.0f}%"  # noqa: E731
         reached = " and ".join(f"{percent(r[k])}{interval(r, k, percent)} of {held[k]}" for k in keys)
         ridge = " (its intensity is at the roofline's ridge: either ceiling may be the one it meets)" if at_ridge else ""
-        above = (" Above the ceiling: it was measured low (a busy machine?); measure it again with python -m "
-                 "analysis calibrate" if any(stats.number(r[k]) > ABOVE_CEILING for k in keys) else "")
+        over = [k for k in keys if stats.number(r[k]) > ABOVE_CEILING]
+        counted = ("bytes_per_call counts every input, parameter and output as moved once, more than a step moves "
+                   "that reads part of them (an embedding's rows, a gather), or " if "achieved_bandwidth_frac" in over
+                   else "")
+        above = (f" Above the ceiling: {counted}the ceiling was measured low (a busy machine?): python -m analysis "
+                 "calibrate measures it again" if over else "")
         out.append(Conclusion("ceilings", f"{series_name(r)} at {r['size']} reaches {reached}{ridge}.{above}",
                               "plot-roofline"))
     return out
