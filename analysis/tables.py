@@ -282,6 +282,8 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
                             "error": f"no {METRICS_FILE}: the job was not run or did not finish"})
         return
     try:
+        if not (job_dir / METRICS_FILE).is_file():  # a pipe or a device would block or never end
+            raise ValueError("not a regular file")
         record = json.loads((job_dir / METRICS_FILE).read_text(encoding="utf-8"))
         if not isinstance(record, dict):
             raise ValueError("not a JSON object")

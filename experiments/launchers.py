@@ -244,9 +244,17 @@ def finished_record(config: JobConfig, job_dir: Path) -> dict[str, Any] | None:
     un-profiled timing failed (its twin killed, say) is not: a resume redoes it."""
     record = read_record(job_dir)
     if (record and record.get("status") == "ok" and record.get("config_hash") == records.config_hash(config)
-            and record.get("finished_at") and not record.get("timed_error")):
+            and record.get("finished_at") and not record.get("timed_error") and _measured(record, config)):
         return record
     return None
+
+
+def _measured(record: dict[str, Any], config: JobConfig) -> bool:
+    """Whether an ok record says what this job measures (its grid point's settings) and holds an
+    un-profiled step that is a time: one edited or damaged since is no result to keep on resume."""
+    timed = record.get("timed_us_per_step")
+    same = all(record.get(key) == getattr(config, key) for key in ("size", "dtype", "compile", "warmup", "train"))
+    return same and isinstance(timed, (int, float)) and not isinstance(timed, bool) and 0 < timed < float("inf")
 
 
 def unfinished_record(config: JobConfig, job_dir: Path) -> None:
@@ -263,6 +271,8 @@ def read_record(job_dir: Path) -> dict[str, Any] | None:
     """The job's metrics.json, or None where it is missing, unreadable, not a JSON object, or the
     sweep's own from before the job started (unfinished_record)."""
     try:
+        if not (job_dir / records.METRICS_FILE).is_file():  # missing; or a pipe, which would block
+            return None
         found = json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None

@@ -111,3 +111,27 @@ def test_scratch_folders_a_killed_process_left_are_cleared(tmp_path, monkeypatch
     stale.append(old)  # untouched for a week: no job's
     point.clear_stale_scratch()
     assert not any(f.exists() for f in stale) and live.exists() and recent.exists()
+
+
+def test_resume_keeps_only_an_ok_record_that_says_what_its_job_measures(tmp_path):
+    """helper-34: a record edited to size="abc", timed_us_per_step NaN was skipped as 'already ok'
+    on resume, the sweep said 4 ok and exited 0 while its analysis named the job failed."""
+    from experiments import records
+    from experiments.launchers import finished_record
+
+    config = JobConfig(device="cpu", size=16)
+    record = {**records.base_record(config, tmp_path), "status": "ok", "config_hash": records.config_hash(config),
+              "finished_at": records.now_iso(), "timed_us_per_step": 12.5}
+    path = tmp_path / records.METRICS_FILE
+
+    def kept(**edit) -> bool:
+        path.write_text(json.dumps({**record, **edit}))
+        return finished_record(config, tmp_path) is not None
+
+    assert kept()
+    for edit in ({"size": "abc"}, {"size": 32}, {"compile": True}, {"timed_us_per_step": float("nan")},
+                 {"timed_us_per_step": -1.0}, {"timed_us_per_step": "12"}, {"timed_us_per_step": None}):
+        assert not kept(**edit), edit
+    path.unlink()
+    os.mkfifo(path)  # a pipe where the record was: read, it would block the sweep for ever
+    assert finished_record(config, tmp_path) is None
