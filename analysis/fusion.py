@@ -31,7 +31,8 @@ word stays in `unmatched`.
 
 Times per step are medians over the repeats: on the CPU an op's (and a C++ kernel's) self host
 time per step, on a GPU the device time per step of the op's kernels and of the Triton kernel.
-Several kernels can cover one eager op (a `mul` in two of them): each row counts it.
+Several kernels can cover one eager op (a `mul` in two of them, a forward and a backward kernel
+both named after `sum`): each row counts all of its time, and `eager_ops_shared` names such ops.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from profsweep.contract import GridPoint, flag
 # products, convolutions, attention, recurrent layers (by a word of their name).
 LIBRARY = re.compile(r"(^|_|::)(conv|convolution|mm|addmm|bmm|baddbmm|linear|matmul|attention|rnn|lstm|gru)(\d?d)?(_|$)")
 FUSION_COLUMNS = ["point", "size", "compiled_job", "eager_job", "kernel", "eager_ops", "eager_us_per_step",
-                  "compiled_us_per_step", "unmatched", "matched_by"]
+                  "compiled_us_per_step", "unmatched", "matched_by", "eager_ops_shared"]
 # graph_0_cpp_fused_gelu_mul_split_0, cpp_fused__softmax_1, triton_poi_fused_add_cos_sin_0, triton_red_fused_sum_2,
 # and older Triton's names with the signature after the number: triton_poi_fused_add_0d1d2de
 GENERATED = re.compile(r"(?:^|_)(?:cpp|triton)_(?:[a-z]+_)?fused_(?P<ops>.+?)_\d+[a-z0-9]*$")
@@ -173,7 +174,8 @@ def fusion_rows(points: list[GridPoint], ops: dict[str, list[dict[str, Any]]], k
     `provenance`: job -> kernel -> its source nodes (kernel_sources), where the jobs read it."""
     provenance = provenance or {}
     eager_of = _eager_partners(points)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    first = 0  # the first row of the grid point at hand
     for point in points:
         if not point.usable or not flag(point.get("compile")):
             continue
@@ -215,7 +217,19 @@ def fusion_rows(points: list[GridPoint], ops: dict[str, list[dict[str, Any]]], k
                 "eager_ops": "; ".join(covered), "eager_us_per_step": sum(spent) if eager is not None else None,
                 "compiled_us_per_step": compiled_us, "unmatched": " ".join(unmatched) or None, "matched_by": how,
             })
+        _shared(rows[first:])
+        first = len(rows)
     return rows
+
+
+def _shared(rows: list[dict[str, Any]]) -> None:
+    """`eager_ops_shared` of one grid point's rows: the ops of a row that another kernel of the point
+    covers too (a forward and a backward kernel both named after `sum`), whose eager time per step
+    (every call of the op) is in each such row: not the row's own."""
+    ops = [[o for o in str(r["eager_ops"] or "").split("; ") if o] for r in rows]
+    for i, r in enumerate(rows):
+        others = {o for j, theirs in enumerate(ops) if j != i for o in theirs}
+        r["eager_ops_shared"] = "; ".join(o for o in ops[i] if o in others) or None
 
 
 def _joined(words: list[str]) -> list[str]:

@@ -259,3 +259,30 @@ def test_the_geglu_mlp_compiled_on_the_cpu_fuses_gelu_and_mul(sweep_dir):
     # the times said are the ops' and the kernel's, not the step's (which compile may make slower)
     assert re.search(r"compile fused .*: those ops took [\d.]+ .?s a profiled step eager, the kernel [\d.]+ .?s "
                      "compiled", done.stdout), done.stdout
+
+
+def test_an_eager_op_two_kernels_cover_is_said_shared_and_the_conclusion_prefers_one_of_its_own():
+    """helper-33: a training step's aten::sum (every call, forward and backward) was given whole to
+    `fused_sum_threshold_backward_1` and to `fused_sum_0`, and the conclusion read it as one kernel's."""
+    from analysis.report.conclusions import _fused
+
+    common = {"status": "ok", "trace_error": None, "platform": "cpu", "size": 64, "workload": "mlp",
+              "dtype": "bf16", "warmup": False, "train": True, "device": "cpu"}
+    eager = GridPoint(common, compile=False, jobs="e1")
+    compiled = GridPoint(common, compile=True, jobs="c1")
+    table = {"e1": [{"name": "aten::sum", "self_host_us_step_median": 42.0},
+                    {"name": "aten::threshold_backward", "self_host_us_step_median": 100.0},
+                    {"name": "aten::gelu", "self_host_us_step_median": 30.0},
+                    {"name": "aten::mul", "self_host_us_step_median": 10.0}],
+             "c1": [{"name": "graph_0_cpp_fused_sum_threshold_backward_1", "self_host_us_step_median": 13.5},
+                    {"name": "graph_0_cpp_fused_sum_0", "self_host_us_step_median": 5.0},
+                    {"name": "graph_0_cpp_fused_gelu_mul_2", "self_host_us_step_median": 8.0}]}
+    rows = {r["kernel"]: r for r in fusion_rows([eager, compiled], table, [])}
+    assert rows["graph_0_cpp_fused_sum_threshold_backward_1"]["eager_ops_shared"] == "aten::sum"
+    assert rows["graph_0_cpp_fused_sum_0"]["eager_ops_shared"] == "aten::sum"
+    assert rows["graph_0_cpp_fused_gelu_mul_2"]["eager_ops_shared"] is None
+    [said] = _fused(list(rows.values()))
+    assert "(graph_0_cpp_fused_gelu_mul_2)" in said.text and "those ops took 40 µs" in said.text, said.text
+    del rows["graph_0_cpp_fused_gelu_mul_2"]  # only kernels whose ops are shared: the one it names says so
+    [said] = _fused(list(rows.values()))
+    assert "aten::sum also covered by another kernel: every call's time, not this kernel's alone" in said.text

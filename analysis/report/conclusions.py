@@ -427,16 +427,26 @@ def _fused(fusion: list[dict[str, Any]], points: Sequence[dict[str, Any]] = ()) 
         rows = [r for r in fusion if r["point"] == top["point"] and str(r["eager_ops"] or "").count("aten::") > 1]
         if not rows:
             continue
-        r = max(rows, key=lambda row: (str(row["eager_ops"]).count("aten::"), stats.number(row["compiled_us_per_step"]) or 0))
+        # a kernel whose ops no other kernel covers first: its eager time is then its own
+        r = max(rows, key=lambda row: (not _text(row.get("eager_ops_shared")), str(row["eager_ops"]).count("aten::"),
+                                       stats.number(row["compiled_us_per_step"]) or 0))
         ops = [o for o in str(r["eager_ops"]).split("; ") if o]
         eager, compiled = stats.number(r["eager_us_per_step"]), stats.number(r["compiled_us_per_step"])
-        took = (f": those ops took {us(eager)} a profiled step eager, the kernel {us(compiled)} compiled"
+        shared = _text(r.get("eager_ops_shared"))
+        took = (f": those ops took {us(eager)} a profiled step eager"
+                + (f" ({shared.replace('; ', ', ')} also covered by another kernel: every call's time, not this "
+                   "kernel's alone)" if shared else "") + f", the kernel {us(compiled)} compiled"
                 if eager is not None else "")
         if {str(r.get("compiled_job")), str(r.get("eager_job"))} & noisy:
             took += " (noisy)"
         out.append(Conclusion("compile", f"compile fused {_sizes(ops)} into one kernel ({short_name(str(r['kernel']))}) "
                               f"in {series} at {r['size']}{took}.", "fusion"))
     return out
+
+
+def _text(value: Any) -> str:
+    """A table's text cell: '' for none (NaN as pandas reads an empty cell back)."""
+    return value if isinstance(value, str) else ""
 
 
 def _cold_warm(points: list[dict[str, Any]]) -> list[Conclusion]:
