@@ -445,6 +445,17 @@ KIND_WORDS = (  # how the sweep's last line names each kind of noise, by the sta
 )
 
 
+def reasons(text: str) -> list[str]:
+    """A noise_reason's reasons: split at each `; ` outside parentheses (a reason may hold one)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text.startswith("; ", i):
+            out.append(text[start:i])
+            start = i + 2
+    return [r for r in (*out, text[start:]) if r]
+
+
 def noise_lines(rows: list[GridPoint]) -> list[str]:
     """The sweep's last word on noise: how many points are noisy, for what reasons (each with how
     many points and the worst or only one), what to do."""
@@ -454,7 +465,7 @@ def noise_lines(rows: list[GridPoint]) -> list[str]:
     if noisy:
         kinds: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         for r in noisy:
-            for reason in str(r.get("noise_reason") or "").split("; "):
+            for reason in reasons(str(r.get("noise_reason") or "")):
                 kind = next((words for start, words in KIND_WORDS if reason.startswith(start)), reason)
                 if not any(point is r for _, point in kinds.get(kind, [])):  # a kind counts points, once each
                     kinds.setdefault(kind, []).append((reason, r))
@@ -471,7 +482,7 @@ def noise_lines(rows: list[GridPoint]) -> list[str]:
         planned = "auto" if "auto" in said else f"{most:g}" if most >= 2 else None
         lines.append("one process per grid point: intervals cover its steps only, not the variation between processes "
                      + (f"(run.repeats={planned} was planned: rerun the same command into the same folder to finish)"
-                        if planned else "(a sweep, -m, with run.repeats=3 or more for that)"))
+                        if planned else "(run.repeats=3 or more, in a sweep with -m, for that)"))
     auto = [r for r in measured if r.get("repeats_planned") == "auto"]
     unmet = [r for r in auto if (stats.number(r.get("interval_width")) or 0) > (stats.number(r.get("precision")) or 1)]
     if unmet:

@@ -362,7 +362,7 @@ def test_profiled_steps_far_slower_than_the_unprofiled_step_are_noise():
 
 def test_one_process_per_grid_point_says_whether_more_were_planned():
     one = points_of([_job("0", "h", 1, [100.0] * 5, repeats_planned=1)])
-    assert grid_points.noise_lines(one)[-1].endswith("(a sweep, -m, with run.repeats=3 or more for that)")
+    assert grid_points.noise_lines(one)[-1].endswith("(run.repeats=3 or more, in a sweep with -m, for that)")
     # a sweep of run.repeats=2 stopped after its first round: finishing it is the remedy, not 3
     stopped = points_of([_job("0", "h", 1, [100.0] * 5, repeats_planned=2)])
     assert grid_points.noise_lines(stopped)[-1].endswith(
@@ -481,3 +481,12 @@ def test_threads_reach_the_job_and_a_swept_repeats_is_refused(tmp_path):
     refused = run_cli("-m", "size=8", "run.repeats=2,3", f"hydra.sweep.dir={tmp_path / 'no'}", repeats=None)
     assert refused.returncode == 2 and "run.repeats=2,3 is not allowed" in refused.stderr
     assert not (tmp_path / "no").exists()
+
+
+def test_a_noise_reason_with_a_semicolon_inside_parentheses_is_one_reason():
+    """helper-33's terminal line cut a reason apart inside its parentheses: 'over 64 MiB on another
+    thread (2 points); another allocator's)) (2 points)'."""
+    text = "faults apart (12 against 900 a step; the allocator's two ways (steady or system)); load (1.2 CPUs)"
+    assert grid_points.reasons(text) == ["faults apart (12 against 900 a step; the allocator's two ways (steady or "
+                                         "system))", "load (1.2 CPUs)"]
+    assert grid_points.reasons("") == [] and grid_points.reasons("one") == ["one"]

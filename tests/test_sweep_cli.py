@@ -185,7 +185,7 @@ def test_single_run_in_process(tmp_path):
     assert (out / "summary.csv").read_text().count("\n") == 2  # header and the one job
     # a single run plans one process: no advice to rerun it "to finish" three that never come
     assert m["repeats_planned"] == 1 and "was planned" not in done.stdout, done.stdout
-    assert "(a sweep, -m, with run.repeats=3 or more for that)" in done.stdout
+    assert "(run.repeats=3 or more, in a sweep with -m, for that)" in done.stdout
 
 
 def test_attention_backends_each_run_their_own_kernel(sweep_dir):
