@@ -1153,3 +1153,18 @@ def test_a_copy_of_a_sweep_is_counted_once(tmp_path, capsys):
     assert "regression" not in set(changes["status"])  # one sweep shows the step: not confirmed
     code, _, err = history(root / "s03", root / "s04", "--out", tmp_path / "h2", capsys=capsys)
     assert code == 2 and "the 2 sweeps given are copies of one" in err
+
+
+def test_a_smallest_findable_step_past_10x_is_said_as_more_than_10x(tmp_path, capsys):
+    """helper-34: three sweeps of two processes a point printed 'the smallest step these histories
+    could have found: 74782.88x to 74782.88x'."""
+    rng = np.random.default_rng(5)
+    root = tmp_path / "n"
+    for day in (1, 2, 3):
+        write_sweep(root / f"s0{day}", day, {8: noisy(100.0, rng, repeats=2, within=0.3)})
+    code, out, _ = history(root, "--out", tmp_path / "h", capsys=capsys)
+    assert code == 0
+    line = next(x for x in out.splitlines() if "smallest step these histories" in x)
+    assert "more than 10x" in line and "run.repeats=3 or more" in line, line
+    trends = pd.read_csv(tmp_path / "h" / "trends.csv")
+    assert (trends["smallest_change"].dropna() > 10).all()  # the number itself stays in the table

@@ -601,10 +601,17 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
         out.append("  a change at every grid point")
     smallest = sorted(ln.smallest for ln in measured if ln.smallest is not None)
     if smallest:
-        out.append(f"  the smallest step these histories could have found, halfway through them: {smallest[0]:.2f}x"
-                   + (f" to {smallest[-1]:.2f}x by grid point (smallest_change in trends.csv)" if len(smallest) > 1
-                      else " (smallest_change in trends.csv)"))
+        bound = lambda x: f"{x:.2f}x" if x <= FINDABLE else f"more than {FINDABLE:g}x"  # noqa: E731
+        few = (f"; past {FINDABLE:g}x, so few sweeps and processes find no step: more sweeps, or run.repeats=3 or more"
+               if smallest[-1] > FINDABLE else "")
+        out.append(f"  the smallest step these histories could have found, halfway through them: {bound(smallest[0])}"
+                   + (f" to {bound(smallest[-1])} by grid point (smallest_change in trends.csv{few})"
+                      if len(smallest) > 1 and bound(smallest[0]) != bound(smallest[-1])
+                      else f" (smallest_change in trends.csv{few})"))
     return out
+
+
+FINDABLE = 10.0  # a smallest findable step past this is said as "more than 10x": no step a history looks for
 
 
 def failures(history: History) -> list[str]:
