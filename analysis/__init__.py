@@ -30,11 +30,16 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     from profsweep.contract import COPY, amount
     from analysis.report.plots import PLOT_NAMES, write_plots
     from analysis.report.page import write_report
-    from analysis.tables import MISSING, analyse_sweep, frame, frames, write_tables
+    from analysis.tables import MISSING, analyse_sweep, environment_of, frame, frames, write_tables
+    from profsweep.contract import ENVIRONMENT_FILE
 
     folder = Path(folder)
     target = Path(out) if out is not None else folder
     tables = analyse_sweep(folder, progress)
+    said_environment = folder / ENVIRONMENT_FILE
+    if said_environment.exists() and not isinstance(environment_of(folder), dict):
+        progress(f"warning: {said_environment} cannot be read as a JSON object: the report leaves out the machine "
+                 "the sweep ran on and its ceilings")
     data = frames(tables)
     claims = evaluate(data["summary"], data["ops"], data["steps"], data["kernels"], data["crossovers"], folder=folder,
                       jobs=tables.jobs)

@@ -340,6 +340,19 @@ def refuse_loose_flags(axes: list[Axis] | None) -> None:
                 refuse(f"{key}={value} is not allowed: {key} must be true or false{hint}")
 
 
+def refuse_repeated_keys(axes: list[Axis] | None) -> None:
+    """A key given twice on the command line (size=16 size=32) would leave one value out without
+    a word (Hydra keeps the last): refused, naming both."""
+    seen: dict[str, str] = {}
+    for axis in axes or []:
+        key = axis.key.lstrip("+~")
+        said = axis.override.input_line or axis.key
+        if key in seen:
+            refuse(f"{key} is given twice on the command line ({seen[key]} and {said}): give it once "
+                   f"(both values as a sweep: -m {key}=A,B)")
+        seen[key] = said
+
+
 def refuse_repeated_values(axes: list[Axis] | None) -> None:
     """A value given twice in one swept key (size=16,16) would be two grid points of one
     configuration, each job `repeat` 1 of them: refused, with the setting that repeats. A swept key

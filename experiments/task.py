@@ -19,7 +19,7 @@ from experiments.config import ConfigError
 from experiments.point import warm_start
 from experiments.preflight import (
     check_configs, check_expectations, command_line_axes, job_config, preflight, refuse_loose_flags,
-    refuse_repeated_values, refuse_swept_sweep_settings, skip_reason, sweep_grid,
+    refuse_repeated_keys, refuse_repeated_values, refuse_swept_sweep_settings, skip_reason, sweep_grid,
 )
 from experiments.refusals import refuse
 from experiments.sweep_folder import (
@@ -98,6 +98,7 @@ class SweepCallback(Callback):
         SWEEP.reset()  # a run in a process that ran one before (a notebook, tests) starts clean
         resolved_sweep_dir(config, "run")
         refuse_loose_flags(command_line_axes(config))
+        refuse_repeated_keys(command_line_axes(config))
         try:
             check_configs([job_config(config)])
         except ConfigError as exc:
@@ -117,6 +118,7 @@ class SweepCallback(Callback):
         refuse_swept_sweep_settings(axes)
         refuse_loose_flags(axes)
         refuse_repeated_values(axes)
+        refuse_repeated_keys(command_line_axes(config))
         compose = GlobalHydra.instance().config_loader().load_sweep_config
         planned = preflight(config, axes if axes is not None else [], compose)
         check_configs([p.config for p in planned], [p.jobs for p in planned])

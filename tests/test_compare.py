@@ -898,3 +898,21 @@ def test_a_point_with_one_partner_that_close_is_not_left_a_farther_one(tmp_path,
     code, out, err = compare(base, new, "--ignore", "threads", "--ignore", "allocator", "--fail-if-slower", "1.10",
                              capsys=capsys)
     assert code == 0 and "2 pairs (0 slower, 0 faster, 2 same, 0 inconclusive)" in out, out + err
+
+
+def test_a_side_whose_environment_cannot_be_read_is_said_once(tmp_path, capsys):
+    """helper-34: a garbage environment.json made compare print 11 lines 'environment differs:
+    torch_version: 2.13.0+cpu -> ' (every key as emptied), and the analysis said nothing."""
+    from analysis import analyse_folder
+
+    for name in ("base", "new"):
+        hand_made_point(tmp_path / name, 0, processes(100))
+        (tmp_path / name / "environment.json").write_text(json.dumps({"torch_version": "2.13.0+cpu", "hostname": "h"}))
+    (tmp_path / "new" / "environment.json").write_text("{{{{")
+    said: list[str] = []
+    analyse_folder(tmp_path / "new", progress=said.append)
+    assert any(line.startswith("warning: ") and "environment.json cannot be read as a JSON object" in line
+               for line in said), said
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", capsys=capsys)
+    differs = [line for line in out.splitlines() if "environment differs" in line]
+    assert differs == ["  environment differs: environment.json: read -> missing or unreadable"], out

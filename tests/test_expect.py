@@ -87,6 +87,9 @@ def test_checks_are_per_job_true_false_or_without_a_value():
 @pytest.mark.parametrize("expect,needle", [
     ('expect=["step_kernel_median == 5"]', "unknown metric 'step_kernel_median'"),
     ('expect=["op aten::no_such_op absent"]', "torch has no operator 'aten::no_such_op'"),
+    # helper-34: a number column against a word, which can never match, was accepted silently
+    ('expect=["op aten::mm present where size == abc"]', "size is a number, which 'abc' never equals"),
+    ('expect=["host_us_per_step != fast"]', "host_us_per_step is a number, which 'fast' never equals"),
 ])
 def test_a_bad_expectation_is_refused_before_any_job(tmp_path, expect, needle):
     sweep = tmp_path / "sweep"

@@ -274,6 +274,16 @@ def test_a_value_given_twice_in_a_swept_key_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("multirun", [True, False], ids=["sweep", "single"])
+def test_a_key_given_twice_on_the_command_line_is_refused(tmp_path, multirun):
+    """size=16 size=32 ran size=32 alone without a word (helper-34): Hydra keeps the last."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    done = run_cli(*(["-m"] if multirun else []), "size=16", "size=32", f"{key}={tmp_path / 'out'}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: size is given twice on the command line (size=16 and size=32): give it once" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_swept_key_of_no_value_is_refused(tmp_path):
     """size=range(5,5) started a sweep of 0 jobs with an IndexError warning from the callback, exited 0
     and left an empty report (helper-34)."""

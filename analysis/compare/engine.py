@@ -39,7 +39,7 @@ from analysis.points import ALLOCATOR_REMEDY, allocator_held, faults_apart, pair
 from analysis.compare.side import CompareError, Side, kernel_uses, op_uses
 from analysis.text import us
 from profsweep import stats
-from profsweep.contract import GridPoint, flag, point_jobs, timed_samples
+from profsweep.contract import ENVIRONMENT_FILE, GridPoint, flag, point_jobs, timed_samples
 from profsweep.decide import ABOVE, BAND, BELOW, FDR, MAX_PROCESSES, SAME, decide_test
 
 MARGIN = BAND  # what counts as the same: within 5% (profsweep.decide, the one rule)
@@ -331,7 +331,10 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
                            "--ignore KEY pairs across a key")
     control_discoveries(pairs, fdr)
     pairs.sort(key=lambda p: (VERDICT_ORDER.get(p["verdict"], 9), -(p["step_ratio"] or 0)))
-    environment = [{"key": k, "base": a, "new": b} for k, a, b in environment_diff(base.environment, new.environment)]
+    # a side without a readable environment.json: one entry that says so, not every key as emptied
+    said = ["read" if side.environment else "missing or unreadable" for side in (base, new)]
+    environment = ([{"key": ENVIRONMENT_FILE, "base": said[0], "new": said[1]}] if not (base.environment and new.environment)
+                   else [{"key": k, "base": a, "new": b} for k, a, b in environment_diff(base.environment, new.environment)])
     return {"columns": columns, "pairs": pairs, "unmatched_base": unmatched_base,
             "unmatched_new": unmatched_new, "failed_new": failed_new, "failed_base": failed_base,
             **{f"lost_{name}": [{"job": j, "error": e, "point_known": known} for j, e, known in side.lost]
