@@ -420,8 +420,9 @@ def points(jobs: list[Job], steps: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 def remedy(noisy: list[GridPoint], measured: list[GridPoint]) -> str:
     """What to do about the noisy points, by their causes: a quiet machine for load (another
-    tenant's too), one thread for two modes that only threads explain, else more processes (as
-    many as their verdicts need)."""
+    tenant's too), one thread for two modes that only threads explain, a step that compiles once
+    for one that compiled again while measured, else more processes (as many as their verdicts
+    need)."""
     reasons = " ".join(str(r.get("noise_reason") or "") for r in noisy)
     said = []
     if "run.threads=1" in reasons:
@@ -430,6 +431,8 @@ def remedy(noisy: list[GridPoint], measured: list[GridPoint]) -> str:
         said.append(f"rerun with {ALLOCATOR_REMEDY}")
     if any(flag(r.get("noise_load")) for r in noisy) or "quiet machine" in reasons:
         said.append("rerun on a quiet machine")
+    if "compiled again while it was measured" in reasons:  # more processes compile again as well
+        said.append("make the step compile once (the guard that fails is in each job's job.log, or TORCH_LOGS=recompiles)")
     needed = [int(n) for r in noisy if (n := stats.number(r.get("regime_processes_needed"))) is not None and n <= 1000]
     repeats = max(int(stats.number(r.get("repeats")) or 1) for r in measured)
     if not said or "more processes" in reasons:

@@ -490,3 +490,12 @@ def test_a_noise_reason_with_a_semicolon_inside_parentheses_is_one_reason():
     assert grid_points.reasons(text) == ["faults apart (12 against 900 a step; the allocator's two ways (steady or "
                                          "system))", "load (1.2 CPUs)"]
     assert grid_points.reasons("") == [] and grid_points.reasons("one") == ["one"]
+
+
+def test_a_step_compiled_again_is_given_its_own_remedy_not_more_processes():
+    """helper-33: a recompiling model was advised 'rerun with run.repeats=5', which compiles again too."""
+    row = points_of([_job("0", "h", 1, [100.0] * 20)])[0]
+    recompiled = row.replace(noisy=True, noise_reason="the step was compiled again while it was measured (3 graphs "
+                             "over its processes, after their first call)")
+    said = grid_points.remedy([recompiled], [recompiled])
+    assert said.startswith("make the step compile once") and "run.repeats" not in said
