@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profsweep.contract import amount, one_line, point_label
+from profsweep.contract import amount, not_a_folder, one_line, point_label
 from profsweep.decide import BAND
 
 PROG = "python -m analysis"  # how the commands name themselves (the `profsweep` command sets its own)
@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strict", action="store_true", help="refuse a folder a sweep is still writing")
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
-        print(f"error: {args.folder}: no such folder", file=sys.stderr)
+        print(f"error: {not_a_folder(args.folder)}", file=sys.stderr)
         return 2
     from analysis import analyse_folder
     from analysis.tables import METRICS_FILE, job_folders, unreadable

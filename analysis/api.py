@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from profsweep.columns import TEXT_COLUMNS
-from profsweep.contract import CONCLUSIONS_FILE, REPEATS_FILE, REPORT_FILE, SUMMARY_FILE, amount
+from profsweep.contract import CONCLUSIONS_FILE, REPEATS_FILE, REPORT_FILE, SUMMARY_FILE, amount, not_a_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = {"summary": SUMMARY_FILE, "repeats": REPEATS_FILE, "steps": "steps.csv", "ops": "ops.csv",
@@ -204,7 +204,7 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
     or while a sweep still writes it, the written analysis with a warning that says so."""
     path = Path(folder)
     if not path.is_dir():
-        raise ProfsweepError(f"{path}: no such folder (give a sweep folder, e.g. outputs/multirun/<date>/<time>)")
+        raise ProfsweepError(f"{not_a_folder(path)} (give a sweep folder, e.g. outputs/multirun/<date>/<time>)")
     from analysis.tables import unreadable
 
     if unreadable(path):

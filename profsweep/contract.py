@@ -289,6 +289,15 @@ def disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
+def not_a_folder(path: Path) -> str:
+    """Why `path` is no sweep folder, in words: missing, or a file (a trace: how to read one)."""
+    if path.is_file():
+        trace = path.name.endswith((".json", ".json.gz"))
+        return (f"{path}: a file, not a sweep folder"
+                + (f" (one trace: python -m analysis trace {path})" if trace else ""))
+    return f"{path}: no such folder"
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temp file in the same folder, fsync it, then rename: a reader never sees half a
     file, and a crash right after leaves the whole file or the old one."""

@@ -418,6 +418,10 @@ def test_bad_folders_are_refused_with_exit_2_and_nothing_written(tmp_path, capsy
     assert code == 2 and f"{tmp_path / 'empty'}: not a sweep or a run" in err
     code, _, err = compare(tmp_path / "sweep", tmp_path / "missing", capsys=capsys)
     assert code == 2 and "no such folder" in err
+    trace = tmp_path / "64_bf16_cold_eager.json"  # a trace where a folder goes: said, with its command
+    trace.write_text('{"traceEvents": []}')
+    code, _, err = compare(trace, tmp_path / "sweep", capsys=capsys)
+    assert code == 2 and f"{trace}: a file, not a sweep folder (one trace: python -m analysis trace {trace})" in err
     code, _, err = compare(tmp_path / "sweep", tmp_path / "sweep", "--fail-if-slower", "0.9", capsys=capsys)
     assert code == 2 and "--fail-if-slower 0.9" in err
     assert not (tmp_path / "sweep" / "compare").exists()

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from analysis.tables import analyse_sweep, environment_of, job_folders, read_table, samples_rows, unreadable
 from analysis.trace import is_op
-from profsweep.contract import METRICS_FILE, TIMED_SAMPLES, GridPoint, Job, amount, live_sweep
+from profsweep.contract import METRICS_FILE, TIMED_SAMPLES, GridPoint, Job, amount, live_sweep, not_a_folder
 
 TABLES = ("summary", "repeats", "steps", "ops", "kernels", "timed_samples")  # what compare reads
 # What each table's rows must hold for compare to read it: text columns, and numbers at or above 0
@@ -62,7 +62,7 @@ def kernel_uses(kernels: Iterable[dict[str, Any]]) -> list[tuple[str, float, flo
 def load_side(folder: Path) -> Side:
     folder = Path(folder)
     if not folder.is_dir():
-        raise CompareError(f"{folder}: no such folder")
+        raise CompareError(not_a_folder(folder))
     if unreadable(folder):
         raise CompareError(unreadable(folder))
     rows = written_tables(folder.resolve())  # (`.` has no name to find in repeats.csv)
