@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import os
 import re
 from typing import Any
 
@@ -338,6 +339,16 @@ def refuse_loose_flags(axes: list[Axis] | None) -> None:
             if not isinstance(value, bool) and not str(value).startswith("${"):  # an interpolation: typed once resolved
                 hint = " (warm-up calls: run.warmup_iters)" if key == "warmup" else ""
                 refuse(f"{key}={value} is not allowed: {key} must be true or false{hint}")
+
+
+def warn_oversubscribed(configs: list[JobConfig]) -> None:
+    """A warning (run.threads is the user's to choose) where a count exceeds the CPUs this
+    process may run on: the threads then take turns on them, and the steps measure the turns."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    over = sorted({c.run.threads for c in configs if isinstance(c.run.threads, int) and cpus and c.run.threads > cpus})
+    if over:
+        print(f"warning: run.threads={over[-1]} is more than the {cpus} CPUs this machine lets the jobs use: their "
+              "threads take turns on them, and the steps measure the turns", flush=True)
 
 
 def refuse_repeated_keys(axes: list[Axis] | None) -> None:

@@ -20,6 +20,7 @@ from experiments.point import warm_start
 from experiments.preflight import (
     check_configs, check_expectations, command_line_axes, job_config, preflight, refuse_loose_flags,
     refuse_repeated_keys, refuse_repeated_values, refuse_swept_sweep_settings, skip_reason, sweep_grid,
+    warn_oversubscribed,
 )
 from experiments.refusals import refuse
 from experiments.sweep_folder import (
@@ -103,6 +104,7 @@ class SweepCallback(Callback):
             check_configs([job_config(config)])
         except ConfigError as exc:
             refuse(str(exc))
+        warn_oversubscribed([job_config(config)])
         expect = check_expectations(config)
         start_in(Path(str(config.hydra.run.dir)), "hydra.run.dir", expect)
         refusals.release()  # the input is accepted: stderr passes from now on
@@ -122,6 +124,7 @@ class SweepCallback(Callback):
         compose = GlobalHydra.instance().config_loader().load_sweep_config
         planned = preflight(config, axes if axes is not None else [], compose)
         check_configs([p.config for p in planned], [p.jobs for p in planned])
+        warn_oversubscribed([p.config for p in planned])
         refuse_slurm_without_slurm(config)
         expect = check_expectations(config)
         sweep_dir = Path(str(config.hydra.sweep.dir))

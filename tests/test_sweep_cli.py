@@ -284,6 +284,22 @@ def test_a_key_given_twice_on_the_command_line_is_refused(tmp_path, multirun):
     assert not (tmp_path / "out").exists()
 
 
+def test_more_threads_than_cpus_is_warned_of(monkeypatch, capsys):
+    """run.threads=999 on a 2-core machine ran without a word (helper-34)."""
+    import os
+
+    from experiments.config import JobConfig, RunConfig
+    from experiments.preflight import warn_oversubscribed
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    warn_oversubscribed([JobConfig(run=RunConfig(threads=cpus)), JobConfig(run=RunConfig(threads="auto"))])
+    assert capsys.readouterr().out == ""
+    warn_oversubscribed([JobConfig(run=RunConfig(threads=cpus + 1)), JobConfig(run=RunConfig(threads=cpus + 7))])
+    assert capsys.readouterr().out == (f"warning: run.threads={cpus + 7} is more than the {cpus} CPUs this machine "
+                                       "lets the jobs use: their threads take turns on them, and the steps measure "
+                                       "the turns\n")
+
+
 def test_a_swept_key_of_no_value_is_refused(tmp_path):
     """size=range(5,5) started a sweep of 0 jobs with an IndexError warning from the callback, exited 0
     and left an empty report (helper-34)."""
