@@ -6,6 +6,7 @@ Reads only the artifact files: each job's metrics.json and the traces it names.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -613,11 +614,29 @@ def _fit(rows: list[dict[str, Any]]) -> Any:
                      [int(stats.number(r.get("repeats")) or 1) for r, *_ in usable], kind=kind)
     if fit is None:
         return None
+    fit = _fixed_floor(fit, sorted((r for r, *_ in usable), key=lambda r: float(r["size"])))
     for (r, *_), d in zip(sorted(usable, key=lambda u: float(u[0]["size"])), fit.ratios):
         r["work_overhead_ratio"], r["work_overhead_ratio_low"], r["work_overhead_ratio_high"] = d.ratio, d.low, d.high
         if fit.fits:
             set_regime(r, d, FITTED)
     return fit
+
+
+OPS_GROWTH = 2.0  # aten ops per step growing past this across a series: its overhead is no fixed floor
+
+
+def _fixed_floor(fit: Any, rows: list[dict[str, Any]]) -> Any:
+    """The model a + b·work holds the overhead fixed: where the profiled step's aten ops grow with
+    size (a Python loop over it: helper-33's model was called compute-bound at 145× by a fit that
+    put the loop's overhead into its work), it does not describe the series."""
+    ops = [(float(r["size"]), stats.number(r.get("step_aten_ops_median"))) for r in rows]
+    ops = [(size, n) for size, n in ops if n]
+    if not fit.fits or len(ops) < 2 or ops[-1][1] <= OPS_GROWTH * ops[0][1]:
+        return fit
+    (s0, n0), (s1, n1) = ops[0], ops[-1]
+    return dataclasses.replace(fit, fits=False, check=(
+        f"does not fit: the step's aten ops grow with size ({n0:g} at {s0:g} -> {n1:g} at {s1:g}): its overhead "
+        "is no fixed floor (a loop over size?)"))
 
 
 def _work_over_host(row: dict[str, Any], host_key: str, work_key: str) -> float | None:

@@ -94,3 +94,27 @@ def test_a_series_is_fitted_over_bytes_only_where_the_roofline_decidedly_calls_i
                      "regime": "memory-bound", "regime_at_ridge": at_ridge})
     [series] = crossovers(rows)
     assert series["fit_work"] == work
+
+
+@pytest.mark.parametrize("ops_grow", [False, True])
+def test_a_series_whose_aten_ops_grow_with_size_has_no_fixed_floor(ops_grow):
+    """helper-33: a model with a Python loop over `size` was called compute-bound at 145x by a fit
+    whose 'work' held the loop's overhead (5 µs of floor): its aten ops per step grow with size."""
+    from analysis.tables import FITTED, crossovers
+
+    rows = []
+    for size in (8, 16, 32, 64):
+        t = 20.0 + 2.0 * size ** 2
+        rows.append({"job": f"j{size}", "status": "ok", "workload": "custom", "variant": "make_loop", "dtype": "fp32",
+                     "compile": False, "warmup": False, "train": False, "device": "cpu", "size": size,
+                     "host_us_per_step": t, "overhead_us_per_step": 20.0, "compute_us_per_step": t - 20.0,
+                     "timed_us_per_step": t, "timed_us_per_step_low": t * 0.99, "timed_us_per_step_high": t * 1.01,
+                     "repeats": 3, "flops_per_call": 1000 * size ** 2,
+                     "step_aten_ops_median": 11 * size if ops_grow else 11})
+    [series] = crossovers(rows)
+    if ops_grow:
+        assert series["fit_check"] == ("does not fit: the step's aten ops grow with size (88 at 8 -> 704 at 64): its "
+                                       "overhead is no fixed floor (a loop over size?)")
+        assert not any(r.get("regime_source") == FITTED for r in rows)  # the profiled split's regime stays
+    else:
+        assert series["fit_check"].startswith("fits") and all(r.get("regime_source") == FITTED for r in rows)
