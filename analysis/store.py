@@ -105,9 +105,11 @@ def newer_records(folder: Path) -> tuple[list[tuple[str, int]], int]:
         times = [(j.name, (j / METRICS_FILE).stat().st_mtime_ns) for j in folders if (j / METRICS_FILE).is_file()]
     except OSError:
         return [], 0
-    # jobs removed since, where some remain (with none left, the tables are what was kept: an archive)
+    # jobs removed since, where some remain (with none left, the tables are what was kept: an archive);
+    # not a single run's, whose one job is named after its folder (renamed or copied, it is no other job)
     present = {job_name(j) for j in folders}
-    gone = [(job, 0) for job in _analysed_jobs(folder) if job not in present] if folders else []
+    single = folders == [folder]
+    gone = [(job, 0) for job in _analysed_jobs(folder) if job not in present] if folders and not single else []
     return [(name, ns) for name, ns in times if ns > written] + gone, len(times)
 
 

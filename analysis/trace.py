@@ -17,9 +17,9 @@ Definitions (all times in µs):
 - device events: `kernel`, `gpu_memcpy`, `gpu_memset`, MTIA's `mtia_ccp_events`, and every
   event on a process or stream the trace labels as a device (any accelerator);
   `self_device_total_us` is the sum of their durations. An event with a missing, negative or
-  non-finite duration, or one that starts among the recorded steps and runs on after the last of
-  them for longer than they all took, is malformed: counted and named (`malformed_events`), never
-  summed. A device event
+  non-finite duration, or a host event on the steps' thread that overlaps them and runs on after
+  the last of them for longer than they all took, is malformed: counted and named
+  (`malformed_events`), never summed. A device event
   belongs to the step whose runtime call launched it (matched by `correlation`).
 - kernels: tensor cores read from the name (TENSOR_CORE_NAME, CUDA_CORE_NAME), and what CUPTI
   records in the kernel's args: estimated achieved occupancy (median over launches),
@@ -433,25 +433,24 @@ def parse_trace(paths: Path | Sequence[Path]) -> Trace:
 
 
 def _drop_overrunning(read: _Read) -> None:
-    """An event that starts among the recorded steps (`ProfilerStep#N`) and ends later after the
-    last of them than all of them took, a duration no recording of these steps can hold (a
-    hand-edited or corrupted trace), is malformed: counted and named, never summed."""
-    steps = [(h.ts, h.ts + h.dur) for events in read.threads.values() for h in events
+    """A host event on a thread of the recorded steps (`ProfilerStep#N`) that overlaps them and ends
+    later after the last of them than all of them took, a duration no recording of these steps
+    can hold (a hand-edited or corrupted trace), is malformed: counted and named, never summed.
+    Device work is not judged so: a GPU runs what the steps queued long after they return."""
+    steps = [(key, h.ts, h.ts + h.dur) for key, events in read.threads.items() for h in events
              if h.name.startswith("ProfilerStep#")]
     if not steps:
         return
-    first, last = min(s for s, _ in steps), max(e for _, e in steps)
+    first, last = min(s for _, s, _ in steps), max(e for _, _, e in steps)
     limit = last + (last - first)
-
-    def overruns(e: HostEvent | DeviceEvent) -> bool:
-        if first <= e.ts <= last and e.ts + e.dur > limit:
-            read.malformed[e.name] = read.malformed.get(e.name, 0) + 1
-            return True
-        return False
-
-    for key, events in read.threads.items():
-        read.threads[key] = [h for h in events if not overruns(h)]
-    read.device[:] = [d for d in read.device if not overruns(d)]
+    for key in {k for k, _, _ in steps}:
+        kept = []
+        for h in read.threads[key]:
+            if h.ts <= last and h.ts + h.dur > limit:
+                read.malformed[h.name] = read.malformed.get(h.name, 0) + 1
+            else:
+                kept.append(h)
+        read.threads[key] = kept
 
 
 class _Read(NamedTuple):

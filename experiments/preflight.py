@@ -351,13 +351,24 @@ def warn_oversubscribed(configs: list[JobConfig]) -> None:
               "threads take turns on them, and the steps measure the turns", flush=True)
 
 
-def refuse_repeated_keys(axes: list[Axis] | None) -> None:
+def refuse_repeated_keys(cfg: DictConfig) -> None:
     """A key given twice on the command line (size=16 size=32) would leave one value out without
-    a word (Hydra keeps the last): refused, naming both."""
+    a word (Hydra keeps the last): refused, naming both. A delete (`~key`) before `+key=...` is
+    how Hydra replaces a key, and stays allowed."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        overrides = OverridesParser.create().parse_overrides(
+            list(OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False)))
+    except HydraException:
+        return  # Hydra parsed them already; what it took is checked elsewhere
     seen: dict[str, str] = {}
-    for axis in axes or []:
-        key = axis.key.lstrip("+~")
-        said = axis.override.input_line or axis.key
+    for override in overrides:
+        if override.is_delete():
+            continue
+        key = override.get_key_element().lstrip("+~")
+        said = override.input_line or key
         if key in seen:
             refuse(f"{key} is given twice on the command line ({seen[key]} and {said}): give it once "
                    f"(both values as a sweep: -m {key}=A,B)")

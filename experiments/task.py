@@ -99,7 +99,7 @@ class SweepCallback(Callback):
         SWEEP.reset()  # a run in a process that ran one before (a notebook, tests) starts clean
         resolved_sweep_dir(config, "run")
         refuse_loose_flags(command_line_axes(config))
-        refuse_repeated_keys(command_line_axes(config))
+        refuse_repeated_keys(config)
         try:
             check_configs([job_config(config)])
         except ConfigError as exc:
@@ -120,7 +120,7 @@ class SweepCallback(Callback):
         refuse_swept_sweep_settings(axes)
         refuse_loose_flags(axes)
         refuse_repeated_values(axes)
-        refuse_repeated_keys(command_line_axes(config))
+        refuse_repeated_keys(config)
         compose = GlobalHydra.instance().config_loader().load_sweep_config
         planned = preflight(config, axes if axes is not None else [], compose)
         check_configs([p.config for p in planned], [p.jobs for p in planned])

@@ -168,6 +168,7 @@ def _value(text: str, value: str) -> Any:
     return number
 
 
+SETTING_KEYS = ("workload", "compiler", "profiler")  # a setting's name is the user's: its suffix says nothing
 # columns that hold numbers whatever the sweep (size, and measurements by their unit's suffix)
 NUMBER_SUFFIXES = ("_us", "_ms", "_s", "_bytes", "_per_s", "_ratio", "_per_call", "_per_step", "_median", "_min",
                    "_max", "_frac", "_low", "_high")
@@ -180,8 +181,8 @@ def _comparable(text: str, keys: Sequence[str], cmp: str, value: Any, relative: 
     if ordering and (value is None or isinstance(value, (str, bool))) and not (relative and value in RELATIVE):
         raise ExpectationError(f"expect: {text!r}: {cmp} needs a number, not {show_value(value)!r}")
     text_keys = [k for k in keys if k in TEXT_COLUMNS or k in WORD_KEYS]
-    numbers = [k for k in keys if k == "size" or k.endswith(NUMBER_SUFFIXES)]
-    if cmp in ("==", "!=") and isinstance(value, str) and value not in RELATIVE and numbers:
+    numbers = [k for k in keys if k == "size" or (k.endswith(NUMBER_SUFFIXES) and not k.startswith(SETTING_KEYS))]
+    if cmp in ("==", "!=") and isinstance(value, str) and value not in RELATIVE and number_of(value) is None and numbers:
         raise ExpectationError(f"expect: {text!r}: {numbers[0]} is a number, which {value!r} never equals: "
                                "give a number")
     if ordering and text_keys:

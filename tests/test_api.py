@@ -115,6 +115,11 @@ def test_a_job_folder_removed_after_the_analysis_is_not_loaded_from_the_old_tabl
     for gone in folder.glob("[0-9]_*"):  # every job folder: the tables are what was kept (an archive)
         shutil.rmtree(gone)
     assert stale_report(folder) == "" and len(profsweep.load(folder).jobs) == 2
+    # a single run's one job is named after its folder: renamed or copied, no job of it is gone (helper-35)
+    run = job(tmp_path / "runs", 0, size=64, compile=False, step_us=400, mm_us=200, timed_us=100)
+    profsweep.load(run)
+    shutil.copytree(run, tmp_path / "renamed_run")
+    assert stale_report(tmp_path / "renamed_run") == ""
 
 
 def test_the_profsweep_command_lists_its_subcommands_and_runs_them(tmp_path):

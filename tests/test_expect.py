@@ -194,3 +194,14 @@ def test_a_regime_at_the_roofline_ridge_decides_work_against_overhead_but_not_wh
     doubt = GridPoint({**point, "regime_uncertain": True})
     rows = check([parse("regime != overhead-bound")], [doubt], {}, {})
     assert rows[0]["holds"] == "inconclusive" and "the interval of work / host holds 1" in rows[0]["measured"]
+
+
+def test_a_quoted_number_and_a_settings_word_are_no_number_compared_with_a_word():
+    """helper-35: `size == '64'` (a quoted number, matched as a number) and a workload setting whose
+    name ends in `_s` were refused by the rule against a number column compared with a word."""
+    from profsweep.expectations import ExpectationError, parse_all
+
+    parse_all(["regime == overhead-bound where size == '64'", "op aten::mm present where size in '64','1024'",
+               "op aten::mm present where workload.impl_s == fast"])
+    with pytest.raises(ExpectationError, match="size is a number, which 'abc' never equals"):
+        parse_all(["op aten::mm present where size == abc"])

@@ -284,6 +284,20 @@ def test_a_key_given_twice_on_the_command_line_is_refused(tmp_path, multirun):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_delete_then_an_add_of_one_key_is_no_repeat():
+    """`~compiler '+compiler={mode: default}'` is how Hydra replaces a key (helper-35)."""
+    from omegaconf import OmegaConf
+
+    from experiments.preflight import refuse_repeated_keys
+
+    def cfg(*task: str):
+        return OmegaConf.create({"hydra": {"overrides": {"task": list(task)}}})
+
+    refuse_repeated_keys(cfg("~compiler", "+compiler={mode: default}", "size=16"))
+    with pytest.raises(SystemExit):
+        refuse_repeated_keys(cfg("size=16", "dtype=bf16", "size=32"))
+
+
 def test_more_threads_than_cpus_is_warned_of(monkeypatch, capsys):
     """run.threads=999 on a 2-core machine ran without a word (helper-34)."""
     import os

@@ -384,6 +384,7 @@ def test_another_accelerators_device_events_are_device_time(tmp_path):
 @pytest.mark.parametrize("odd", [
     {"dur": 1e308}, {"dur": "1e400"}, {"dur": "nan"},  # no clock gives these (1e308: an OverflowError before)
     {"dur": 1e9},  # 1000 s, starting inside a 0.4 ms step: ends 2.5 million steps' time after the last
+    {"dur": 1e9, "ts": 999},  # the same starting 1 µs before the first step (helper-35)
 ])
 def test_an_event_no_recording_can_hold_is_malformed_and_never_summed(tmp_path, odd):
     """A reviewer set one aten::mm's duration to 1e9 µs inside a sweep's trace: the job was ok with
@@ -391,8 +392,8 @@ def test_an_event_no_recording_can_hold_is_malformed_and_never_summed(tmp_path, 
     path = tmp_path / "mtia.json"
     _mtia_trace(path)
     data = json.loads(path.read_text())
-    data["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::huge", "pid": 100, "tid": 1, "ts": 1250,
-                                **odd})
+    data["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::huge", "pid": 100, "tid": 1,
+                                **{"ts": 1250, **odd}})
     path.write_text(json.dumps(data))
     m = analyse_trace(path)
     assert m["malformed_events"] == 3 and m["malformed"] == {"broken": 2, "aten::huge": 1}
@@ -400,6 +401,25 @@ def test_an_event_no_recording_can_hold_is_malformed_and_never_summed(tmp_path, 
     done = subprocess.run([sys.executable, "-m", "analysis", "trace", str(path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and "aten::huge (1)" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_device_work_queued_by_short_host_steps_is_kept_however_long_it_runs(tmp_path):
+    """helper-35: on a GPU the host only queues the steps' kernels; 3 host steps of 30 µs queue
+    three 1 ms GEMMs that run back to back long after them. None of it is malformed."""
+    events = [{"ph": "M", "name": "process_labels", "pid": 0, "tid": 0, "args": {"labels": "GPU 0"}}]
+    for i in range(3):
+        start = 1000 + 40 * i
+        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+                    "ts": start, "dur": 30},
+                   {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                    "ts": start + 5, "dur": 10, "args": {"correlation": i}},
+                   {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16", "pid": 0, "tid": 7,
+                    "ts": 1010 + 1000 * i, "dur": 1000, "args": {"correlation": i}}]
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    m = analyse_trace(path)
+    assert m["malformed_events"] == 0 and m["self_device_total_us"] == pytest.approx(3000)
+    assert m["kernels_total"] == 3
 
 
 def test_an_event_running_on_past_its_step_within_the_recording_is_kept(tmp_path):
