@@ -362,7 +362,8 @@ def test_a_job_whose_un_profiled_timing_failed_is_redone_on_resume_and_named_by_
 
     config, job = JobConfig(), tmp_path / "job"
     job.mkdir()
-    ok = {"status": "ok", "config_hash": records.config_hash(config), "finished_at": "2026-12-05T00:00:00"}
+    ok = {**records.base_record(config, job), "status": "ok", "config_hash": records.config_hash(config),
+          "finished_at": "2026-12-05T00:00:00", "timed_us_per_step": 21.0}
     (job / "metrics.json").write_text(json.dumps(ok))
     assert finished_record(config, job) == ok
     error = "the process timing the un-profiled steps was killed by signal 9 without a result"
