@@ -59,7 +59,7 @@ def ran_dtype(row: dict[str, Any]) -> Any:
     inputs, which a factory that ignores `dtype` decides), else the grid's: the ceiling it is held
     against is that dtype's (an fp32 model swept at dtype=bf16 is no fraction of the bf16 peak)."""
     ran = row.get("ran_dtype")
-    return ran if isinstance(ran, str) and ran and ran == ran else row.get("dtype")
+    return ran if isinstance(ran, str) and ran else row.get("dtype")
 
 
 def peak_for(device_name: str | None) -> Peak | None:

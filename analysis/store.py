@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from profsweep.columns import TEXT_COLUMNS
-from profsweep.contract import COPY, ENVIRONMENT_FILE, PLAN_FILE, SUMMARY_FILE, amount, usable_sql
+from profsweep.contract import COPY, ENVIRONMENT_FILE, PLAN_FILE, REPEATS_FILE, SUMMARY_FILE, amount, usable_sql
 
 STORE_FILE = "history.duckdb"
 STORE_SCHEMA = 1
@@ -118,7 +118,7 @@ def _analysed_jobs(folder: Path) -> list[str]:
     import csv
 
     try:
-        with open(folder / "repeats.csv", newline="", encoding="utf-8") as f:
+        with open(folder / REPEATS_FILE, newline="", encoding="utf-8") as f:
             return [row["job"] for row in csv.DictReader(f) if row.get("job")]
     except (OSError, ValueError, KeyError, csv.Error):  # ValueError: not UTF-8
         return []

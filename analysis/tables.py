@@ -23,7 +23,9 @@ from analysis.peaks import Ceilings
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
 from profsweep.decide import ABOVE, BAND, BELOW, SAME, Decision, decide
-from profsweep.columns import KERNEL_COLUMNS, OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX
+from profsweep.columns import (
+    KERNEL_COLUMNS, NUMBER_SUFFIXES, OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX,
+)
 from profsweep.contract import (METRICS_FILE, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, TIMED, GridPoint,
                                Job, table_files, timed_samples, trace_files)
 
@@ -171,7 +173,6 @@ FLAG_FIELDS = ("compile", "warmup", "train", "failure_is_final")
 COUNT_FIELDS = ("size", "steps", "repeat", "schema_version", "timed_steps", "timed_slow_steps", "recompiles", "recompile_limit", "torch_threads",
                 "cpu_count", "warmup_iters")
 LIST_FIELDS = ("timed_samples_us",)
-NUMBER_SUFFIXES = ("_us", "_ms", "_s", "_bytes", "_per_s", "_ratio", "_per_call", "_per_step")
 NUMBER_FIELDS = ("other_cpus", "cpu_pressure", "loadavg_1m", "exit_code")
 SIGNED = ("exit_code",)  # the one measured number that may be below 0 (-9: killed by SIGKILL)
 MISSING = "missing"  # a job folder without metrics.json: not run, or stopped before it wrote one
@@ -259,10 +260,8 @@ def job_name(job_dir: Path) -> str:
 
 
 def _add_job(tables: SweepTables, job_dir: Path) -> None:
-    try:
-        job_dir.name.encode("utf-8")
-    except UnicodeEncodeError:  # bytes the file system holds that are no text: no table can name it
-        shown = job_name(job_dir)
+    shown = job_name(job_dir)
+    if shown != job_dir.name:  # bytes the file system holds that are no text: no table can name it
         tables.jobs.append({"job": shown, "status": "failed", "trace_error": None,
                             "record_error": f"{tables.folder / shown}: its name is not UTF-8 text: not read",
                             "error": f"{METRICS_FILE} not read: its folder's name is not UTF-8 text"})

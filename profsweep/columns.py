@@ -61,6 +61,8 @@ RECORD_FIELDS = (  # what a job's record says about itself (metrics.json), also 
 # compile_mode, workload.hidden -> workload_hidden), run.* unprefixed (run.repeats -> repeats_planned).
 SETTING_GROUPS = {"workload": "workload_", "profiler": "profiler_", "compiler": "compile_", "run": ""}
 SETTING_PREFIXES = tuple(p for p in SETTING_GROUPS.values() if p)  # the settings groups' keys, flattened
+# A measured column's unit, by its name's suffix: a number whatever its values look like.
+NUMBER_SUFFIXES = ("_us", "_ms", "_s", "_bytes", "_per_s", "_ratio", "_per_call", "_per_step")
 WORKLOAD_PREFIX = SETTING_GROUPS["workload"]
 
 

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from profsweep.columns import (  # noqa: F401  (the columns an expectation may name)
-    DERIVED_METRICS, GRID_KEYS, KERNEL_COLUMNS, OP_COLUMNS, RECORD_FIELDS, RECORD_METRICS, SETTING_PREFIXES,
-    TEXT_COLUMNS, is_known, known_metrics,
+    DERIVED_METRICS, GRID_KEYS, KERNEL_COLUMNS, NUMBER_SUFFIXES, OP_COLUMNS, RECORD_FIELDS, RECORD_METRICS,
+    SETTING_PREFIXES, TEXT_COLUMNS, is_known, known_metrics,
 )
 from profsweep.contract import SERIES_KEYS, SUMMARY_FILE
 
@@ -168,10 +168,9 @@ def _value(text: str, value: str) -> Any:
     return number
 
 
-SETTING_KEYS = ("workload", "compiler", "profiler")  # a setting's name is the user's: its suffix says nothing
-# columns that hold numbers whatever the sweep (size, and measurements by their unit's suffix)
-NUMBER_SUFFIXES = ("_us", "_ms", "_s", "_bytes", "_per_s", "_ratio", "_per_call", "_per_step", "_median", "_min",
-                   "_max", "_frac", "_low", "_high")
+# columns that hold numbers whatever the sweep: size, and measurements by their unit's or statistic's
+# suffix (a setting's name is the user's: its suffix says nothing)
+MEASURED_SUFFIXES = (*NUMBER_SUFFIXES, "_median", "_min", "_max", "_frac", "_low", "_high")
 
 
 def _comparable(text: str, keys: Sequence[str], cmp: str, value: Any, relative: bool = False) -> None:
@@ -181,7 +180,7 @@ def _comparable(text: str, keys: Sequence[str], cmp: str, value: Any, relative: 
     if ordering and (value is None or isinstance(value, (str, bool))) and not (relative and value in RELATIVE):
         raise ExpectationError(f"expect: {text!r}: {cmp} needs a number, not {show_value(value)!r}")
     text_keys = [k for k in keys if k in TEXT_COLUMNS or k in WORD_KEYS]
-    numbers = [k for k in keys if k == "size" or (k.endswith(NUMBER_SUFFIXES) and not k.startswith(SETTING_KEYS))]
+    numbers = [k for k in keys if k == "size" or (k.endswith(MEASURED_SUFFIXES) and not k.startswith(SETTING_PREFIXES))]
     if cmp in ("==", "!=") and isinstance(value, str) and value not in RELATIVE and number_of(value) is None and numbers:
         raise ExpectationError(f"expect: {text!r}: {numbers[0]} is a number, which {value!r} never equals: "
                                "give a number")
