@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 from profsweep import stats
 from profsweep import contract
 from profsweep.columns import SETTING_PREFIXES, flat_key
-from profsweep.contract import COPY, SERIES_KEYS, TIMED, TIMED_SAMPLES, GridPoint, Job, amount, flag, point_jobs, timed_samples
+from profsweep.contract import COPY, SERIES_KEYS, SIDE_COMPILED, SIDE_EAGER, TIMED, TIMED_SAMPLES, GridPoint, Job, amount, flag, point_jobs, timed_samples
 
 # summary column -> (where each repeat's samples are, the key there): "steps" = the job's
 # per-step rows (steps.csv), "record" = a list in its metrics.json, "value" = one value a repeat.
@@ -29,9 +29,9 @@ DEVICE_PER_STEP = {"device_us_per_step": "device_us", "step_device_us_median": "
 # paired step by step, it says the regime and the crossover with far less noise than two
 # separate medians whose steps all move together (a cold first step is slow in both).
 RATIO = "work_host_ratio"
-ONE_PER_REPEAT = ("first_call_ms", "dead_window_us", "warmup_ms", "profiler_overhead_ratio")
+ONE_PER_REPEAT = ("first_call_ms", "dead_window_us", "warmup_ms", "profiler_overhead_ratio", SIDE_EAGER, SIDE_COMPILED)
 # Summed or worst over the repeats, not a median: how much was measured and how busy it was.
-SUMMED = ("timed_steps", "timed_slow_steps", "recompiles", "trace_bytes", "lock_wait_s")
+SUMMED = ("timed_steps", "timed_slow_steps", "side_by_side_steps", "recompiles", "trace_bytes", "lock_wait_s")
 WORST = ("other_cpus", "cpu_pressure", "loadavg_1m", "recompile_limit")
 # Noise: repeats whose medians' logarithms have a standard deviation above this (processes more
 # than about 12% apart; TorchBench sees 5-9% run-to-run on one build), other processes using more
@@ -219,6 +219,23 @@ def rounds_paired(base: dict[str, Any], new: dict[str, Any], by_job: dict[str, d
     run.repeats=auto measured more often: the processes are then judged unpaired)."""
     rounds = [by_round(p, by_job, key) for p in (base, new)]
     return None if rounds[0] is None or rounds[1] is None else stats.pairs_by_round(rounds[0], rounds[1])
+
+
+def side_by_side(compiled: dict[str, Any], by_job: dict[str, dict[str, Any]]
+                 ) -> list[tuple[list[float], list[float]]] | None:
+    """A compiled grid point's processes as pairs (eager, compiled) of the same step timed in turn in
+    each (side_by_side_*_us, experiments.job): what a process draws for itself moves both alike.
+    None unless every usable process of the point has both (the point is then judged as any other)."""
+    pairs = []
+    for name in point_jobs(compiled):
+        job = by_job.get(name)
+        if job is None or not contract.usable(job):
+            continue
+        eager, step = stats.number(job.get(SIDE_EAGER)), stats.number(job.get(SIDE_COMPILED))
+        if eager is None or step is None or eager <= 0 or step <= 0:
+            return None
+        pairs.append(([eager], [step]))
+    return pairs or None
 
 
 def _main(point: dict[str, Any]) -> str:

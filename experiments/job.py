@@ -47,6 +47,11 @@ MEMORY_HEADROOM = 0.9  # a job may plan to use at most this share of the free me
 # seconds, for a stable median; for big steps, stop after TIMED_MAX_S once TIMED_FLOOR ran.
 TIMED_MIN_STEPS, TIMED_MIN_S = 20, 0.2
 TIMED_FLOOR, TIMED_MAX_S, TIMED_MAX_STEPS = 3, 0.5, 20_000
+# Compile against eager side by side (_side_by_side): pairs of blocks (eager's, compiled's), at least
+# SIDE_MIN_PAIRS and SIDE_MIN_S seconds; for big steps, stop after SIDE_MAX_S once SIDE_FLOOR pairs
+# ran. A block is the steps that take about SIDE_BLOCK_S (one at least, SIDE_BLOCK_MAX at most).
+SIDE_MIN_PAIRS, SIDE_MIN_S, SIDE_FLOOR, SIDE_MAX_S = 10, 0.1, 5, 0.5
+SIDE_BLOCK_S, SIDE_BLOCK_MAX = 0.002, 200
 TIMED_SAMPLES_KEPT = 201  # more steps are kept as this many evenly spaced order statistics (the median among them)
 
 
@@ -265,6 +270,7 @@ def _time_in_twin(config: JobConfig) -> dict[str, Any]:
         job.graphs = dynamo_graphs()[0]
         start = machine.read()
         timed = _timed(job.step.call, job.sync)
+        timed.update(_side_by_side(job, timed["timed_us_per_step"]))
         return {**timed, "window": machine.between(start, machine.read()), "timed_recompiles": job.recompiles()}
 
 
@@ -542,6 +548,7 @@ def _time_unprofiled(job: Prepared, out: dict[str, Any], where: str) -> None:
     """Steps without the profiler (_timed), in this process; `where` is said in `timed_in`."""
     job.sync()
     out.update(_timed(job.step.call, job.sync), timed_in=where)
+    out.update(_side_by_side(job, out["timed_us_per_step"]))
 
 
 def _peak_memory(job: Prepared, out: dict[str, Any]) -> None:
@@ -676,6 +683,50 @@ def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
             "timed_minor_faults_per_step": (after - faults) / len(samples) if None not in (faults, after) else None,
             "speed_probe_us": math.sqrt(probe_before * probe_after) if probe_before and probe_after else None,
             "speed_probe_before_us": probe_before, "speed_probe_after_us": probe_after}
+
+
+def _side_by_side(job: Prepared, step_us: float | None = None) -> dict[str, Any]:
+    """compile=true: the compiled step and the same step eager, timed in turn in this one process
+    right after its un-profiled steps (`step_us`: their median), each step on its own
+    (`side_by_side_eager_us` and `side_by_side_compiled_us`, each side's median;
+    `side_by_side_steps` a side). What a process draws for itself (where its threads run, its
+    heap's layout) moves a step by more than compile changes it (matmul_add 1024 bf16 on this
+    project's 2-core machine: compiled over eager from one round's processes to the next 0.96,
+    1.20, 1.13): compile against eager is judged on this ratio, one per process. The two take
+    turns in blocks of about SIDE_BLOCK_S (steps one by one in turn slow a 20 us step by up to 14%,
+    eager's more than compiled's), eager first in every other pair of blocks. A side that raises
+    leaves the job as it was, without them (`side_by_side_error` says why)."""
+    from profsweep.stats import median
+
+    if not job.config.compile or job.step.eager is job.step.call:
+        return {}
+    compiled, eager, sync = job.step.call, job.step.eager, job.sync
+    block = max(1, min(SIDE_BLOCK_MAX, int(SIDE_BLOCK_S * 1e6 / step_us))) if step_us and step_us > 0 else 1
+    compiled_us: list[float] = []
+    eager_us: list[float] = []
+    try:
+        eager()  # the eager step's own first call, untimed
+        start, pairs = time.perf_counter(), 0
+        while True:
+            turns = ((eager, eager_us), (compiled, compiled_us))
+            for call, into in turns if pairs % 2 == 0 else turns[::-1]:
+                for _ in range(block):
+                    sync()
+                    t0 = time.perf_counter()
+                    call()
+                    sync()
+                    into.append((time.perf_counter() - t0) * 1e6)
+            elapsed, pairs = time.perf_counter() - start, pairs + 1
+            if (len(eager_us) >= TIMED_MAX_STEPS // 2 or (pairs >= SIDE_MIN_PAIRS and elapsed >= SIDE_MIN_S)
+                    or (pairs >= SIDE_FLOOR and elapsed >= SIDE_MAX_S)):
+                break
+    except Exception as exc:  # noqa: BLE001 (a comparison beside the measurements: the job stays ok)
+        said = f"{type(exc).__name__}: {first_line(exc)}"
+        print(f"warning: compile against eager not timed side by side: the eager step raised ({said})",
+              file=sys.stderr, flush=True)
+        return {"side_by_side_error": f"the eager step raised: {said}"}
+    return {"side_by_side_eager_us": round(median(eager_us), 3), "side_by_side_compiled_us": round(median(compiled_us), 3),
+            "side_by_side_steps": len(eager_us)}
 
 
 # The machine's speed right before and right after the un-profiled steps, outside their window: a

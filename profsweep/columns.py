@@ -46,7 +46,8 @@ RECORD_METRICS = (
     "status", "error", "device_name", "torch_version", "cuda_version", "first_call_ms", "warmup_ms",
     "flops_per_call", "bytes_per_call", "flops_source", "flops_uncounted", "memory_estimate_bytes", "memory_available_bytes",
     "peak_memory_bytes", "peak_memory_reserved_bytes", "inductor_cache_misses", "inductor_cache_hits",
-    "provenance_kernels", "recompiles", "recompile_limit", "timed_us_per_step", "timed_steps", "timed_slow_steps", "timed_minor_faults_per_step", "speed_probe_us",
+    "provenance_kernels", "recompiles", "recompile_limit", "timed_us_per_step", "timed_steps", "timed_slow_steps", "timed_minor_faults_per_step",
+    "side_by_side_eager_us", "side_by_side_compiled_us", "side_by_side_steps", "speed_probe_us",
     "speed_probe_before_us", "speed_probe_after_us", "torch_threads", "cpu_count", "other_cpus",
     "cpu_pressure", "loadavg_1m", "lock_wait_s", "measured_s", "ran_dtype", "ran_device", "warnings",
 )
@@ -55,7 +56,7 @@ RECORD_FIELDS = (  # what a job's record says about itself (metrics.json), also 
     "git_dirty", "trace_file", "table_file", "trace_error", "record_error", "peak_memory_source",
     "isolation", "compile_cache", "warmup_iters", "job_timeout_s", "unavailable", "start", "exit_code", "stderr_tail",
     "repeat", "repeats_planned", "precision", "max_repeats", "threads", "allocator", "platform", "variant_settings",
-    "timed_in", "timed_error", "failure_is_final", "ceilings",
+    "timed_in", "timed_error", "side_by_side_error", "failure_is_final", "ceilings",
 )
 # How metrics.json flattens the config: each settings group's keys under a prefix (compiler.mode ->
 # compile_mode, workload.hidden -> workload_hidden), run.* unprefixed (run.repeats -> repeats_planned).

@@ -35,6 +35,8 @@ SCHEMA_VERSION = 1  # of metrics.json
 # --- the record -----------------------------------------------------------------------------------
 TIMED = "timed_us_per_step"  # a job's un-profiled median step (metrics.json) ...
 TIMED_SAMPLES = "timed_samples_us"  # ... and its samples
+# A compiled job's step and the same step eager, timed in turn in one process (their medians)
+SIDE_EAGER, SIDE_COMPILED = "side_by_side_eager_us", "side_by_side_compiled_us"
 # A job's record from before it starts, which its own replaces: a sweep killed while the job ran
 # (kill -9 reaches no handler) leaves this failure with the job's settings, not a folder without one.
 UNFINISHED = "unfinished"

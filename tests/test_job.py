@@ -208,3 +208,37 @@ def test_a_gzipped_trace_is_written_through_a_scratch_folder_of_the_jobs(tmp_pat
     assert record["status"] == "ok" and record["trace_file"].endswith(".json.gz"), record["error"]
     assert seen and all(Path(d) == tmp_path / EXPORT_SCRATCH for d in seen), seen
     assert not (tmp_path / EXPORT_SCRATCH).exists() and tempfile.gettempdir() != str(tmp_path / EXPORT_SCRATCH)
+
+
+def test_side_by_side_runs_eager_and_compiled_in_turn_each_way_round_and_an_eager_failure_leaves_the_job_as_it_was():
+    """job._side_by_side: one untimed eager call, then pairs of blocks of the steps that take about
+    SIDE_BLOCK_S, eager's first in every other pair (a block right after the other one is no
+    favourite); only compiled jobs; an eager step that raises gives side_by_side_error, not a
+    failed job."""
+    from types import SimpleNamespace
+
+    from experiments.job import SIDE_BLOCK_S, SIDE_MIN_PAIRS, _side_by_side
+
+    order: list[str] = []
+
+    def prepared(compile: bool, eager_raises: bool = False) -> SimpleNamespace:
+        def eager() -> None:
+            order.append("e")
+            if eager_raises and len(order) > 3:
+                raise RuntimeError("eager only fails here\nsecond line")
+
+        step = SimpleNamespace(call=lambda: order.append("c"), eager=eager)
+        return SimpleNamespace(config=SimpleNamespace(compile=compile), step=step, sync=lambda: None)
+
+    found = _side_by_side(prepared(compile=True), step_us=SIDE_BLOCK_S * 1e6 / 3)  # blocks of 3 steps
+    assert "".join(order[:19]) == "e" + "eee" + "ccc" + "ccc" + "eee" + "eee" + "ccc"
+    steps = found["side_by_side_steps"]
+    assert steps >= 3 * SIDE_MIN_PAIRS and steps % 3 == 0 and order.count("e") == steps + 1 and order.count("c") == steps
+    assert found["side_by_side_eager_us"] > 0 and found["side_by_side_compiled_us"] > 0
+    order.clear()
+    _side_by_side(prepared(compile=True))  # no step time: one step a block
+    assert "".join(order[:6]) == "e" + "ec" + "ce" + "e"
+    order.clear()
+    assert _side_by_side(prepared(compile=False)) == {} and order == []
+    assert _side_by_side(prepared(compile=True, eager_raises=True)) == {
+        "side_by_side_error": "the eager step raised: RuntimeError: eager only fails here"}

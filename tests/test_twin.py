@@ -56,7 +56,8 @@ def make(*, size, dtype, device, log: str = "", fail_second: bool = False, fail_
 '''
 
 
-def _run_job(tmp_path: Path, warmup: bool, env_extra: dict | None = None, **settings) -> tuple[dict, list[int], int]:
+def _run_job(tmp_path: Path, warmup: bool, env_extra: dict | None = None, compile: bool = False,
+             **settings) -> tuple[dict, list[int], int]:
     folder = tmp_path / "user"
     folder.mkdir(exist_ok=True)
     (folder / "twinbench.py").write_text(FACTORY)
@@ -65,7 +66,8 @@ def _run_job(tmp_path: Path, warmup: bool, env_extra: dict | None = None, **sett
     job_dir.mkdir()
     config = JobConfig(workload=WorkloadConfig(target="twinbench:make", name="twinbench",
                                                settings={"log": str(log), **settings}),
-                       size=16, dtype="fp32", device="cpu", warmup=warmup, run=RunConfig(threads=1))
+                       size=16, dtype="fp32", device="cpu", warmup=warmup, compile=compile, run=RunConfig(threads=1))
+    config.compiler.backend = "eager"  # Dynamo's graph run eagerly: compiled in no time
     path = job_dir / "job_config.json"
     path.write_text(json.dumps(config_to_dict(config)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)]), **(env_extra or {})}
@@ -87,6 +89,21 @@ def test_a_cold_job_times_its_unprofiled_steps_in_a_twin(tmp_path):
     # Built twice, in two processes: the job's, then the twin's.
     assert len(builds) == 2 and builds[0] != builds[1]
     assert record["steps"] == 3 and record["trace_file"]  # the job profiled as ever
+    assert not any(key.startswith("side_by_side") for key in record)  # eager: nothing to set beside it
+
+
+@pytest.mark.parametrize("warmup", [False, True], ids=["cold", "warm"])
+def test_a_compiled_job_times_its_step_eager_beside_it_in_the_process_that_timed_it(tmp_path, warmup):
+    """compile against eager is judged on the two timed in turn in one process (job._side_by_side):
+    a cold job's twin, a warm job's own process before its profiler."""
+    from experiments.job import SIDE_FLOOR
+
+    record, builds, code = _run_job(tmp_path, warmup=warmup, compile=True)
+    assert code == 0 and record["status"] == "ok", record["error"]
+    assert record["timed_in"] == (TWIN if not warmup else "this process, before the profiler")
+    assert record["side_by_side_eager_us"] > 0 and record["side_by_side_compiled_us"] > 0
+    assert record["side_by_side_steps"] >= SIDE_FLOOR and "side_by_side_error" not in record
+    assert len(builds) == (1 if warmup else 2)
 
 
 def test_a_warm_job_times_before_its_profiler_in_its_own_process(tmp_path):

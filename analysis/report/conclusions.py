@@ -303,16 +303,30 @@ def _step_key(eager: dict[str, Any], compiled: dict[str, Any]) -> str:
     return TIMED if all(stats.number(p.get(TIMED)) for p in (eager, compiled)) else "host_us_per_step"
 
 
-def compile_change(eager: dict[str, Any], compiled: dict[str, Any],
-                   by_job: dict[str, dict[str, Any]]) -> tuple[str, float, bool] | None:
-    """Compile against eager at one size (change), over their processes paired by round where the
-    sweep measured both in the same rounds, and whether it was paired."""
+SIDE_BY_SIDE, ROUNDS = "side by side", "rounds"  # how compile against eager paired its processes
+PAIRING = {SIDE_BY_SIDE: "eager and compiled timed in turn in each compiled process",
+           ROUNDS: "each round's two processes paired"}
+
+
+def compile_change(eager: dict[str, Any], compiled: dict[str, Any], by_job: dict[str, dict[str, Any]]
+                   ) -> tuple[str, float, str, tuple[float | None, float | None]] | None:
+    """Compile against eager at one size (change); how its processes were paired: SIDE_BY_SIDE
+    where each compiled process timed the same step eager beside its own (two or more of them:
+    what a process draws for itself then moves both sides alike), ROUNDS where the sweep measured
+    both points in the same rounds, else ""; and the two steps (eager, compiled) it rests on."""
     key = _step_key(eager, compiled)
     timed = key == TIMED
-    paired = grid_points.rounds_paired(eager, compiled, by_job) if timed else None
-    found = change(_samples(eager, by_job) if timed else [], _samples(compiled, by_job) if timed else [],
-                   stats.number(eager.get(key)), stats.number(compiled.get(key)), paired=paired)
-    return None if found is None else (*found, paired is not None)
+    side = grid_points.side_by_side(compiled, by_job) if timed else None
+    if side and len(side) >= 2:
+        steps = (stats.median([e[0] for e, _ in side]), stats.median([c[0] for _, c in side]))
+        found, how = change([], [], *steps, paired=side), SIDE_BY_SIDE
+    else:
+        paired = grid_points.rounds_paired(eager, compiled, by_job) if timed else None
+        steps = (stats.number(eager.get(key)), stats.number(compiled.get(key)))
+        found = change(_samples(eager, by_job) if timed else [], _samples(compiled, by_job) if timed else [],
+                       *steps, paired=paired)
+        how = ROUNDS if paired else ""
+    return None if found is None else (*found, how, steps)
 
 
 def change(base: list[list[float]], new: list[list[float]], base_value: float | None,
@@ -386,13 +400,13 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
             found = compile_change(eager, compiled, by_job)
             if found is not None:
                 found_all.append((eager, compiled, found))
-        every = bool(found_all) and all(found[2] for *_, found in found_all)  # all paired: said once, in the heading
+        hows = {found[2] for *_, found in found_all}
+        every = hows.pop() if len(hows) == 1 else ""  # one pairing for all sizes: said once, in the heading
         for eager, compiled, found in found_all:
-            key = _step_key(eager, compiled)
-            noisy = ", noisy" if flag(eager.get("noisy")) or flag(compiled.get("noisy")) else ""
-            how = ", the two processes of each round paired" if found[2] and not every else ""
-            said.append(f"{found[0]} at {eager['size']} ({us(stats.number(eager.get(key)))} → "
-                        f"{us(stats.number(compiled.get(key)))} per step{noisy}{how})")
+            # a point's noise is its processes disagreeing: side by side, each process is its own pair
+            noisy = ", noisy" if found[2] != SIDE_BY_SIDE and (flag(eager.get("noisy")) or flag(compiled.get("noisy"))) else ""
+            how = f", {PAIRING[found[2]]}" if found[2] and not every else ""
+            said.append(f"{found[0]} at {eager['size']} ({us(found[3][0])} → {us(found[3][1])} per step{noisy}{how})")
         if not said:
             continue
         eager, compiled = pairs[-1]
@@ -407,7 +421,7 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
             behind.append(f"top {'kernel' if gpu else 'compute op'} {short_name(eager['top_kernel'])} → "
                           f"{short_name(compiled['top_kernel'])}")
         tail = f" Behind it (size {eager['size']}): {'; '.join(behind)}." if behind else ""
-        how = " (each round's two processes paired)" if every else ""
+        how = f" ({PAIRING[every]})" if every else ""
         out.append(Conclusion("compile", f"compile against eager, {name}{how}: {'; '.join(said)}.{tail}", "summary"))
     return out
 
