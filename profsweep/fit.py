@@ -22,6 +22,7 @@ kernel, a second regime): the series is then judged size by size instead.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -55,6 +56,7 @@ class Fit:
     check: str
     ratios: list[deciding.Decision] = field(default_factory=list)  # b * work / a at each size
     crossover_processes_needed: int | None = None  # a grid point, to locate the crossover (None: located, or unknown)
+    sizes: tuple[float, ...] = ()  # the sizes the line was fitted to (the smaller ones only: _below_a_break)
 
     def columns(self) -> dict[str, object]:
         """crossovers.csv's fit_* columns."""
@@ -67,6 +69,7 @@ class Fit:
             "fit_crossover_size": self.crossover_size, "fit_crossover_size_low": self.crossover_size_low,
             "fit_crossover_size_high": self.crossover_size_high,
             "fit_check": self.check, "fit_crossover_processes_needed": self.crossover_processes_needed,
+            "fit_sizes": ";".join(f"{v:g}" for v in self.sizes),
         }
 
 
@@ -77,11 +80,66 @@ def fit_series(sizes: Sequence[float], work: Sequence[float], steps_us: Sequence
                lows: Sequence[float | None], highs: Sequence[float | None], repeats: Sequence[int],
                kind: str = "flops", draws: int = RESAMPLES, seed: int = 0, band: float = deciding.BAND) -> Fit | None:
     """The model through one series' grid points (by size; None with fewer than two sizes with a
-    positive step and work, or when the step does not grow with the work)."""
+    positive step and work, or when the step does not grow with the work). Where the line breaks
+    only above the crossover, the smaller sizes' line (_below_a_break)."""
     rows = sorted((s, w, t, lo, hi, r) for s, w, t, lo, hi, r in zip(sizes, work, steps_us, lows, highs, repeats)
                   if s and w and t and s > 0 and w > 0 and t > 0)
     if len({r[0] for r in rows}) < 2:
         return None
+    found = _fit_rows(rows, kind, draws, seed, band)
+    if found is None or found[0].fits:
+        return None if found is None else found[0]
+    return _below_a_break(rows, kind, draws, seed, band) or found[0]
+
+
+def _below_a_break(rows: list[tuple], kind: str, draws: int, seed: int, band: float) -> Fit | None:
+    """Where the line through every size breaks only at the largest sizes, above the crossover (CPU
+    matmul: 1.2 TFLOP/s at 1024, 2.4 at 4096, a faster kernel for the larger product), the floor
+    and the crossover are the smaller sizes' to say: the line through the most of the smallest
+    sizes (two at least) that fits them, puts the crossover, its whole interval, within them, and
+    leaves every larger size more than MISFIT off it, all on one side;
+    each larger size's regime is its own step's excess over that floor (step / floor - 1, drawn
+    as the fit's draws are). None where no such line exists (the series is then judged size by
+    size)."""
+    for k in range(len(rows) - 1, 1, -1):
+        part = _fit_rows(rows[:k], kind, draws, seed, band)
+        if part is None:
+            continue
+        fit, fa = part
+        if not fit.fits or fit.crossover_size_low is None or fit.crossover_size_high is None:
+            continue
+        if not rows[0][0] <= fit.crossover_size_low <= fit.crossover_size_high <= rows[k - 1][0]:
+            continue
+        a, b = fit.overhead_us, 1e6 / fit.throughput
+        above = [(r[0], r[2] / (a + b * r[1])) for r in rows[k:]]
+        if not (all(o * (1 + MISFIT) < 1 for _, o in above) or all(o > 1 + MISFIT for _, o in above)):
+            continue  # not every larger size is off the smaller ones' line, all one way: a bump, not a break
+        size, off = max(above, key=lambda item: abs(math.log(item[1])))
+        how = ("the work runs faster there: a faster kernel for the larger work, or caches" if off < 1 else
+               "the work runs slower there: the data outgrows a cache, or another regime")
+        ratios = list(fit.ratios)
+        rng = np.random.default_rng(seed + 1)
+        for _, _, t, lo, hi, r in rows[k:]:
+            drawn = t * np.exp(rng.standard_normal(len(fa)) * _sigma_log(t, lo, hi, r))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                each = np.where(fa > 0, drawn / np.where(fa > 0, fa, 1.0) - 1, np.inf)
+            ratios.append(deciding.decide(t / a - 1, *_quantiles(each), int(r or 1), band))
+        check = (f"fits sizes {rows[0][0]:g}-{rows[k - 1][0]:g}, {fit.check.partition(': ')[2] or fit.check}; at "
+                 f"{size:g} the step is {off:.2f}x that line ({how}): the floor and the crossover are the smaller sizes'")
+        return dataclasses.replace(fit, check=check, ratios=ratios)
+    return None
+
+
+def _quantiles(values: np.ndarray) -> tuple[float, float]:
+    """The 95% interval's ends as order statistics (infinities survive: a draw with no floor, or no growth)."""
+    tail = (1 - LEVEL) / 2
+    lo_, hi_ = np.quantile(values, [tail, 1 - tail], method="inverted_cdf")
+    return float(lo_), float(hi_)
+
+
+def _fit_rows(rows: list[tuple], kind: str, draws: int, seed: int, band: float
+              ) -> tuple[Fit, np.ndarray] | None:
+    """The model through these rows (size, work, step, low, high, repeats), with its draws of a."""
     size = np.array([r[0] for r in rows], dtype=float)
     x = np.array([r[1] for r in rows], dtype=float)
     y = np.array([r[2] for r in rows], dtype=float)
@@ -93,13 +151,7 @@ def fit_series(sizes: Sequence[float], work: Sequence[float], steps_us: Sequence
     drawn = y[None, :] * np.exp(rng.standard_normal((draws, len(y))) * sigma[None, :])
     fitted = np.array([_wls(x, d, sigma) for d in drawn])
     fa, fb = fitted[:, 0], fitted[:, 1]  # every draw: one whose time does not grow has b <= 0
-    tail = (1 - LEVEL) / 2
-
-    def q(values: np.ndarray) -> tuple[float, float]:
-        # an order statistic (infinities survive: a draw with no floor, or no growth)
-        lo_, hi_ = np.quantile(values, [tail, 1 - tail], method="inverted_cdf")
-        return float(lo_), float(hi_)
-
+    q = _quantiles
     a_low, a_high = q(fa)
     with np.errstate(divide="ignore"):
         tp_low, tp_high = q(np.where(fb > 0, 1e6 / np.where(fb > 0, fb, 1.0), np.inf))  # work units per second
@@ -121,8 +173,10 @@ def fit_series(sizes: Sequence[float], work: Sequence[float], steps_us: Sequence
                                             why="no overhead floor" if up else "no overhead floor at the fit"))
     c_low = None if c_low is None else min(crossover, c_low)  # type: ignore[type-var]
     c_high = None if c_high is None else max(crossover, c_high)  # type: ignore[type-var]
-    return Fit(kind, a, min(a, a_low), max(a, a_high), 1e6 / b, min(1e6 / b, tp_low), max(1e6 / b, tp_high),
-               crossover, c_low, c_high, fits, check, ratios, processes_to_locate(c_low, c_high, min(reps)))
+    fit = Fit(kind, a, min(a, a_low), max(a, a_high), 1e6 / b, min(1e6 / b, tp_low), max(1e6 / b, tp_high),
+              crossover, c_low, c_high, fits, check, ratios, processes_to_locate(c_low, c_high, min(reps)),
+              tuple(float(v) for v in size))
+    return fit, fa
 
 
 def processes_to_locate(low: float | None, high: float | None, repeats: int) -> int | None:

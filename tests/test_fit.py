@@ -118,3 +118,37 @@ def test_a_series_whose_aten_ops_grow_with_size_has_no_fixed_floor(ops_grow):
         assert not any(r.get("regime_source") == FITTED for r in rows)  # the profiled split's regime stays
     else:
         assert series["fit_check"].startswith("fits") and all(r.get("regime_source") == FITTED for r in rows)
+
+
+@pytest.mark.parametrize("above", [0.5, 2.0], ids=["faster", "slower"])
+def test_a_line_that_breaks_only_above_the_crossover_is_the_smaller_sizes_line(above):
+    """CPU matmul: 1.2 TFLOP/s at 1024 and 2.4 at 4096 (a faster kernel for the larger product):
+    the line through every size misses the largest, but the floor and the crossover are where the
+    smaller sizes put them: known by construction here, with 1024 and 4096 off the line, one way."""
+    t = [A + B * w for w in WORK]
+    t[3] *= above
+    t[4] *= above
+    f = fit_series(SIZES, WORK, *_points(t, 0.01))
+    assert f.fits and f.sizes == (16.0, 64.0, 256.0)
+    assert f.overhead_us == pytest.approx(A, rel=1e-6) and f.throughput == pytest.approx(1e10, rel=1e-6)
+    crossing = (A / B / 2) ** (1 / 3)
+    assert f.crossover_size == pytest.approx(crossing, rel=1e-6)
+    assert 16 <= f.crossover_size_low < crossing < f.crossover_size_high <= 256
+    side = "faster" if above < 1 else "slower"
+    assert f.check.startswith("fits sizes 16-256, every size within") and f"the work runs {side} there" in f.check
+    assert f"at 1024 the step is {above:.2f}x that line" in f.check
+    # each larger size's regime: its own step over the floor, less one
+    assert [r.outcome for r in f.ratios] == [BELOW, ABOVE, ABOVE, ABOVE, ABOVE]
+    assert f.ratios[4].ratio == pytest.approx(t[4] / A - 1, rel=1e-6)
+    assert f.ratios[4].low < f.ratios[4].ratio < f.ratios[4].high
+    assert f.columns()["fit_sizes"] == "16;64;256"
+
+
+def test_a_bump_is_no_break_and_a_break_below_the_crossover_rests_on_nothing():
+    t = [A + B * w for w in WORK]
+    t[3] *= 2  # 1024 off the line, 4096 on it: a bump
+    assert not fit_series(SIZES, WORK, *_points(t, 0.01)).fits
+    t = [A + B * w for w in WORK]
+    t[1:] = [v * 0.3 for v in t[1:]]  # off from 64 on: one size below, no line to hold the crossover
+    f = fit_series(SIZES, WORK, *_points(t, 0.01))
+    assert not f.fits and f.check.startswith("does not fit") and len(f.sizes) == 5

@@ -532,6 +532,9 @@ def _fit_lines(grid: Any, data: pd.DataFrame, crossovers: pd.DataFrame, row: str
             continue
         key = "bytes_per_call" if c.get("fit_work") == "bytes" else "flops_per_call"
         points = match.drop_duplicates("size").dropna(subset=[key]).sort_values("size") if key in match else match[:0]
+        fitted_to = [float(v) for v in str(c.get("fit_sizes") or "").split(";") if v and v != "nan"]
+        if fitted_to:  # the line of the sizes it was fitted to (profsweep.fit: the smaller ones, below a break)
+            points = points[points["size"].astype(float).isin(fitted_to)]
         first = match.iloc[0]
         ax = panels.get((first[row] if row else None, first[col] if col else None))
         if ax is None or len(points) < 2:
