@@ -152,6 +152,27 @@ def test_adaptive_repeats_go_on_where_compile_against_eager_is_undecided(tmp_pat
     assert lost._processes_needed(1, 0) == decide_test(ratio_test(
         [process(100.0 * f)["timed_samples_us"] for f in speeds],
         [process(120.0 * f)["timed_samples_us"] for f in speeds[:2]]), 2).processes_needed
+    # where every compiled process timed the step eager beside its own, as the report judges it:
+    # one ratio per compiled process. Its processes' own steps 0.9-1.4x eager's (undecided, by round
+    # too); side by side 1.20x in each (± 0.5%): decided, none needed. Side by side 1.00-1.04x
+    # (processes 1% apart on their own): precise but undecided at three, it gets the processes that
+    # would decide it by that rule.
+    from profsweep.stats import paired_ratio_test
+
+    def compiled(median, eager, step, r):
+        return {**process(median), "repeat": r, "side_by_side_eager_us": eager, "side_by_side_compiled_us": step}
+
+    for own, ratios, decided in (((0.9, 1.4, 1.1), (1.2, 1.206, 1.194), True),
+                                 ((1.0, 1.01, 0.99), (1.0, 1.04, 1.02), False)):
+        side = Repeats("auto", 0.5, 10, tmp_path, pairs)
+        for r, (f, ratio) in enumerate(zip(own, ratios), 1):
+            side.add(1, {**process(100.0), "repeat": r})
+            side.add(0, compiled(100.0 * f, 50.0 * r, 50.0 * r * ratio, r))
+        rule = decide_test(paired_ratio_test([([50.0 * r], [50.0 * r * x]) for r, x in enumerate(ratios, 1)]), 3)
+        assert rule.decided == decided and side._processes_needed(1, 0) == (None if decided else rule.processes_needed)
+        if not decided:
+            assert 3 < rule.processes_needed <= 10
+            assert side.points(4, 2) == [0, 1] and side.why == {"compile against eager undecided": [0, 1]}
     # a point added for its own reason brings its pair's other point into the round
     wide = Repeats("auto", 0.025, 10, tmp_path, pairs)
     for point, values in {0: [100.0, 130.0, 80.0], 1: same}.items():

@@ -160,6 +160,9 @@ class Repeats:
         self.samples: Dict[int, List[Any]] = {}  # auto: each grid point's ok jobs' timed samples
         self.work: Dict[int, Dict[str, Any]] = {}  # auto: each grid point's size and work (its first ok record's)
         self.rounds: Dict[int, Dict[int, List[float]]] = {}  # auto: each grid point's ok samples by round (run.repeat)
+        # auto: each grid point's ok jobs' steps eager and compiled timed in turn (a compiled job's
+        # side_by_side_*_us; None where a job has none)
+        self.side: Dict[int, List[Any]] = {}
         # grid points whose job failed for a reason no other process can change (the record's
         # failure_is_final: a factory's return value, a refused setting), with that error: their
         # later repeats are not run (none where there are none: one round)
@@ -178,6 +181,13 @@ class Repeats:
         self.samples.setdefault(point, []).append(samples)
         if samples and isinstance(record.get("repeat"), int):
             self.rounds.setdefault(point, {})[record["repeat"]] = samples
+        if ok:
+            from profsweep.contract import SIDE_COMPILED, SIDE_EAGER
+            from profsweep.stats import number
+
+            eager, compiled = number(record.get(SIDE_EAGER)), number(record.get(SIDE_COMPILED))
+            both = eager is not None and compiled is not None and eager > 0 and compiled > 0
+            self.side.setdefault(point, []).append(([eager], [compiled]) if both else None)
         if ok and point not in self.work:
             self.work[point] = {k: record.get(k) for k in ("size", "flops_per_call", "bytes_per_call")}
 
@@ -218,7 +228,8 @@ class Repeats:
     def _undecided(self, point: int, have: int, needed: Dict[tuple, Optional[int]]) -> bool:
         """Whether `point`'s compile against eager is inconclusive by the one rule and more of its
         processes (up to max_repeats) would decide it at the spread observed, as the report judges
-        it (the un-profiled steps' ratio over the processes of the two grid points); `needed` keeps
+        it (each compiled process's steps timed in turn, else the un-profiled steps' ratio over the
+        processes of the two grid points); `needed` keeps
         each pair's processes a side (None: decided, or no more would) for its other point."""
         pair = self.pairs.of(point) if self.pairs else None
         if pair is None or any(g in self.settled for g in pair):
@@ -237,9 +248,15 @@ class Repeats:
         from profsweep.decide import decide_test
         from profsweep.stats import paired_ratio_test, pairs_by_round, ratio_test
 
-        # as the report judges it: the processes in pairs by round where both were measured in the
-        # same rounds (points() runs a pair's two points in the same rounds), else unpaired; a
-        # process without a round (a record without run.repeat) leaves them unpaired
+        # as the report judges it (analysis.report.conclusions.compile_change): each compiled
+        # process's steps eager and compiled timed in turn where every one of them has both; else
+        # the processes in pairs by round where both were measured in the same rounds (points()
+        # runs a pair's two points in the same rounds), else unpaired; a process without a round
+        # (a record without run.repeat) leaves them unpaired
+        side = self.side.get(compiled_point, [])
+        if len(side) >= 2 and all(side):
+            d = decide_test(paired_ratio_test(side), len(side))
+            return None if d.decided else d.processes_needed
         by_round = [self.rounds.get(g, {}) for g in (eager_point, compiled_point)]
         paired = pairs_by_round(*by_round) if len(by_round[0]) == len(eager) and len(by_round[1]) == len(compiled) \
             else None
