@@ -52,6 +52,7 @@ TIMED_FLOOR, TIMED_MAX_S, TIMED_MAX_STEPS = 3, 0.5, 20_000
 # ran. A block is the steps that take about SIDE_BLOCK_S (one at least, SIDE_BLOCK_MAX at most).
 SIDE_MIN_PAIRS, SIDE_MIN_S, SIDE_FLOOR, SIDE_MAX_S = 10, 0.1, 5, 0.5
 SIDE_BLOCK_S, SIDE_BLOCK_MAX = 0.002, 200
+SIDE_LONG_S = 10.0  # SIDE_FLOOR pairs of steps would take longer: one pair (a step of 1 s or more)
 TIMED_SAMPLES_KEPT = 201  # more steps are kept as this many evenly spaced order statistics (the median among them)
 
 
@@ -548,7 +549,8 @@ def _time_unprofiled(job: Prepared, out: dict[str, Any], where: str) -> None:
     """Steps without the profiler (_timed), in this process; `where` is said in `timed_in`."""
     job.sync()
     out.update(_timed(job.step.call, job.sync), timed_in=where)
-    out.update(_side_by_side(job, out["timed_us_per_step"]))
+    if where != AFTER_PROFILER:  # after them, CUDA's peak still to be read would hold the eager step's
+        out.update(_side_by_side(job, out["timed_us_per_step"]))
 
 
 def _peak_memory(job: Prepared, out: dict[str, Any]) -> None:
@@ -702,6 +704,7 @@ def _side_by_side(job: Prepared, step_us: float | None = None) -> dict[str, Any]
         return {}
     compiled, eager, sync = job.step.call, job.step.eager, job.sync
     block = max(1, min(SIDE_BLOCK_MAX, int(SIDE_BLOCK_S * 1e6 / step_us))) if step_us and step_us > 0 else 1
+    floor = 1 if step_us and 2 * SIDE_FLOOR * step_us / 1e6 > SIDE_LONG_S else SIDE_FLOOR
     compiled_us: list[float] = []
     eager_us: list[float] = []
     try:
@@ -718,15 +721,31 @@ def _side_by_side(job: Prepared, step_us: float | None = None) -> dict[str, Any]
                     into.append((time.perf_counter() - t0) * 1e6)
             elapsed, pairs = time.perf_counter() - start, pairs + 1
             if (len(eager_us) >= TIMED_MAX_STEPS // 2 or (pairs >= SIDE_MIN_PAIRS and elapsed >= SIDE_MIN_S)
-                    or (pairs >= SIDE_FLOOR and elapsed >= SIDE_MAX_S)):
+                    or (pairs >= floor and elapsed >= SIDE_MAX_S)):
                 break
+        compiled()  # the process's last step is the compiled one again, as before this comparison
     except Exception as exc:  # noqa: BLE001 (a comparison beside the measurements: the job stays ok)
         said = f"{type(exc).__name__}: {first_line(exc)}"
         print(f"warning: compile against eager not timed side by side: the eager step raised ({said})",
               file=sys.stderr, flush=True)
         return {"side_by_side_error": f"the eager step raised: {said}"}
+    finally:
+        _let_go_of_eager(job)
     return {"side_by_side_eager_us": round(median(eager_us), 3), "side_by_side_compiled_us": round(median(compiled_us), 3),
             "side_by_side_steps": len(eager_us)}
+
+
+def _let_go_of_eager(job: Prepared) -> None:
+    """After the eager steps beside the compiled ones: their garbage collected and, on CUDA, the
+    blocks they left cached given back, so that what the job measures next (a warm job's profiled
+    steps, its reserved peak) starts where it did without them."""
+    import gc
+
+    gc.collect()
+    if job.device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 # The machine's speed right before and right after the un-profiled steps, outside their window: a

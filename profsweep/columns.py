@@ -18,7 +18,7 @@ import re
 TEXT_FIELDS = ("workload", "dtype", "device", "device_requested", "status", "optimizer", "workload_target",
                "device_name", "torch_version", "cuda_version", "hostname", "config_hash", "flops_source",
                "flops_uncounted", "trace_file", "table_file", "start", "isolation", "compile_cache", "allocator", "unavailable", "ran_dtype",
-               "ran_device", "variant_settings", "timed_in", "timed_error")
+               "ran_device", "variant_settings", "timed_in", "timed_error", "side_by_side_error")
 # Columns of the written tables that hold text whatever their values look like: names (a job
 # folder named 7, an op), a hash or a commit of digits and an `e`, the record's text fields. Every
 # reader of the tables keeps them text: compare, profsweep.load, the history store.

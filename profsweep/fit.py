@@ -35,6 +35,7 @@ from profsweep.stats import LEVEL, RESAMPLES
 CROSSOVER_SPAN = 3.0  # a crossover is located when its 95% interval's high end is at most 3x its low end
 MIN_RELATIVE = 0.02  # a grid point's standard error is taken as at least 2% of its value
 MISFIT = 0.25  # a size more than 25% off the fitted line (and outside its interval) breaks the fit
+MIN_BELOW = 3  # the sizes a line below a break must fit: through two, it would check nothing
 Z = 1.959963984540054  # the normal quantile of a 95% interval
 
 
@@ -69,7 +70,7 @@ class Fit:
             "fit_crossover_size": self.crossover_size, "fit_crossover_size_low": self.crossover_size_low,
             "fit_crossover_size_high": self.crossover_size_high,
             "fit_check": self.check, "fit_crossover_processes_needed": self.crossover_processes_needed,
-            "fit_sizes": ";".join(f"{v:g}" for v in self.sizes),
+            "fit_sizes": ";".join(f"{v:.15g}" for v in self.sizes),
         }
 
 
@@ -89,19 +90,33 @@ def fit_series(sizes: Sequence[float], work: Sequence[float], steps_us: Sequence
     found = _fit_rows(rows, kind, draws, seed, band)
     if found is None or found[0].fits:
         return None if found is None else found[0]
-    return _below_a_break(rows, kind, draws, seed, band) or found[0]
+    return _below_a_break(rows, kind, draws, seed, band) or _more_sizes(found[0], rows)
+
+
+def _more_sizes(fit: Fit, rows: list[tuple]) -> Fit:
+    """A line that does not fit, with what would tell more where fewer than three sizes lie below
+    its largest: a line through two sizes checks nothing, so three sizes cannot tell a break at the
+    largest (a faster kernel there) from one in the middle."""
+    if len(rows) > 3:
+        return fit
+    first, second = rows[0][0], rows[1][0]
+    between = round(math.sqrt(first * second))
+    sizes = ",".join(f"{v:.15g}" for v in sorted({first, between, *(r[0] for r in rows[1:])}))
+    return dataclasses.replace(fit, check=(
+        f"{fit.check}; {len(rows)} sizes cannot tell a break at the largest from one in the middle: a size "
+        f"between {first:.15g} and {second:.15g} would show whether the smaller sizes lie on one line (size={sizes})"))
 
 
 def _below_a_break(rows: list[tuple], kind: str, draws: int, seed: int, band: float) -> Fit | None:
     """Where the line through every size breaks only at the largest sizes, above the crossover (CPU
     matmul: 1.2 TFLOP/s at 1024, 2.4 at 4096, a faster kernel for the larger product), the floor
     and the crossover are the smaller sizes' to say: the line through the most of the smallest
-    sizes (two at least) that fits them, puts the crossover, its whole interval, within them, and
+    sizes (MIN_BELOW at least: a line through two checks nothing) that fits them, puts the crossover, its whole interval, within them, and
     leaves every larger size more than MISFIT off it, all on one side;
     each larger size's regime is its own step's excess over that floor (step / floor - 1, drawn
     as the fit's draws are). None where no such line exists (the series is then judged size by
     size)."""
-    for k in range(len(rows) - 1, 1, -1):
+    for k in range(len(rows) - 1, MIN_BELOW - 1, -1):
         part = _fit_rows(rows[:k], kind, draws, seed, band)
         if part is None:
             continue
@@ -114,6 +129,8 @@ def _below_a_break(rows: list[tuple], kind: str, draws: int, seed: int, band: fl
         above = [(r[0], r[2] / (a + b * r[1])) for r in rows[k:]]
         if not (all(o * (1 + MISFIT) < 1 for _, o in above) or all(o > 1 + MISFIT for _, o in above)):
             continue  # not every larger size is off the smaller ones' line, all one way: a bump, not a break
+        if any(abs(math.log(o)) <= 3 * _sigma_log(r[2], r[3], r[4], r[5]) for (_, o), r in zip(above, rows[k:])):
+            continue  # a larger size off the line only within its own interval: no break shown
         size, off = max(above, key=lambda item: abs(math.log(item[1])))
         how = ("the work runs faster there: a faster kernel for the larger work, or caches" if off < 1 else
                "the work runs slower there: the data outgrows a cache, or another regime")

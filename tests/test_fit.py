@@ -152,3 +152,19 @@ def test_a_bump_is_no_break_and_a_break_below_the_crossover_rests_on_nothing():
     t[1:] = [v * 0.3 for v in t[1:]]  # off from 64 on: one size below, no line to hold the crossover
     f = fit_series(SIZES, WORK, *_points(t, 0.01))
     assert not f.fits and f.check.startswith("does not fit") and len(f.sizes) == 5
+
+
+def test_three_sizes_whose_line_breaks_say_which_size_would_tell_where():
+    """Through two sizes a line checks nothing, so three cannot tell a faster kernel at the largest
+    from a slow middle size: no line below a break, and the check names the size that would tell."""
+    sizes = [64, 1024, 4096]
+    work = [2 * n**3 for n in sizes]
+    t = [A + B * w for w in work]
+    t[2] *= 0.5
+    f = fit_series(sizes, work, *_points(t, 0.01))
+    assert not f.fits and f.sizes == (64.0, 1024.0, 4096.0)
+    assert f.check.startswith("does not fit") and f.check.endswith(
+        "3 sizes cannot tell a break at the largest from one in the middle: a size between 64 and 1024 would show "
+        "whether the smaller sizes lie on one line (size=64,256,1024,4096)")
+    assert fit_series([1_000_000, 2_000_000], [1e6, 2e6], *_points([A + 1e6 * B, A + 2e6 * B])).columns()[
+        "fit_sizes"] == "1000000;2000000"

@@ -228,12 +228,14 @@ def test_side_by_side_runs_eager_and_compiled_in_turn_each_way_round_and_an_eage
                 raise RuntimeError("eager only fails here\nsecond line")
 
         step = SimpleNamespace(call=lambda: order.append("c"), eager=eager)
-        return SimpleNamespace(config=SimpleNamespace(compile=compile), step=step, sync=lambda: None)
+        return SimpleNamespace(config=SimpleNamespace(compile=compile), step=step, sync=lambda: None, device="cpu")
 
     found = _side_by_side(prepared(compile=True), step_us=SIDE_BLOCK_S * 1e6 / 3)  # blocks of 3 steps
     assert "".join(order[:19]) == "e" + "eee" + "ccc" + "ccc" + "eee" + "eee" + "ccc"
     steps = found["side_by_side_steps"]
-    assert steps >= 3 * SIDE_MIN_PAIRS and steps % 3 == 0 and order.count("e") == steps + 1 and order.count("c") == steps
+    # ... and one compiled call last, untimed: the process's last step is the compiled one, as before
+    assert steps >= 3 * SIDE_MIN_PAIRS and steps % 3 == 0 and order.count("e") == steps + 1
+    assert order.count("c") == steps + 1 and order[-1] == "c"
     assert found["side_by_side_eager_us"] > 0 and found["side_by_side_compiled_us"] > 0
     order.clear()
     _side_by_side(prepared(compile=True))  # no step time: one step a block
@@ -242,3 +244,24 @@ def test_side_by_side_runs_eager_and_compiled_in_turn_each_way_round_and_an_eage
     assert _side_by_side(prepared(compile=False)) == {} and order == []
     assert _side_by_side(prepared(compile=True, eager_raises=True)) == {
         "side_by_side_error": "the eager step raised: RuntimeError: eager only fails here"}
+
+
+def test_side_by_side_of_steps_of_seconds_stops_after_one_pair(monkeypatch):
+    """A step that takes seconds: SIDE_FLOOR pairs would take longer than SIDE_LONG_S, so one pair
+    (an eager and a compiled step) once SIDE_MAX_S has passed; shorter steps run SIDE_FLOOR pairs."""
+    from types import SimpleNamespace
+
+    from experiments import job as job_module
+    from experiments.job import SIDE_FLOOR, _side_by_side
+
+    for step_s, pairs in ((3.0, 1), (0.2, SIDE_FLOOR)):
+        now = [0.0]
+
+        def step() -> None:
+            now[0] += step_s  # each step moves the clock by its duration
+
+        monkeypatch.setattr(job_module, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+        prepared = SimpleNamespace(config=SimpleNamespace(compile=True), step=SimpleNamespace(call=lambda: step(), eager=lambda: step()),
+                                   sync=lambda: None, device="cpu")
+        found = _side_by_side(prepared, step_us=step_s * 1e6)
+        assert found["side_by_side_steps"] == pairs and found["side_by_side_eager_us"] == step_s * 1e6

@@ -403,8 +403,10 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
         hows = {found[2] for *_, found in found_all}
         every = hows.pop() if len(hows) == 1 else ""  # one pairing for all sizes: said once, in the heading
         for eager, compiled, found in found_all:
-            # a point's noise is its processes disagreeing: side by side, each process is its own pair
-            noisy = ", noisy" if found[2] != SIDE_BY_SIDE and (flag(eager.get("noisy")) or flag(compiled.get("noisy"))) else ""
+            # side by side, each process is its own pair: its processes disagreeing is no noise in the
+            # ratio, the machine's load (other processes, waits for a CPU) still is
+            said_noisy = "noisy_load" if found[2] == SIDE_BY_SIDE else "noisy"
+            noisy = ", noisy" if any(_noisy(p, said_noisy) for p in (eager, compiled)) else ""
             how = f", {PAIRING[found[2]]}" if found[2] and not every else ""
             said.append(f"{found[0]} at {eager['size']} ({us(found[3][0])} → {us(found[3][1])} per step{noisy}{how})")
         if not said:
@@ -424,6 +426,12 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
         how = f" ({PAIRING[every]})" if every else ""
         out.append(Conclusion("compile", f"compile against eager, {name}{how}: {'; '.join(said)}.{tail}", "summary"))
     return out
+
+
+def _noisy(point: dict[str, Any], how: str) -> bool:
+    """A grid point flagged noisy (`noisy`), or noisy by the machine's load (`noisy_load`: its
+    `noise_load`, which moves both steps of a process alike only by chance)."""
+    return flag(point.get("noisy" if how == "noisy" else "noise_load"))
 
 
 def _fused(fusion: list[dict[str, Any]], points: Sequence[dict[str, Any]] = ()) -> list[Conclusion]:

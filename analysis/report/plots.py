@@ -38,6 +38,7 @@ matplotlib.use("Agg")
 logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
@@ -534,7 +535,8 @@ def _fit_lines(grid: Any, data: pd.DataFrame, crossovers: pd.DataFrame, row: str
         points = match.drop_duplicates("size").dropna(subset=[key]).sort_values("size") if key in match else match[:0]
         fitted_to = [float(v) for v in str(c.get("fit_sizes") or "").split(";") if v and v != "nan"]
         if fitted_to:  # the line of the sizes it was fitted to (profsweep.fit: the smaller ones, below a break)
-            points = points[points["size"].astype(float).isin(fitted_to)]
+            sizes = points["size"].astype(float).to_numpy()
+            points = points[np.isclose(sizes[:, None], np.array(fitted_to)[None, :], rtol=1e-9).any(axis=1)]
         first = match.iloc[0]
         ax = panels.get((first[row] if row else None, first[col] if col else None))
         if ax is None or len(points) < 2:

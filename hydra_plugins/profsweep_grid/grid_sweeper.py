@@ -181,8 +181,9 @@ class Repeats:
         self.samples.setdefault(point, []).append(samples)
         if samples and isinstance(record.get("repeat"), int):
             self.rounds.setdefault(point, {})[record["repeat"]] = samples
-        if ok:
-            from profsweep.contract import SIDE_COMPILED, SIDE_EAGER
+        from profsweep.contract import SIDE_COMPILED, SIDE_EAGER, usable
+
+        if ok and usable(record):  # as the report keeps a process (its trace read too)
             from profsweep.stats import number
 
             eager, compiled = number(record.get(SIDE_EAGER)), number(record.get(SIDE_COMPILED))
@@ -242,21 +243,22 @@ class Repeats:
     def _processes_needed(self, eager_point: int, compiled_point: int) -> Optional[int]:
         """The processes a side that would decide the pair's inconclusive ratio (None: decided, or
         fewer than two processes a side so far)."""
-        eager, compiled = self._ok(eager_point), self._ok(compiled_point)
-        if min(len(eager), len(compiled)) < 2:
-            return None
         from profsweep.decide import decide_test
         from profsweep.stats import paired_ratio_test, pairs_by_round, ratio_test
+
+        eager, compiled = self._ok(eager_point), self._ok(compiled_point)
+        side = self.side.get(compiled_point, [])
+        if len(side) >= 2 and all(side):  # each compiled process its own pair: the eager point's own count aside
+            d = decide_test(paired_ratio_test(side), len(side))
+            return None if d.decided else d.processes_needed
+        if min(len(eager), len(compiled)) < 2:
+            return None
 
         # as the report judges it (analysis.report.conclusions.compile_change): each compiled
         # process's steps eager and compiled timed in turn where every one of them has both; else
         # the processes in pairs by round where both were measured in the same rounds (points()
         # runs a pair's two points in the same rounds), else unpaired; a process without a round
         # (a record without run.repeat) leaves them unpaired
-        side = self.side.get(compiled_point, [])
-        if len(side) >= 2 and all(side):
-            d = decide_test(paired_ratio_test(side), len(side))
-            return None if d.decided else d.processes_needed
         by_round = [self.rounds.get(g, {}) for g in (eager_point, compiled_point)]
         paired = pairs_by_round(*by_round) if len(by_round[0]) == len(eager) and len(by_round[1]) == len(compiled) \
             else None
