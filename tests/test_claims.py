@@ -350,3 +350,29 @@ def test_first_step_claim_judges_each_side_on_its_own_processes():
     # Warm ratios that straddle the band: undecided, with the processes that would decide it.
     holds, measured = _first_step_verdict([2.4, 2.5, 2.3], [0.9, 1.3, 1.05])
     assert holds == "inconclusive" and "processes a side would decide it" in measured
+
+
+def test_the_compiled_step_claim_rests_on_the_steps_timed_in_turn_in_each_compiled_process():
+    """As the conclusions judge compile against eager: where every compiled process timed the step
+    eager beside its own, one ratio per process (2.4x in each, ± 1%), whatever the two points'
+    own processes say (0.5x to 4x apart here)."""
+    from profsweep import stats as st
+
+    claim = "the compiled step costs more host time than eager at small sizes"
+    rows, jobs = [], []
+    for compiled, own in ((False, (10.0, 40.0, 20.0)), (True, (20.0, 20.0, 20.0))):
+        names = [f"{'c' if compiled else 'e'}{i}" for i in range(3)]
+        rows.append({"job": names[0], "jobs": ";".join(names), "status": "ok", "workload": "matmul_add", "size": 16,
+                     "dtype": "bf16", "compile": compiled, "warmup": False, "device": "cpu", "steps": 3,
+                     "timed_us_per_step": 20.0, "host_us_per_step": 50.0})
+        for r, (name, value) in enumerate(zip(names, own), 1):
+            job = {"job": name, "status": "ok", "repeat": r, "timed_samples_us": [value] * 5}
+            if compiled:
+                job.update(side_by_side_eager_us=5.0 * r, side_by_side_compiled_us=5.0 * r * (2.4, 2.42, 2.38)[r - 1])
+            jobs.append(job)
+    claims = evaluate(pd.DataFrame(rows), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), jobs=jobs)
+    row = claims[claims["claim"] == claim].iloc[0]
+    test = st.paired_ratio_test([([5.0 * r], [5.0 * r * x]) for r, x in enumerate((2.4, 2.42, 2.38), 1)])
+    assert row["holds"] == "true", row["measured"]
+    assert "eager and compiled timed in turn in each compiled process" in row["measured"]
+    assert f"{test.ratio:.3g}× [{test.low:.3g}, {test.high:.3g}]" in row["measured"], row["measured"]
