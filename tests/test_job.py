@@ -238,9 +238,6 @@ def test_side_by_side_runs_eager_and_compiled_in_turn_each_way_round_and_an_eage
     assert order.count("c") == steps + 1 and order[-1] == "c"
     assert found["side_by_side_eager_us"] > 0 and found["side_by_side_compiled_us"] > 0
     order.clear()
-    _side_by_side(prepared(compile=True))  # no step time: one step a block
-    assert "".join(order[:6]) == "e" + "ec" + "ce" + "e"
-    order.clear()
     assert _side_by_side(prepared(compile=False)) == {} and order == []
     assert _side_by_side(prepared(compile=True, eager_raises=True)) == {
         "side_by_side_error": "the eager step raised: RuntimeError: eager only fails here"}
@@ -248,20 +245,53 @@ def test_side_by_side_runs_eager_and_compiled_in_turn_each_way_round_and_an_eage
 
 def test_side_by_side_of_steps_of_seconds_stops_after_one_pair(monkeypatch):
     """A step that takes seconds: SIDE_FLOOR pairs would take longer than SIDE_LONG_S, so one pair
-    (an eager and a compiled step) once SIDE_MAX_S has passed; shorter steps run SIDE_FLOOR pairs."""
+    (an eager and a compiled step) once SIDE_MAX_S has passed; shorter steps run SIDE_FLOOR pairs,
+    and an eager step far slower than the compiled one sizes the blocks."""
     from types import SimpleNamespace
 
     from experiments import job as job_module
     from experiments.job import SIDE_FLOOR, _side_by_side
 
-    for step_s, pairs in ((3.0, 1), (0.2, SIDE_FLOOR)):
+    # (seconds each: compiled, eager) -> steps a side. Eager 10,000x the compiled step (a loop that
+    # compile removed): blocks by the eager step, not a block of 100 eager steps of 0.2 s each.
+    for (compiled_s, eager_s), steps in (((3.0, 3.0), 1), ((0.2, 0.2), SIDE_FLOOR), ((2e-5, 0.2), SIDE_FLOOR)):
         now = [0.0]
 
-        def step() -> None:
-            now[0] += step_s  # each step moves the clock by its duration
+        def step(seconds: float) -> None:
+            now[0] += seconds  # each step moves the clock by its duration
 
         monkeypatch.setattr(job_module, "time", SimpleNamespace(perf_counter=lambda: now[0]))
-        prepared = SimpleNamespace(config=SimpleNamespace(compile=True), step=SimpleNamespace(call=lambda: step(), eager=lambda: step()),
-                                   sync=lambda: None, device="cpu")
-        found = _side_by_side(prepared, step_us=step_s * 1e6)
-        assert found["side_by_side_steps"] == pairs and found["side_by_side_eager_us"] == step_s * 1e6
+        calls = SimpleNamespace(call=lambda s=compiled_s: step(s), eager=lambda s=eager_s: step(s))
+        prepared = SimpleNamespace(config=SimpleNamespace(compile=True), step=calls, sync=lambda: None, device="cpu")
+        found = _side_by_side(prepared, step_us=compiled_s * 1e6)
+        assert found["side_by_side_steps"] == steps
+        assert found["side_by_side_eager_us"] == pytest.approx(eager_s * 1e6)
+        assert found["side_by_side_compiled_us"] == pytest.approx(compiled_s * 1e6)
+
+
+def test_side_by_side_sizes_its_blocks_by_a_second_eager_call_when_the_first_was_only_first(monkeypatch):
+    """An eager step whose first call is slow (a library's set-up) but whose steps are as short as the
+    compiled one's: blocks of the steps that take SIDE_BLOCK_S, as for any short step, not one step
+    a block (steps one by one in turn are slower than steps in a row)."""
+    from types import SimpleNamespace
+
+    from experiments import job as job_module
+    from experiments.job import SIDE_BLOCK_S, _side_by_side
+
+    now, order = [0.0], []
+
+    def eager() -> None:
+        order.append("e")
+        now[0] += 0.01 if len(order) == 1 else 2e-5
+
+    def compiled() -> None:
+        order.append("c")
+        now[0] += 2e-5
+
+    monkeypatch.setattr(job_module, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    prepared = SimpleNamespace(config=SimpleNamespace(compile=True), step=SimpleNamespace(call=compiled, eager=eager),
+                               sync=lambda: None, device="cpu")
+    found = _side_by_side(prepared, step_us=20.0)
+    block = round(SIDE_BLOCK_S / 2e-5)
+    assert "".join(order[:2 + 2 * block]) == "ee" + "e" * block + "c" * block
+    assert found["side_by_side_eager_us"] == pytest.approx(20.0)
