@@ -51,7 +51,7 @@ TIMED_FLOOR, TIMED_MAX_S, TIMED_MAX_STEPS = 3, 0.5, 20_000
 # SIDE_MIN_PAIRS and SIDE_MIN_S seconds; for big steps, stop after SIDE_MAX_S once SIDE_FLOOR pairs
 # ran. A block is the steps that take about SIDE_BLOCK_S (one at least, SIDE_BLOCK_MAX at most).
 SIDE_MIN_PAIRS, SIDE_MIN_S, SIDE_FLOOR, SIDE_MAX_S = 10, 0.1, 5, 0.5
-SIDE_BLOCK_S, SIDE_BLOCK_MAX = 0.002, 200
+SIDE_BLOCK_S, SIDE_BLOCK_MAX = 0.01, 200
 SIDE_LONG_S = 10.0  # SIDE_FLOOR pairs of steps would take longer: one pair (a step of 1 s or more)
 TIMED_SAMPLES_KEPT = 201  # more steps are kept as this many evenly spaced order statistics (the median among them)
 
@@ -696,7 +696,8 @@ def _side_by_side(job: Prepared, step_us: float | None = None) -> dict[str, Any]
     project's 2-core machine: compiled over eager from one round's processes to the next 0.96,
     1.20, 1.13): compile against eager is judged on this ratio, one per process. The two take
     turns in blocks of about SIDE_BLOCK_S of the slower one (steps one by one in turn slow a 20 us
-    step by up to 14%, eager's more than compiled's), eager first in every other pair of blocks. A side that raises
+    step by up to 14%, eager's more than compiled's; blocks of 2 ms, one 1.5 ms step, up to 8%),
+    eager first in every other pair of blocks. A side that raises
     leaves the job as it was, without them (`side_by_side_error` says why)."""
     from profsweep.stats import median
 
