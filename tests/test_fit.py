@@ -159,7 +159,7 @@ def test_three_sizes_whose_line_breaks_say_which_size_would_tell_where():
     from a slow middle size: no line below a break, and the check names the size that would tell."""
     sizes = [64, 1024, 4096]
     work = [2 * n**3 for n in sizes]
-    t = [A + B * w for w in work]
+    t = [3000.0 + B * w for w in work]  # a floor that puts the crossover between 64 and 1024 (near 247)
     t[2] *= 0.5
     f = fit_series(sizes, work, *_points(t, 0.01))
     assert not f.fits and f.sizes == (64.0, 1024.0, 4096.0)
