@@ -238,6 +238,12 @@ def side_by_side(compiled: dict[str, Any], by_job: dict[str, dict[str, Any]]
     return pairs or None
 
 
+def side_by_side_steps(pairs: list[tuple[list[float], list[float]]]) -> tuple[float | None, float | None]:
+    """The eager and the compiled step a side-by-side verdict rests on: each side's median over
+    the processes (side_by_side's pairs)."""
+    return stats.median([e[0] for e, _ in pairs]), stats.median([c[0] for _, c in pairs])
+
+
 def _main(point: dict[str, Any]) -> str:
     """The metric whose repeats say how noisy a point is: the un-profiled step where there is
     one, else the profiled step's duration."""

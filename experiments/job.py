@@ -720,12 +720,7 @@ def _side_by_side(job: Prepared, step_us: float | None = None) -> dict[str, Any]
         while True:
             turns = ((eager, eager_us), (compiled, compiled_us))
             for call, into in turns if pairs % 2 == 0 else turns[::-1]:
-                for _ in range(block):
-                    sync()
-                    t0 = time.perf_counter()
-                    call()
-                    sync()
-                    into.append((time.perf_counter() - t0) * 1e6)
+                into.extend(_once(call, sync) for _ in range(block))
             elapsed, pairs = time.perf_counter() - start, pairs + 1
             if (len(eager_us) >= TIMED_MAX_STEPS // 2 or (pairs >= SIDE_MIN_PAIRS and elapsed >= SIDE_MIN_S)
                     or (pairs >= floor and elapsed >= SIDE_MAX_S)):

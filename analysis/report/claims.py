@@ -287,7 +287,7 @@ def part1(d: _Data) -> list[Claim]:
         side = grid_points.side_by_side(cr, d.jobs) if key == TIMED else None
         if side and len(side) >= 2:  # as the conclusions judge compile against eager (compile_change)
             found = decide_test(stats.paired_ratio_test(side), len(side))
-            steps = (stats.median([s[0] for s, _ in side]), stats.median([s[0] for _, s in side]))
+            steps = grid_points.side_by_side_steps(side)
             said = (f"size {size}, un-profiled step, eager and compiled timed in turn in each compiled process: "
                     f"{_us(steps[1])} compiled vs {_us(steps[0])} eager")
         else:

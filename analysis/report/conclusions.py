@@ -318,7 +318,7 @@ def compile_change(eager: dict[str, Any], compiled: dict[str, Any], by_job: dict
     timed = key == TIMED
     side = grid_points.side_by_side(compiled, by_job) if timed else None
     if side and len(side) >= 2:
-        steps = (stats.median([e[0] for e, _ in side]), stats.median([c[0] for _, c in side]))
+        steps = grid_points.side_by_side_steps(side)
         found, how = change([], [], *steps, paired=side), SIDE_BY_SIDE
     else:
         paired = grid_points.rounds_paired(eager, compiled, by_job) if timed else None
