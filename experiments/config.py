@@ -46,8 +46,20 @@ class Optimizer(NamedTuple):
 
 
 # The optimizers a training step may use, one declaration each: the config check, the cost and
-# the step (experiments.steps) read it. AdamW keeps two moments, plain SGD no state.
-OPTIMIZERS = {"adamw": Optimizer("AdamW", state_slots=2), "sgd": Optimizer("SGD", state_slots=0)}
+# the step (experiments.steps) read it. Each with torch's defaults but lr: AdamW, Adam, NAdam,
+# RAdam and Adamax keep two moments a parameter, Adadelta two running averages, RMSprop and
+# Adagrad one, plain SGD (no momentum) none (tests/test_steps.py counts them in torch's state).
+OPTIMIZERS = {
+    "adamw": Optimizer("AdamW", state_slots=2),
+    "adam": Optimizer("Adam", state_slots=2),
+    "nadam": Optimizer("NAdam", state_slots=2),
+    "radam": Optimizer("RAdam", state_slots=2),
+    "adamax": Optimizer("Adamax", state_slots=2),
+    "adadelta": Optimizer("Adadelta", state_slots=2),
+    "rmsprop": Optimizer("RMSprop", state_slots=1),
+    "adagrad": Optimizer("Adagrad", state_slots=1),
+    "sgd": Optimizer("SGD", state_slots=0),
+}
 
 
 def _require_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:

@@ -6,8 +6,9 @@ import pytest
 import torch
 from torch import nn
 
+from experiments.config import OPTIMIZERS, ConfigError, JobConfig, WorkloadConfig
 from experiments.seam import Workload
-from experiments.steps import StepError, default_loss, make_step
+from experiments.steps import StepError, default_loss, make_step, optimizer_slots
 
 
 def test_inference_runs_the_model_in_eval_without_touching_its_weights():
@@ -29,6 +30,27 @@ def test_a_training_step_runs_forward_backward_and_the_optimizer():
     step.call()
     assert model.training and len(step.parameters) == 2
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # one SGD step moved them
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_each_optimizer_trains_and_keeps_the_state_its_cost_counts(name):
+    """The state slots a training step's cost counts (config.OPTIMIZERS) against torch's own: the
+    tensors of a parameter's size each optimizer keeps after one step (its step counter aside)."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    before = [p.clone() for p in model.parameters()]
+    step = make_step(Workload(model, (torch.randn(8, 4),)), train=True, optimizer=name, name="m")
+    step.call()
+    assert type(step.optimizer).__name__ == OPTIMIZERS[name].torch_class
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # one step moved them
+    for p in model.parameters():
+        kept = [v for v in step.optimizer.state[p].values() if isinstance(v, torch.Tensor) and v.shape == p.shape]
+        assert len(kept) == optimizer_slots(name), (name, list(step.optimizer.state[p]))
+
+
+def test_an_unknown_optimizer_is_refused_with_the_allowed_ones():
+    with pytest.raises(ConfigError, match=r"optimizer='lion' is not allowed: choose one of adamw, adam, .*sgd"):
+        JobConfig(workload=WorkloadConfig.builtin("mlp"), size=8, train=True, optimizer="lion")
 
 
 def test_training_without_parameters_is_refused_with_what_to_do():
