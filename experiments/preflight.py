@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf, read_write
 from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue, OmegaConfBaseException
 
 from experiments import refusals, seam
-from experiments.config import SWEEP_ONLY, ConfigError, JobConfig, config_from_dict
+from experiments.config import SWEEP_ONLY, ConfigError, JobConfig, WorkloadConfig, config_from_dict
 from experiments.refusals import refuse
 from hydra_plugins.profsweep_grid import grid
 from hydra_plugins.profsweep_grid.grid import Axis
@@ -373,6 +373,52 @@ def refuse_repeated_keys(cfg: DictConfig) -> None:
             refuse(f"{key} is given twice on the command line ({seen[key]} and {said}): give it once "
                    f"(both values as a sweep: -m {key}=A,B)")
         seen[key] = said
+
+
+def _needed_keys() -> dict[str, str]:
+    """Every key a job's configuration must have (JobConfig's fields, its groups' fields under
+    their names), each with where it is set; a workload's own settings and `expect` may go."""
+    import dataclasses
+
+    def walk(cls: Any, prefix: str) -> dict[str, str]:
+        keys: dict[str, str] = {}
+        for f in dataclasses.fields(cls):
+            if f.name == "expect" or (prefix == "workload." and f.name == "settings"):
+                continue
+            key = prefix + f.name
+            keys[key] = key
+            sub = f.default_factory if f.default_factory is not dataclasses.MISSING else f.type
+            if dataclasses.is_dataclass(sub):
+                keys.update(walk(sub, key + "."))
+        return keys
+
+    return {**walk(JobConfig, ""), **walk(WorkloadConfig, "workload.")}
+
+
+def refuse_deleted_keys(cfg: DictConfig) -> None:
+    """A key every job needs, deleted on the command line (`~size`) and not given again after
+    (`~size +size=64` is how Hydra replaces one): refused, naming it and what to give instead,
+    before Hydra fails on it later in words about its own settings."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        overrides = OverridesParser.create().parse_overrides(
+            list(OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False)))
+    except HydraException:
+        return  # Hydra parsed them already; what it took is checked elsewhere
+    needed = _needed_keys()
+    deleted: dict[str, str] = {}
+    for override in overrides:
+        key = override.get_key_element().lstrip("+~")
+        if override.is_delete():
+            deleted[key] = override.input_line or f"~{key}"
+        else:
+            deleted.pop(key, None)
+    for key, said in deleted.items():
+        if key in needed:
+            refuse(f"{said} is not allowed: every job needs {key}; give it a value instead ({key}=VALUE), "
+                   f"or leave it out for its default")
 
 
 def refuse_repeated_values(axes: list[Axis] | None) -> None:

@@ -18,8 +18,8 @@ from experiments import forkserver, records, refusals
 from experiments.config import ConfigError
 from experiments.point import warm_start
 from experiments.preflight import (
-    check_configs, check_expectations, command_line_axes, job_config, preflight, refuse_loose_flags,
-    refuse_repeated_keys, refuse_repeated_values, refuse_swept_sweep_settings, skip_reason, sweep_grid,
+    check_configs, check_expectations, command_line_axes, job_config, preflight, refuse_deleted_keys,
+    refuse_loose_flags, refuse_repeated_keys, refuse_repeated_values, refuse_swept_sweep_settings, skip_reason, sweep_grid,
     warn_oversubscribed,
 )
 from experiments.refusals import refuse
@@ -97,6 +97,7 @@ class SweepCallback(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         SWEEP.reset()  # a run in a process that ran one before (a notebook, tests) starts clean
+        refuse_deleted_keys(config)
         resolved_sweep_dir(config, "run")
         refuse_loose_flags(command_line_axes(config))
         refuse_repeated_keys(config)
@@ -115,6 +116,7 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.core.global_hydra import GlobalHydra
 
+        refuse_deleted_keys(config)
         resolved_sweep_dir(config)
         axes = sweep_grid(config)
         refuse_swept_sweep_settings(axes)

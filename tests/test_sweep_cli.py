@@ -284,6 +284,32 @@ def test_a_key_given_twice_on_the_command_line_is_refused(tmp_path, multirun):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("multirun", [True, False], ids=["sweep", "single"])
+def test_a_key_every_job_needs_deleted_on_the_command_line_is_refused(tmp_path, multirun):
+    """`~size` left a sweep folder of 3 jobs "not started" (Interpolation key 'size' not found),
+    and a single run a refusal about hydra.run.dir."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    done = run_cli(*(["-m"] if multirun else []), "~size", f"{key}={tmp_path / 'out'}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: ~size is not allowed: every job needs size; give it a value instead (size=VALUE)" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_deleted_key_given_again_or_one_no_job_needs_is_no_refusal():
+    from omegaconf import OmegaConf
+
+    from experiments.preflight import refuse_deleted_keys
+
+    def cfg(*task: str):
+        return OmegaConf.create({"hydra": {"overrides": {"task": list(task)}}})
+
+    refuse_deleted_keys(cfg("~compiler", "+compiler={mode: default}", "~size", "+size=16"))
+    refuse_deleted_keys(cfg("~expect", "~workload.settings.width"))
+    for gone in ("~dtype", "~run.threads", "~workload.target", "~compiler"):
+        with pytest.raises(SystemExit):
+            refuse_deleted_keys(cfg("size=16", gone))
+
+
 def test_a_delete_then_an_add_of_one_key_is_no_repeat():
     """`~compiler '+compiler={mode: default}'` is how Hydra replaces a key (helper-35)."""
     from omegaconf import OmegaConf
