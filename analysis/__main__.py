@@ -456,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=out_folder, help="write the tables, plots and report here instead of into FOLDER "
                         "(a folder you cannot write to, or a second analysis beside the first)")
     parser.add_argument("--strict", action="store_true", help="refuse a folder a sweep is still writing")
+    parser.add_argument("--fail-on-mismatch", action="store_true",
+                        help="exit 1 when an expectation (expect=[...]) does not hold, naming each: a gate "
+                        "(an inconclusive one is listed, not failed)")
     args = parser.parse_args(argv)
     if not args.folder.is_dir():
         print(f"error: {not_a_folder(args.folder)}", file=sys.stderr)
@@ -479,7 +482,30 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for job, what in problems:
         print(f"  problem: {job}: {what}")
-    return 1 if problems else 0
+    mismatched = _mismatches(args.out or args.folder) if args.fail_on_mismatch else []
+    return 1 if problems or mismatched else 0
+
+
+def _mismatches(folder: Path) -> list[dict[str, Any]]:
+    """The expectations that do not hold, from the analysis's expectations.csv, each printed with
+    what was measured (the gate of --fail-on-mismatch); the inconclusive ones printed apart."""
+    import pandas as pd
+
+    from profsweep.expectations import EXPECTATIONS_FILE
+
+    path = folder / EXPECTATIONS_FILE
+    if not path.is_file():
+        print("expectations: none in this sweep (expect=[...]): nothing for --fail-on-mismatch to fail on")
+        return []
+    rows = pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
+    wrong = [r for r in rows if r.get("holds") == "false"]
+    for r in wrong:
+        print(f"  mismatch: {r.get('expectation')} at {r.get('job')}: measured {r.get('measured')}, "
+              f"expected {r.get('expected')}")
+    for r in rows:
+        if r.get("holds") == "inconclusive":
+            print(f"  inconclusive (not failed): {r.get('expectation')} at {r.get('job')}: measured {r.get('measured')}")
+    return wrong
 
 
 def stoppable(argv: list[str] | None = None) -> int:

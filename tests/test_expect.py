@@ -205,3 +205,30 @@ def test_a_quoted_number_and_a_settings_word_are_no_number_compared_with_a_word(
                "op aten::mm present where workload.impl_s == fast"])
     with pytest.raises(ExpectationError, match="size is a number, which 'abc' never equals"):
         parse_all(["op aten::mm present where size == abc"])
+
+
+def test_fail_on_mismatch_exits_1_naming_each_expectation_that_does_not_hold(tmp_path, capsys):
+    """The analysis as a gate: an expectation that does not hold fails `--fail-on-mismatch` (exit
+    1, named with what was measured); without the flag, or with every one holding, exit 0."""
+    import json
+
+    from analysis.__main__ import main
+    from profsweep.expectations import EXPECT_FILE
+    from tests.conftest import hand_made_job, jitter
+
+    folder = tmp_path / "sweep"
+    hand_made_job(folder, 0, jitter(100, 6), size=8)
+    hand_made_job(folder, 1, jitter(100, 6), size=16)
+    (folder / EXPECT_FILE).write_text(json.dumps({"expect": ["op aten::mm present", "op aten::addmm present"]}))
+    assert main([str(folder)]) == 0
+    capsys.readouterr()
+    assert main([str(folder), "--fail-on-mismatch"]) == 1
+    said = capsys.readouterr().out
+    assert "mismatch: op aten::addmm present at 0_matmul_add_8_bf16_cold_eager" in said
+    assert "mismatch: op aten::addmm present at 1_matmul_add_16_bf16_cold_eager" in said
+    assert "mismatch: op aten::mm present" not in said
+    (folder / EXPECT_FILE).write_text(json.dumps({"expect": ["op aten::mm present"]}))
+    assert main([str(folder), "--fail-on-mismatch"]) == 0
+    (folder / EXPECT_FILE).unlink()
+    assert main([str(folder), "--fail-on-mismatch"]) == 0
+    assert "expectations: none in this sweep" in capsys.readouterr().out
