@@ -19,78 +19,44 @@ eager step gains 6% from the second thread, the compiled one 1-2%).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-from timing_fidelity import POINTS, ROOT, config_for
+from timing_fidelity import BUILD, POINTS, ROOT, config_for, job_record, reference
 
 GOAL = 0.03
 
-REFERENCE = r"""
-import json, sys
-import torch
-import torch.utils.benchmark as tb
-from experiments import allocator, seam
-from experiments.config import config_from_dict
-from experiments.job import DTYPES
-from experiments.steps import modules_of
+REFERENCE = BUILD + r"""
+compiled = torch.compile(fn, mode=config.compiler.mode, backend=config.compiler.backend,
+                         dynamic=config.compiler.dynamic)
+for _ in range(3):
+    compiled(*args, **kwargs)
+    fn(*args, **kwargs)
 
-config = config_from_dict(json.loads(sys.argv[1]))
-_, unheld = allocator.hold(config.run.allocator)
-if unheld:
-    sys.exit(unheld)
-threads = torch.get_num_threads() if config.run.threads == "auto" else int(config.run.threads)
-torch.set_num_threads(threads)
-w = config.workload
-with torch.no_grad():
-    made = seam.build(w.target, w.settings, size=config.size, dtype=getattr(torch, DTYPES[config.dtype]),
-                      device=torch.device("cpu"))
-    for module in modules_of(made.fn):
-        module.eval()
-    eager = made.fn
-    compiled = torch.compile(eager, mode=config.compiler.mode, backend=config.compiler.backend,
-                             dynamic=config.compiler.dynamic)
-    args, kwargs = made.args, dict(made.kwargs)
-    for _ in range(3):
-        compiled(*args, **kwargs)
-        eager(*args, **kwargs)
 
-    def timed(fn):
-        timer = tb.Timer("fn(*args, **kwargs)", globals={"fn": fn, "args": args, "kwargs": kwargs},
-                         num_threads=threads)
-        return timer.blocked_autorange(min_run_time=0.1).median * 1e6
+def timed(call):
+    timer = tb.Timer("call(*args, **kwargs)", globals={"call": call, "args": args, "kwargs": kwargs},
+                     num_threads=threads)
+    return timer.blocked_autorange(min_run_time=0.1).median * 1e6
 
-    c1, e1, e2, c2 = timed(compiled), timed(eager), timed(eager), timed(compiled)
-    print(json.dumps({"compiled_us": (c1 + c2) / 2, "eager_us": (e1 + e2) / 2, "threads": threads}))
+
+c1, e1, e2, c2 = timed(compiled), timed(fn), timed(fn), timed(compiled)
+print(json.dumps({"compiled_us": (c1 + c2) / 2, "eager_us": (e1 + e2) / 2, "threads": threads}))
 """
 
-
-def job_ratio(config: dict) -> tuple[float, float, float]:
-    """The job's side-by-side compiled and eager medians (µs) and their ratio, run in a fresh interpreter."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "job_config.json"
-        path.write_text(json.dumps(config))
-        subprocess.run([sys.executable, "-m", "experiments.job", str(path)], cwd=ROOT, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        m = json.loads((Path(tmp) / "metrics.json").read_text())
-    if m["status"] != "ok" or m.get("side_by_side_compiled_us") is None:
-        raise RuntimeError(m.get("error") or m.get("side_by_side_error") or "no side-by-side timing")
-    c, e = m["side_by_side_compiled_us"], m["side_by_side_eager_us"]
-    return c, e, c / e
+def job_ratio(config: dict) -> float:
+    """The job's side-by-side compiled median over its eager one."""
+    m = job_record(config)
+    if m.get("side_by_side_compiled_us") is None:
+        raise RuntimeError(m.get("side_by_side_error") or "no side-by-side timing")
+    return m["side_by_side_compiled_us"] / m["side_by_side_eager_us"]
 
 
-def reference_ratio(config: dict) -> tuple[float, float, float]:
-    """torch.utils.benchmark's compiled and eager medians (µs) and their ratio, in a fresh process
-    that never profiled."""
-    done = subprocess.run([sys.executable, "-c", REFERENCE, json.dumps(config)], cwd=ROOT, check=True,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    found = json.loads(done.stdout.strip().splitlines()[-1])
-    return found["compiled_us"], found["eager_us"], found["compiled_us"] / found["eager_us"]
+def reference_ratio(config: dict) -> float:
+    """torch.utils.benchmark's compiled median over its eager one."""
+    found = reference(config, REFERENCE)
+    return found["compiled_us"] / found["eager_us"]
 
 
 def main() -> int:
@@ -116,8 +82,8 @@ def main() -> int:
             config = config_for(point, threads, args.allocator)
             jobs, refs = [], []
             for _ in range(args.rounds):  # A B A B: a slow minute of the machine slows both sides
-                jobs.append(job_ratio(config)[2])
-                refs.append(reference_ratio(config)[2])
+                jobs.append(job_ratio(config))
+                refs.append(reference_ratio(config))
             ratio = statistics.median(jobs) / statistics.median(refs)
             ok &= abs(ratio - 1) <= GOAL
             print(f"{point:<26} {threads:>7} {statistics.median(jobs):8.3f} {statistics.median(refs):13.3f} {ratio:6.3f}   "

@@ -38,7 +38,10 @@ POINTS = {
     "transformer-128-eager": ("examples.transformer:make_block", {}, 128, False),
 }
 
-REFERENCE = r"""
+# A fresh process that never profiled, the job's workload built as the job builds it (its modules
+# in eval(), gradients off), its allocator and threads held alike: `fn`, `made`, `args`, `kwargs`,
+# `threads`, `config`. Each benchmark adds how it times them.
+BUILD = r"""
 import json, resource, sys
 import torch
 import torch.utils.benchmark as tb
@@ -53,27 +56,29 @@ if unheld:
     sys.exit(unheld)
 threads = torch.get_num_threads() if config.run.threads == "auto" else int(config.run.threads)
 torch.set_num_threads(threads)
+torch.set_grad_enabled(False)
 w = config.workload
-with torch.no_grad():
-    made = seam.build(w.target, w.settings, size=config.size, dtype=getattr(torch, DTYPES[config.dtype]),
-                      device=torch.device("cpu"))
-    for module in modules_of(made.fn):
-        module.eval()
-    fn = made.fn
-    if config.compile:
-        fn = torch.compile(fn, mode=config.compiler.mode, backend=config.compiler.backend,
-                           dynamic=config.compiler.dynamic)
-    args, kwargs = made.args, dict(made.kwargs)
-    for _ in range(3):
-        fn(*args, **kwargs)
-    timer = tb.Timer("fn(*args, **kwargs)", globals={"fn": fn, "args": args, "kwargs": kwargs},
-                     num_threads=threads)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    m = timer.blocked_autorange(min_run_time=0.5)
-    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / (m.number_per_run * len(m.times))
-    print(json.dumps({"us": m.median * 1e6, "faults": faults, "threads": threads}))
+made = seam.build(w.target, w.settings, size=config.size, dtype=getattr(torch, DTYPES[config.dtype]),
+                  device=torch.device("cpu"))
+for module in modules_of(made.fn):
+    module.eval()
+fn = made.fn
+args, kwargs = made.args, dict(made.kwargs)
 """
 
+REFERENCE = BUILD + r"""
+if config.compile:
+    fn = torch.compile(fn, mode=config.compiler.mode, backend=config.compiler.backend,
+                       dynamic=config.compiler.dynamic)
+for _ in range(3):
+    fn(*args, **kwargs)
+timer = tb.Timer("fn(*args, **kwargs)", globals={"fn": fn, "args": args, "kwargs": kwargs},
+                 num_threads=threads)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+m = timer.blocked_autorange(min_run_time=0.5)
+faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / (m.number_per_run * len(m.times))
+print(json.dumps({"us": m.median * 1e6, "faults": faults, "threads": threads}))
+"""
 
 def config_for(point: str, threads: str, held: str) -> dict:
     from experiments.config import JobConfig, RunConfig, WorkloadConfig, config_to_dict
@@ -86,25 +91,38 @@ def config_for(point: str, threads: str, held: str) -> dict:
     return config_to_dict(config)
 
 
-def job_us(config: dict) -> tuple[float, float]:
-    """timed_us_per_step and the minor faults per timed step of the job, run in a fresh interpreter."""
+def job_record(config: dict) -> dict:
+    """The job's metrics.json, the job run as a sweep runs it (a fresh interpreter); refused unless ok."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "job_config.json"
         path.write_text(json.dumps(config))
         subprocess.run([sys.executable, "-m", "experiments.job", str(path)], cwd=ROOT, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         m = json.loads((Path(tmp) / "metrics.json").read_text())
-    if m["status"] != "ok" or m.get("timed_us_per_step") is None:
-        raise RuntimeError(m.get("error") or m.get("timed_error") or "no un-profiled timing")
+    if m["status"] != "ok":
+        raise RuntimeError(m.get("error") or "the job failed")
+    return m
+
+
+def reference(config: dict, script: str) -> dict:
+    """What `script` (BUILD and its timing) prints as its last line, one JSON object, run in a
+    fresh process that never profiled."""
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(config)], cwd=ROOT, check=True,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def job_us(config: dict) -> tuple[float, float]:
+    """timed_us_per_step and the minor faults per timed step of the job."""
+    m = job_record(config)
+    if m.get("timed_us_per_step") is None:
+        raise RuntimeError(m.get("timed_error") or "no un-profiled timing")
     return m["timed_us_per_step"], m.get("timed_minor_faults_per_step") or 0.0
 
 
 def reference_us(config: dict) -> tuple[float, float]:
-    """blocked_autorange's median and the minor page faults per call (the calibration's included)
-    in a fresh process that never profiled."""
-    done = subprocess.run([sys.executable, "-c", REFERENCE, json.dumps(config)], cwd=ROOT, check=True,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    """blocked_autorange's median and the minor page faults per call (the calibration's included)."""
+    found = reference(config, REFERENCE)
     return found["us"], found["faults"]
 
 
