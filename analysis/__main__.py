@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from profsweep.contract import amount, not_a_folder, one_line, point_label
-from profsweep.decide import BAND
+from profsweep.decide import BAND, check_band, using_band
 
 PROG = "python -m analysis"  # how the commands name themselves (the `profsweep` command sets its own)
 ANALYSE = ""  # the analysis's own subcommand word after PROG (`profsweep analyse`)
@@ -38,6 +38,20 @@ def out_folder(text: str) -> Path:
     if Path(text).exists() and not Path(text).is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: give a folder to write into")
     return Path(text)
+
+def band_argument(parser: argparse.ArgumentParser) -> None:
+    """`--band B`: the one rule's band for every verdict of the command (profsweep.decide)."""
+    def band(text: str) -> float:
+        try:
+            return check_band(float(text))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text} is not allowed: give a fraction between 0 and 1, "
+                                             "e.g. 0.05 (±5%)") from None
+
+    parser.add_argument("--band", type=band, default=BAND, metavar="B",
+                        help=f"what counts as the same: a ratio within ±B by two one-sided tests at 5%%, a change "
+                        f"one past it (default {BAND:g}: ±5%%)")
+
 
 def _us(value: Any) -> str:
     return "-" if value is None else f"{value:,.3f} us"
@@ -150,8 +164,7 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("--strict", action="store_true", help="refuse a folder a sweep is still writing")
     parser.add_argument("--fdr", type=float, default=0.05, metavar="Q",
                         help="the false discovery rate controlled across the pairs (Benjamini-Hochberg; default 0.05)")
-    parser.add_argument("--band", type=float, default=BAND, metavar="B",
-                        help=f"what counts as the same: a ratio within ±B by two one-sided tests at 5%% (default {BAND:g})")
+    band_argument(parser)
     args = parser.parse_args(argv)
     from analysis.compare.engine import compare_sides, compare_traces, diff_lines
     from analysis.compare.page import write_compare
@@ -170,8 +183,6 @@ def compare_main(argv: list[str]) -> int:
             raise CompareError(f"--fail-if-slower {args.fail_if_slower} is not allowed: give a ratio >= 1, e.g. 1.10")
         if not 0 < args.fdr < 1:
             raise CompareError(f"--fdr {args.fdr} is not allowed: give a false discovery rate between 0 and 1, e.g. 0.05")
-        if not 0 <= args.band < 1:
-            raise CompareError(f"--band {args.band} is not allowed: give a fraction between 0 and 1, e.g. 0.05 (±5%)")
         base, new = load_side(args.base), load_side(args.new)
         result = compare_sides(base, new, args.ignore, fdr=args.fdr, band=args.band)
     except (CompareError, OSError) as exc:  # bad input, or a sweep it could not read: exit 2, not a verdict
@@ -259,7 +270,13 @@ def history_main(argv: list[str]) -> int:
                         help="exit 1 when a confirmed regression has a ratio above R (e.g. 1.10: 10%%): a nightly gate")
     parser.add_argument("--order", choices=("time", "given"), default="time",
                         help="the sweeps by their start time (default) or as given on the command line")
+    band_argument(parser)
     args = parser.parse_args(argv)
+    with using_band(args.band):
+        return _history(args)
+
+
+def _history(args: argparse.Namespace) -> int:
     from analysis.history import engine as history
     from analysis.points import PAIR_KEYS, PAIR_PREFIXES, pair_key_of
     from analysis.store import STORE_FILE, Store, StoreError, default_out, find_sweeps
@@ -459,7 +476,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail-on-mismatch", action="store_true",
                         help="exit 1 when an expectation (expect=[...]) does not hold, naming each: a gate "
                         "(an inconclusive one is listed, not failed)")
+    band_argument(parser)
     args = parser.parse_args(argv)
+    with using_band(args.band):
+        return _analyse(args)
+
+
+def _analyse(args: argparse.Namespace) -> int:
     if not args.folder.is_dir():
         print(f"error: {not_a_folder(args.folder)}", file=sys.stderr)
         return 2

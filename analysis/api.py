@@ -123,14 +123,17 @@ class Sweep:
                 plt.close(figure)
         return drawn[name]
 
-    def compare(self, other: "Sweep | str | Path", ignore: Sequence[str] = ()) -> "Comparison":
-        """This sweep as BASE against `other` as NEW, grid point by grid point (compare's verdicts)."""
+    def compare(self, other: "Sweep | str | Path", ignore: Sequence[str] = (), band: float | None = None
+                ) -> "Comparison":
+        """This sweep as BASE against `other` as NEW, grid point by grid point (compare's verdicts;
+        `band`: what counts as the same, ±5% by default, as compare's --band)."""
         from analysis.compare.engine import compare_sides
         from analysis.compare.side import CompareError, load_side
 
+        band = _band(band)
         new = other if isinstance(other, Sweep) else load(other)
         try:
-            result = compare_sides(load_side(self.folder), load_side(new.folder), _keys(ignore))
+            result = compare_sides(load_side(self.folder), load_side(new.folder), _keys(ignore), band=band)
         except (CompareError, OSError) as exc:
             raise ProfsweepError(str(exc)) from None
         return Comparison(self, new, result)
@@ -264,8 +267,20 @@ def _keys(ignore: Sequence[str]) -> list[str]:
     return [str(k) for k in ignore]
 
 
-def history(folders: Sequence[str | Path], out: str | Path | None = None, ignore: Sequence[str] = ()) -> History:
-    """The history of these sweeps (python -m analysis history), its tables read back."""
+def _band(band: float | None) -> float | None:
+    """`band` checked (profsweep.decide), or ProfsweepError naming it; None: the default."""
+    from profsweep.decide import check_band
+
+    try:
+        return None if band is None else check_band(band)
+    except ValueError as exc:
+        raise ProfsweepError(str(exc)) from None
+
+
+def history(folders: Sequence[str | Path], out: str | Path | None = None, ignore: Sequence[str] = (),
+            band: float | None = None) -> History:
+    """The history of these sweeps (python -m analysis history), its tables read back (`band`:
+    what counts as a change, ±5% by default, as history's --band)."""
     import pandas as pd
 
     import contextlib
@@ -276,9 +291,10 @@ def history(folders: Sequence[str | Path], out: str | Path | None = None, ignore
     if isinstance(folders, (str, Path)) or not folders:
         raise ProfsweepError(f"folders={folders!r}: give a list of sweep folders (or folders of them), "
                              "e.g. ['outputs/multirun/2026-12-06']")
-    ignore = _keys(ignore)
+    ignore, band = _keys(ignore), _band(band)
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="profsweep-history-"))
     args = [str(f) for f in folders] + ["--out", str(out)] + [a for key in ignore for a in ("--ignore", key)]
+    args += ["--band", repr(band)] if band is not None else []
     said = io.StringIO()
     with contextlib.redirect_stderr(_Tee(sys.stderr, said)):  # its warnings and progress as they come, kept too
         code = history_main(args)

@@ -22,7 +22,7 @@ from analysis.fusion import kernel_sources
 from analysis.peaks import Ceilings
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
-from profsweep.decide import ABOVE, BAND, BELOW, SAME, Decision, decide
+from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
 from profsweep.columns import (
     KERNEL_COLUMNS, NUMBER_SUFFIXES, OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX,
 )
@@ -503,7 +503,7 @@ def set_regime(row: dict[str, Any], d: Decision, source: str) -> None:
         row["regime"] = "compute-bound" if intensity >= ridge else "memory-bound"
         low = stats.number(row.get("ridge_flops_per_byte_low")) or ridge
         high = stats.number(row.get("ridge_flops_per_byte_high")) or ridge
-        row["regime_at_ridge"] = decide(intensity / ridge, intensity / high, intensity / low, band=d.band or BAND).outcome \
+        row["regime_at_ridge"] = decide(intensity / ridge, intensity / high, intensity / low, band=d.band).outcome \
             not in (ABOVE, BELOW)
     else:  # the work dominates, judged by measured time as the article does
         row["regime"] = "compute-bound"

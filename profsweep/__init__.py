@@ -24,11 +24,11 @@ def load(folder: Any, analyse: bool = True) -> Any:
     return _load(folder, analyse=analyse)
 
 
-def history(folders: Any, out: Any = None, ignore: Any = ()) -> Any:
+def history(folders: Any, out: Any = None, ignore: Any = (), band: Any = None) -> Any:
     """The history of these sweep folders (analysis.api.History: .changes, .trends)."""
     from analysis.api import history as _history
 
-    return _history(folders, out=out, ignore=ignore)
+    return _history(folders, out=out, ignore=ignore, band=band)
 
 
 def run(overrides: Any, sweep_dir: Any = None, progress: Any = print) -> Any:

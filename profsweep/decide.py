@@ -26,14 +26,41 @@ nearest it (the 95% one), or fit inside the band (the 90% one).
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Iterator
 
 from profsweep.stats import LEVEL, RatioTest, t_quantile
 
 BAND = 0.05
+_band: ContextVar[float] = ContextVar("band", default=BAND)
 FDR = 0.05  # the false discovery rate Benjamini-Hochberg controls across a grid's verdicts (compare, history)
 ABOVE, BELOW, SAME, INCONCLUSIVE = "above", "below", "same", "inconclusive"
 MAX_PROCESSES = 1000  # beyond this, "more than 1000": the ratio sits on the band's edge
+
+
+def current_band() -> float:
+    """The band every verdict of this analysis decides with: BAND, or what `using_band` set."""
+    return _band.get()
+
+
+def check_band(band: object) -> float:
+    """`band` as a fraction in [0, 1) (0.05: ±5%), or ValueError naming it and what is allowed."""
+    if isinstance(band, bool) or not isinstance(band, (int, float)) or not math.isfinite(band) or not 0 <= band < 1:
+        raise ValueError(f"band={band!r} is not allowed: give a fraction between 0 and 1 (0.05: ±5%)")
+    return float(band)
+
+
+@contextmanager
+def using_band(band: float) -> Iterator[None]:
+    """Every verdict decided inside (compare, the conclusions, the claims, the expectations, the
+    regime, history) decides with ±band instead of BAND: one band for one analysis (`--band`)."""
+    token = _band.set(check_band(band))
+    try:
+        yield
+    finally:
+        _band.reset(token)
 
 
 @dataclass(frozen=True)
@@ -73,13 +100,14 @@ class Decision:
 
 
 def decide(ratio: float | None, low: float | None, high: float | None, repeats: int | None = None,
-           band: float = BAND, df: float | None = None, same: tuple[float | None, float | None] | None = None) -> Decision:
+           band: float | None = None, df: float | None = None, same: tuple[float | None, float | None] | None = None
+           ) -> Decision:
     """The verdict on `ratio` with its interval [low, high], measured over `repeats` processes a
     side (the fewer of the two sides; None: unknown, then no processes_needed); `df`: the degrees
     of freedom of the t quantile the interval was built with (default repeats - 1); `same`: the
-    90% interval built the same way, for two one-sided tests (None: the 95% one decides `same`)."""
-    if band < 0 or band >= 1:
-        raise ValueError(f"band={band!r} is not allowed: give a fraction between 0 and 1 (0.05: ±5%)")
+    90% interval built the same way, for two one-sided tests (None: the 95% one decides `same`);
+    `band` None: the current one (`current_band`)."""
+    band = current_band() if band is None else check_band(band)
     if ratio is None or not math.isfinite(ratio) or ratio <= 0:
         return Decision(INCONCLUSIVE, ratio, low, high, band, why="no ratio")
     if low is None or high is None or not (low > 0) or not (high >= low):
@@ -102,13 +130,13 @@ def decide(ratio: float | None, low: float | None, high: float | None, repeats: 
                     why=f"interval straddles the ±{band:.0%} band")
 
 
-def decide_test(test: RatioTest, repeats: int | None, band: float = BAND) -> Decision:
+def decide_test(test: RatioTest, repeats: int | None, band: float | None = None) -> Decision:
     """`decide` on a ratio test's ratio, its 95% interval (with its degrees of freedom) and its 90%
     one (for `same`)."""
     return decide(test.ratio, test.low, test.high, repeats, band, df=test.df, same=(test.low90, test.high90))
 
 
-def processes_needed(ratio: float, low: float, high: float, repeats: int | None, band: float = BAND,
+def processes_needed(ratio: float, low: float, high: float, repeats: int | None, band: float | None = None,
                      level: float = LEVEL, df: float | None = None) -> int | None:
     """The smallest number of processes a side whose interval (this one's, narrowed as
     sqrt(repeats / n), with t for df * (n - 1) / (repeats - 1) degrees of freedom: df those of the
@@ -116,6 +144,7 @@ def processes_needed(ratio: float, low: float, high: float, repeats: int | None,
     MAX_PROCESSES + 1 when none up to MAX_PROCESSES would."""
     if repeats is None or repeats < 2:
         return None
+    band = current_band() if band is None else band
     d = math.log(ratio)
     half = max(d - math.log(low), math.log(high) - d)  # the wider side, on log scale
     if half <= 0 or not math.isfinite(half):

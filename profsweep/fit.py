@@ -79,7 +79,7 @@ FIT_COLUMNS = list(Fit("flops", 0, 0, 0, 1, 1, 1, None, None, None, True, "").co
 
 def fit_series(sizes: Sequence[float], work: Sequence[float], steps_us: Sequence[float],
                lows: Sequence[float | None], highs: Sequence[float | None], repeats: Sequence[int],
-               kind: str = "flops", draws: int = RESAMPLES, seed: int = 0, band: float = deciding.BAND) -> Fit | None:
+               kind: str = "flops", draws: int = RESAMPLES, seed: int = 0, band: float | None = None) -> Fit | None:
     """The model through one series' grid points (by size; None with fewer than two sizes with a
     positive step and work, or when the step does not grow with the work). Where the line breaks
     only above the crossover, the smaller sizes' line (_below_a_break)."""
@@ -87,6 +87,7 @@ def fit_series(sizes: Sequence[float], work: Sequence[float], steps_us: Sequence
                   if s and w and t and s > 0 and w > 0 and t > 0)
     if len({r[0] for r in rows}) < 2:
         return None
+    band = deciding.current_band() if band is None else band
     found = _fit_rows(rows, kind, draws, seed, band)
     if found is None or found[0].fits:
         return None if found is None else found[0]

@@ -190,3 +190,21 @@ def test_a_comparison_says_what_failed_and_what_has_no_partner(tmp_path):
     assert list(failed["side"]) == ["NEW"] and failed["error"].iloc[0] == "RuntimeError: boom at 16"
     assert failed["measured_job"].iloc[0].startswith("1_matmul_add_16")
     assert comparison.unmatched == {"BASE": [], "NEW": ["2_matmul_add_32_bf16_cold_eager"]}
+
+
+def test_compare_and_history_take_the_band_and_refuse_one_out_of_range(tmp_path):
+    """NEW 3% slower, its processes alike: the same within the default ±5%, slower within ±1%."""
+    from tests.conftest import hand_made_point, processes
+
+    base, new = tmp_path / "base", tmp_path / "new"
+    hand_made_point(base, 0, processes(100, between=0.002, within=0.01))
+    hand_made_point(new, 0, processes(103, between=0.002, within=0.01))
+    sweep = profsweep.load(base)
+    assert sweep.compare(new).verdicts["same"] == 1
+    assert sweep.compare(new, band=0.01).verdicts["slower"] == 1
+    for bad in (2, -0.5):
+        with pytest.raises(ProfsweepError, match=f"band={bad!r} is not allowed: give a fraction between 0 and 1"):
+            sweep.compare(new, band=bad)
+        with pytest.raises(ProfsweepError, match=f"band={bad!r} is not allowed"):
+            profsweep.history([base, new], out=tmp_path / "h", band=bad)
+    assert not (tmp_path / "h").exists()

@@ -406,3 +406,25 @@ def test_compile_against_eager_rests_on_the_steps_timed_in_turn_in_each_compiled
     said = conclusions_html(tmp_path)
     assert "(each round's two processes paired)" in said and "timed in turn" not in said, said
     assert re.search(r"no clear difference \([\d.]+× \[0\.\d+×, [\d.]+×\]", said), said
+
+
+def test_the_band_of_the_conclusions_is_the_analysis_commands(tmp_path, capsys):
+    """compile 3% slower than eager in every round: the same within the default ±5%, slower
+    within ±1% (`python -m analysis FOLDER --band 0.01`); a band out of range is refused."""
+    from analysis.__main__ import main
+
+    folder = tmp_path / "sweep"
+    num = 0
+    for repeat in (1, 2, 3):
+        for compile, timed in ((False, 100), (True, 103)):
+            job(folder, num, size=64, compile=compile, step_us=300, mm_us=100, timed_us=timed, repeat=repeat)
+            num += 1
+    assert main([str(folder)]) == 0
+    assert "the same within ±5% (1.03× [1.03×, 1.03×]) at 64" in conclusions_html(folder)
+    assert main([str(folder), "--band", "0.01"]) == 0
+    said = conclusions_html(folder)
+    assert "1.03× slower [1.03×, 1.03×] at 64" in said and "within ±5%" not in said
+    with pytest.raises(SystemExit) as refused:
+        main([str(folder), "--band", "5"])
+    assert refused.value.code == 2
+    assert "--band: 5 is not allowed: give a fraction between 0 and 1" in capsys.readouterr().err

@@ -116,3 +116,23 @@ def test_same_says_a_change_on_the_bands_edge_is_none_at_most_one_time_in_twenty
 
     assert share(1.05) <= 0.08
     assert share(1.0) >= 0.5
+
+
+def test_one_band_for_every_verdict_inside_using_band():
+    """`--band` sets the band of every verdict of one command (compare, the conclusions, the
+    claims, the expectations, the regime, history): decide and processes_needed without a band of
+    their own take it, and it is undone after."""
+    from profsweep.decide import current_band, using_band
+
+    assert decide(1.03, 1.02, 1.04, 3).outcome == SAME
+    with using_band(0.01):
+        assert current_band() == 0.01
+        assert decide(1.03, 1.02, 1.04, 3).outcome == ABOVE
+        assert decide(1.03, 1.02, 1.04, 3, band=0.05).outcome == SAME  # a band given wins
+        near = processes_needed(1.04, 1.01, 1.07, 3)  # 3% past the band's edge
+    assert current_band() == 0.05 and decide(1.03, 1.02, 1.04, 3).outcome == SAME
+    assert near < processes_needed(1.04, 1.01, 1.07, 3)  # 1% inside it: more processes to fit inside
+    for bad in (1.5, -0.1, float("nan"), True):
+        with pytest.raises(ValueError, match="is not allowed: give a fraction between 0 and 1"):
+            with using_band(bad):
+                pass

@@ -1168,3 +1168,16 @@ def test_a_smallest_findable_step_past_10x_is_said_as_more_than_10x(tmp_path, ca
     assert "more than 10x" in line and "run.repeats=3 or more" in line, line
     trends = pd.read_csv(tmp_path / "h" / "trends.csv")
     assert (trends["smallest_change"].dropna() > 10).all()  # the number itself stays in the table
+
+
+def test_the_band_is_the_history_commands(tmp_path, capsys):
+    """A 1.10x step from sweep 5 of 8, the machine steady: a regression past the default ±5%, none
+    within ±20% (`--band 0.2`); a band out of range is refused before anything is written."""
+    history_of(tmp_path / "n", 8, step=(32, 4, 1.10), between=0.005, within=0.01)
+    code, out, _ = history(tmp_path / "n", "--fail-on-change", "1.05", capsys=capsys)
+    assert code == 1 and "regression   matmul_add size=32 bf16 warm eager" in out
+    code, out, _ = history(tmp_path / "n", "--band", "0.2", "--fail-on-change", "1.05", capsys=capsys)
+    assert code == 0 and "regression   " not in out and "changes of at least 20%" in out
+    with pytest.raises(SystemExit) as refused:
+        history(tmp_path / "m", "--band", "-1", capsys=capsys)
+    assert refused.value.code == 2 and "--band: -1 is not allowed" in capsys.readouterr().err

@@ -40,7 +40,7 @@ from analysis.compare.side import CompareError, Side, kernel_uses, op_uses
 from analysis.text import us
 from profsweep import stats
 from profsweep.contract import ENVIRONMENT_FILE, GridPoint, flag, point_jobs, timed_samples
-from profsweep.decide import ABOVE, BAND, BELOW, FDR, MAX_PROCESSES, SAME, decide_test
+from profsweep.decide import ABOVE, BAND, BELOW, FDR, MAX_PROCESSES, SAME, current_band, decide_test
 
 MARGIN = BAND  # what counts as the same: within 5% (profsweep.decide, the one rule)
 VERDICT_ORDER = {"slower": 0, "faster": 1, "inconclusive": 2, "same": 3}
@@ -62,9 +62,10 @@ class Verdict:
 
 
 def verdict(base: Sequence[Sequence[float]], new: Sequence[Sequence[float]], seed: int = 0,
-            band: float = MARGIN) -> Verdict:
+            band: float | None = None) -> Verdict:
     """The rule of the module docstring on each side's samples, one list per repeat (before the
     control of false discoveries across the grid): profsweep.decide on the ratio test's interval."""
+    band = current_band() if band is None else band
     test = stats.ratio_test(base, new, margin=band, seed=seed)
     if test.ratio is None:
         return Verdict("inconclusive", None, None, None, test.why)
@@ -160,7 +161,7 @@ def _probed(repeats: list[tuple[list[float], dict[str, Any]]], on: str) -> list[
 # What the probe itself depends on besides the machine's load: where these differ (or the thread
 # count), the probe's change is part of what is compared, and nothing is vetoed by it.
 def against_the_machine(judged: Verdict, base: list[tuple[list[float], float]], new: list[tuple[list[float], float]],
-                        band: float = MARGIN, comparable: bool = True) -> tuple[Verdict, tuple[float | None, float | None]]:
+                        band: float | None = None, comparable: bool = True) -> tuple[Verdict, tuple[float | None, float | None]]:
     """A change of the step is a verdict only if it is one relative to the machine's speed too.
 
     Each job times a small matmul right before and after its un-profiled steps (speed_probe_us,
@@ -173,6 +174,7 @@ def against_the_machine(judged: Verdict, base: list[tuple[list[float], float]], 
     is vetoed where the probes are not `comparable` (another torch, CPU, host or thread count:
     same_probe). Returns the verdict and the two sides' probes (the medians over their repeats;
     None without probes)."""
+    band = current_band() if band is None else band
     if not base or not new:
         return judged, (None, None)
     probes = (stats.median([p for _, p in base]), stats.median([p for _, p in new]))
@@ -194,7 +196,7 @@ def against_the_machine(judged: Verdict, base: list[tuple[list[float], float]], 
 
 
 def against_the_allocator(judged: Verdict, base: list[tuple[list[float], dict[str, Any]]],
-                          new: list[tuple[list[float], dict[str, Any]]], band: float = MARGIN) -> Verdict:
+                          new: list[tuple[list[float], dict[str, Any]]], band: float | None = None) -> Verdict:
     """A change of the un-profiled step is a verdict only if the code made it, not the allocator's
     state that each process happens to be in.
 
@@ -208,6 +210,7 @@ def against_the_allocator(judged: Verdict, base: list[tuple[list[float], dict[st
     slower side is the one that faults more; and one side's own processes include some that
     fault the other side's way (past the geometric middle of the two counts) and took, in the
     median, what the other side's took, within the band. Only ever a verdict less, never one more."""
+    band = current_band() if band is None else band
     if judged.verdict not in ("slower", "faster") or not base or not new:
         return judged
     sides: list[list[tuple[float, float]]] = []  # per side: (faults per timed step, median step) of each process
@@ -270,8 +273,9 @@ def _ratio(a: Any, b: Any) -> float | None:
 
 
 def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float = FDR,
-                  band: float = MARGIN) -> dict[str, Any]:
+                  band: float | None = None) -> dict[str, Any]:
     """Pairs, their verdicts and diffs, the unmatched jobs of each side, the environment diff."""
+    band = current_band() if band is None else band
     if not base.points:  # nothing measured to compare against (NEW failing everywhere is the gate's: exit 1)
         first = base.failed[0] if base.failed else None
         raise CompareError(f"{base.folder}: no job finished with a readable trace"
@@ -377,7 +381,8 @@ def _apart(base: Side, new: Side, columns: list[str]) -> str:
 
 
 def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: list[str],
-          band: float = MARGIN) -> dict[str, Any]:
+          band: float | None = None) -> dict[str, Any]:
+    band = current_band() if band is None else band
     def has(key: str) -> bool:
         return b.get(key) is not None and n.get(key) is not None and not _nan(b[key]) and not _nan(n[key])
 

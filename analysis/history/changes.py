@@ -22,7 +22,7 @@ step). On log scale:
   (pooled_scatter: their successive differences between sweeps, each series' largest left out
   where a change it holds would be), combined with the series' own (its RSS beyond its repeats)
   and added to the repeats' noise, with Welch-Satterthwaite's degrees of freedom;
-- it is tested for an effect beyond MIN_EFFECT (5%): t = (|d| - log 1.05) / se against Student's t
+- it is tested for an effect beyond the band (profsweep.decide's: 5%, asv's default threshold, or --band): t = (|d| - log 1.05) / se against Student's t
   with those degrees of freedom, two-sided as profsweep.stats.ratio_test.
 
 The search (circular binary segmentation, Olshen et al. 2004: binary segmentation that also finds
@@ -55,9 +55,8 @@ from typing import Sequence
 import numpy as np
 
 from profsweep import stats
-from profsweep.decide import BAND
+from profsweep.decide import current_band
 
-MIN_EFFECT = BAND  # a change smaller than 5% is not one (asv's default threshold; profsweep.decide's band)
 ALPHA = 0.05  # a split is kept while its (Bonferroni-corrected) p-value is below this
 LEVEL = 0.95  # of the ratio's interval
 CONFIRM = 2  # sweeps from the change on that must agree (the HUD's two consecutive points)
@@ -108,7 +107,7 @@ class Shift:
     ratio: float  # after / before
     low: float | None  # its interval (None where it cannot be judged)
     high: float | None
-    p_value: float | None  # of a change beyond MIN_EFFECT (see the module's docstring)
+    p_value: float | None  # of a change beyond the band (see the module's docstring)
     confirmed: bool
 
     @property
@@ -261,7 +260,7 @@ def with_pool(s: Series, pooled: tuple[float, float] | None) -> Series:
 
 def smallest(s: Series, alpha: float = ALPHA) -> float | None:
     """The smallest step (a ratio, >= 1) that a change halfway through this series' sweeps would
-    need to be found at `alpha`: MIN_EFFECT plus Student's t times the noise of that split."""
+    need to be found at `alpha`: the band plus Student's t times the noise of that split."""
     if s.n < 2:
         return None
     k = s.n // 2
@@ -272,11 +271,11 @@ def smallest(s: Series, alpha: float = ALPHA) -> float | None:
     for se, df in judged:
         t = stats.t_quantile(1 - alpha * STEP_WEIGHT / (2 * (s.n - 1)), df)
         need = max(need, t * se)
-    return math.exp(math.log(1 + MIN_EFFECT) + need)
+    return math.exp(math.log(1 + current_band()) + need)
 
 
 def _t(d: np.ndarray, se: np.ndarray) -> np.ndarray:
-    m = math.log(1 + MIN_EFFECT)
+    m = math.log(1 + current_band())
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(se > 0, (np.abs(d) - m) / se, np.where(np.abs(d) > m, np.inf, -np.inf))
 
@@ -289,7 +288,7 @@ def _z(t: np.ndarray, df: float) -> np.ndarray:
 
 
 def _p(d: float, judged: list[tuple[float, float]], places: int) -> float:
-    """The larger of the two-sided p-values of a change beyond MIN_EFFECT against each noise,
+    """The larger of the two-sided p-values of a change beyond the band against each noise,
     times the places it could have been."""
     worst = 0.0
     for se, df in judged:
@@ -402,7 +401,7 @@ def after_unconfirmed(found: Sequence[Shift]) -> list[Shift]:
     for shift in found:
         last = out[-1] if out else None
         if (last is not None and not last.confirmed and shift.confirmed and shift.at - last.at == 1
-                and abs(math.log(shift.after / last.before)) <= math.log(1 + MIN_EFFECT)):
+                and abs(math.log(shift.after / last.before)) <= math.log(1 + current_band())):
             shift = replace(shift, confirmed=False)
         out.append(shift)
     return out
@@ -412,7 +411,7 @@ def shifts(s: Series, at: Sequence[int], p_values: Sequence[float | None]) -> li
     """Each change with its levels between its neighbours, its ratio's interval and whether the
     sweeps after it confirm it."""
     out = []
-    m = math.log(1 + MIN_EFFECT)
+    m = math.log(1 + current_band())
     for n in range(len(at)):
         a, k, b = _bounds(s, at, n)
         before, after = float(s.y[a:k].mean()), float(s.y[k:b].mean())

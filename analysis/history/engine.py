@@ -28,7 +28,7 @@ from analysis.history.page import write_page
 from analysis.store import Store, StoreError, SweepFolder
 from profsweep import stats
 from profsweep.contract import PAIR_DEFAULTS, GridPoint, amount, only_with, pair_identity, read_plan, usable_sql
-from profsweep.decide import ABOVE, BAND, BELOW, FDR, decide
+from profsweep.decide import ABOVE, BELOW, FDR, current_band, decide
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
 # its profiled step's host self time (per series: the first every sweep of it has)
@@ -374,7 +374,7 @@ def probe_shift(line: Line, shift: changes.Shift, sweeps: Sequence[dict[str, Any
     if not all(same_probe(first, sweeps[p.sweep]) for side in sides for p in side):
         return None
     before, after = level(sides[0]), level(sides[1])
-    if before is None or after is None or abs(after - before) <= math.log(1 + BAND) or abs(after - before) > 700:
+    if before is None or after is None or abs(after - before) <= math.log(1 + current_band()) or abs(after - before) > 700:
         return None
     return math.exp(after - before)
 
@@ -582,7 +582,7 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
     if not measured:  # nothing measured in two sweeps: what failed says why
         return out + failures(history)
     on = sorted({METRIC_WORDS[ln.metric] for ln in measured if ln.metric})
-    out.append(f"  changes of at least {changes.MIN_EFFECT:.0%} in the {' / '.join(on)}, false discoveries "
+    out.append(f"  changes of at least {current_band():.0%} in the {' / '.join(on)}, false discoveries "
                f"controlled: Benjamini-Hochberg at {fdr:g} over {history.tested} tests")
     for r in history.changes:
         low = f"{r['ratio_low']:.2f}" if r["ratio_low"] is not None else "?"
