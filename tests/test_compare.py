@@ -724,6 +724,39 @@ def test_a_new_sweep_whose_every_point_failed_fails_the_gate_not_the_input(tmp_p
     assert code == 2 and "no job finished with a readable trace" in err and "RuntimeError: boom" in err
 
 
+@pytest.mark.parametrize("asked,fails", [("auto", True), ("cpu", True), ("cuda", False)])
+def test_a_job_whose_process_died_fails_the_gate_as_one_that_raised(tmp_path, capsys, asked, fails):
+    """A job killed, timed out or crashed (SIGSEGV) has the record the sweep's process wrote: no
+    `device`, only the one it asked for. It passed the gate as "measured in BASE only" (and every
+    job of NEW so was "nothing in common", exit 2) (helper-38); it pairs on the device it asked
+    for, any where `auto`."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    for folder in (base, new):
+        hand_made_point(folder, 0, processes(100), size=8)
+        hand_made_point(folder, 1, processes(100), size=16)
+    for record_file in new.glob("*_matmul_add_16_*/metrics.json"):
+        record = json.loads(record_file.read_text())
+        record.pop("device")
+        record.update(status="failed", error="killed by signal 11 (SIGSEGV)", device_requested=asked)
+        record_file.write_text(json.dumps(record))
+    code, out, _ = compare(base, new, "--fail-if-slower", "1.10", capsys=capsys)
+    if fails:
+        assert code == 1 and "failed in NEW (measured in BASE, 1_matmul_add_16_bf16_cold_eager): " \
+            "1_matmul_add_16_bf16_cold_eager: killed by signal 11" in out
+    else:  # another device's grid point: not this one's partner
+        assert code == 0 and "measured in BASE only" in out and "failed in NEW" not in out
+    for record_file in new.glob("*_matmul_add_8_*/metrics.json"):  # every job of NEW so
+        record = json.loads(record_file.read_text())
+        record.pop("device")
+        record.update(status="failed", error="timeout: still running after run.job_timeout_s=1 s, killed",
+                      device_requested=asked)
+        record_file.write_text(json.dumps(record))
+    code, out, err = compare(base, new, "--fail-if-slower", "1.10", capsys=capsys)
+    assert code == (1 if fails else 2), out + err
+    if fails:
+        assert out.count("failed in NEW (measured in BASE, ") == 2
+
+
 def test_an_output_compare_cannot_write_exits_2_not_the_gates_1(tmp_path, capsys):
     hand_made_point(tmp_path / "a", 0, processes(100))
     (tmp_path / "file").write_text("not a folder")

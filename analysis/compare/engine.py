@@ -352,15 +352,37 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
 def _failed(measured: list[GridPoint], unmatched: list[str], failed: list[GridPoint],
             columns: list[str]) -> list[dict[str, Any]]:
     """The points of `measured` left without a partner whose partner on the other side failed:
-    (measured_job: the measured one's first job, failed_job: the failed one's, error: why it failed)."""
-    by_key = {f.pair_identity(columns): f for f in failed}
+    (measured_job: the measured one's first job, failed_job: the failed one's, error: why it failed).
+    A job the sweep's process recorded as failed (killed, timed out, a crash: its process wrote no
+    record) has no `device`, only the device it asked for: it pairs on that, or on any where it
+    asked for `auto`."""
+    by_key: dict[tuple, GridPoint] = {}
+    anywhere: dict[tuple, GridPoint] = {}  # failed without a device of their own, by the rest of their identity
+    at = columns.index("device") if "device" in columns else None
+    for f in failed:
+        asked = f.get("device_requested")
+        if at is None or f.get("device") not in (None, ""):
+            by_key.setdefault(f.pair_identity(columns), f)
+        elif asked in (None, "", "auto"):
+            anywhere.setdefault(_without(f.pair_identity(columns), at), f)
+        else:
+            key = list(f.pair_identity(columns))
+            key[at] = asked
+            by_key.setdefault(tuple(key), f)
     found = []
     for point in measured:
-        other = by_key.get(point.pair_identity(columns)) if point["job"] in unmatched else None
+        if point["job"] not in unmatched:
+            continue
+        mine = point.pair_identity(columns)
+        other = by_key.get(mine) or (anywhere.get(_without(mine, at)) if at is not None else None)
         if other is not None:
             found.append({"measured_job": point["job"], "failed_job": other["job"],
                           "error": str(other.get("error") or other.get("status") or "failed")})
     return found
+
+
+def _without(key: tuple, at: int) -> tuple:
+    return key[:at] + key[at + 1:]
 
 
 def _apart(base: Side, new: Side, columns: list[str]) -> str:
