@@ -230,7 +230,7 @@ def measure(device: str, dtype: str, threads: Any = "auto", processes: int = PRO
     say = progress or (lambda line: None)
     say(f"measuring this machine's {device} {dtype} ceilings (matmul FLOP/s, memory bandwidth) in {processes} "
         f"processes, once per machine and torch version ...")
-    command = [sys.executable, "-m", "profsweep.ceilings", device, dtype, str(threads), str(processes)]
+    command = [sys.executable, "-m", "profsweep.ceilings", device, dtype, str(threads), str(processes), str(os.getpid())]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]),
                                                                      os.environ.get("PYTHONPATH")) if p)}
     if visible is not None:
@@ -287,7 +287,6 @@ def _worker(device: str, dtype: str, threads: Any, processes: int) -> dict[str, 
 
     from profsweep import machine as the_machine
 
-    _die_with_parent()
     started = time.perf_counter()
     before = the_machine.read()
     context = multiprocessing.get_context("fork")
@@ -318,13 +317,15 @@ def _worker(device: str, dtype: str, threads: Any, processes: int) -> dict[str, 
     ))
 
 
-def _die_with_parent() -> None:
-    """Be killed (SIGKILL) when the parent process dies, on Linux: a killed sweep leaves no worker
-    measuring on, nor a killed worker a measuring process."""
+def _die_with_parent(parent: int) -> None:
+    """Be killed (SIGKILL) when the parent process (pid `parent`, as the parent said it before it
+    started this one) dies, on Linux: a killed sweep leaves no worker measuring on, nor a killed
+    worker a measuring process. A parent gone already (this process's parent is init, or a
+    subreaper, by now) ends this one at once: a sweep killed while its worker imported torch left
+    the worker measuring for 11 s, holding the CPU's lock (helper-38)."""
     import ctypes
     import signal
 
-    parent = os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
@@ -336,7 +337,7 @@ def _die_with_parent() -> None:
 
 def _forked(context: Any, target: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
     parent, child = context.Pipe(duplex=False)
-    process = context.Process(target=_send, args=(child, target, *args))
+    process = context.Process(target=_send, args=(child, os.getpid(), target, *args))
     process.start()
     child.close()
     try:
@@ -351,8 +352,8 @@ def _forked(context: Any, target: Callable[..., dict[str, Any]], *args: Any) -> 
     return result
 
 
-def _send(pipe: Any, target: Callable[..., dict[str, Any]], *args: Any) -> None:
-    _die_with_parent()
+def _send(pipe: Any, parent: int, target: Callable[..., dict[str, Any]], *args: Any) -> None:
+    _die_with_parent(parent)
     try:
         pipe.send(target(*args))
     except CeilingError as exc:
@@ -465,8 +466,9 @@ def _last_level_cache(device: str) -> int:
     return largest
 
 
-if __name__ == "__main__":  # the worker interpreter: python -m profsweep.ceilings DEVICE DTYPE THREADS PROCESSES
-    device_, dtype_, threads_, processes_ = sys.argv[1:5]
+if __name__ == "__main__":  # the worker interpreter: python -m profsweep.ceilings DEVICE DTYPE THREADS PROCESSES PARENT
+    device_, dtype_, threads_, processes_, parent_ = sys.argv[1:6]
+    _die_with_parent(int(parent_))  # before torch's import, seconds long: the sweep may die meanwhile
     try:
         print(json.dumps(_worker(device_, dtype_, threads_ if threads_ == "auto" else int(threads_),
                                  int(processes_))))

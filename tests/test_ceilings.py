@@ -285,3 +285,21 @@ def test_a_cached_ceiling_measured_long_ago_or_on_a_busy_machine_is_said_to_be_s
     assert replace(CPU_BF16, other_cpus=1.2, cpus=2).stale(now) == "measured while other processes used 1.2 of 2 CPUs"
     assert CPU_BF16.stale(now + dt.timedelta(days=40)) == "measured 41 days ago"  # 41 days and 7 hours
     assert replace(CPU_BF16, measured_at="yesterday").stale(now) == "its measuring date cannot be read"
+
+
+def test_a_worker_whose_parent_is_gone_already_measures_nothing():
+    """The worker is told its parent's pid: one whose parent died before it could ask to die with
+    it (a sweep killed while the worker imported torch) left it measuring for 11 s, holding the
+    CPU's lock (helper-38); now it ends at once, before torch's import."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "profsweep.ceilings", "cpu", "bf16", "1", "1", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)  # pid 1: not its parent
+    assert done.returncode == 1 and done.stdout == "", done.stdout + done.stderr
+    assert "| torch" not in done.stderr and "| profsweep" in done.stderr  # stopped before torch's import
+    assert time.monotonic() - start < 30
