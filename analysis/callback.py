@@ -61,7 +61,7 @@ def _analyse(folder: Path) -> None:
     from profsweep.sweep_state import SWEEP
 
     try:
-        analyse_folder(folder)
+        SWEEP.analysis_problems = analyse_folder(folder)
     except KeyboardInterrupt:  # stopped while analysing: the tally says so and exits 130
         SWEEP.analysis_interrupted = True
         SWEEP.analysis_failed.append("analysis interrupted")

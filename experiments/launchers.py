@@ -244,9 +244,37 @@ def finished_record(config: JobConfig, job_dir: Path) -> dict[str, Any] | None:
     un-profiled timing failed (its twin killed, say) is not: a resume redoes it."""
     record = read_record(job_dir)
     if (record and record.get("status") == "ok" and record.get("config_hash") == records.config_hash(config)
-            and record.get("finished_at") and not record.get("timed_error") and _measured(record, config)):
+            and record.get("finished_at") and not record.get("timed_error") and _measured(record, config)
+            and _trace_whole(job_dir, record)):
         return record
     return None
+
+
+def _trace_whole(job_dir: Path, record: dict[str, Any]) -> bool:
+    """Whether the traces the record names (`a.json;b.json` for profiler.repeat > 1) are there and
+    whole as far as their ends show (a JSON object's braces; gzip's magic bytes and room for its
+    trailer), without reading them: one cut short or removed since is no result to keep on resume
+    (its analysis names it a problem)."""
+    names = record.get("trace_file")
+    if not isinstance(names, str) or not names:
+        return False
+    for name in names.split(";"):
+        if not name or "/" in name or "\\" in name:
+            return False
+        path = job_dir / name
+        try:
+            size = path.stat().st_size
+            with path.open("rb") as f:
+                head = f.read(64)
+                f.seek(max(0, size - 64))
+                tail = f.read()
+        except OSError:
+            return False
+        whole = (head[:2] == b"\x1f\x8b" and size > 18) if name.endswith(".gz") else \
+            (head.lstrip()[:1] == b"{" and tail.rstrip().endswith(b"}"))
+        if not whole:
+            return False
+    return True
 
 
 def _measured(record: dict[str, Any], config: JobConfig) -> bool:

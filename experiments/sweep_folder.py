@@ -354,6 +354,15 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
               "first process failed for a reason no other process can change (the factory's return value, a "
               f"refused setting): {settled[0]}" + (f"; and {len(settled) - 1} more" if len(settled) > 1 else ""),
               flush=True)
+    # what the analysis found beyond the records (a trace cut short or unreadable, a record it could
+    # not use): named as `python -m analysis` names it, and the sweep fails as it does
+    said = {name for name, _ in failed + untimed}
+    found = [(job, what) for job, what in SWEEP.analysis_problems if job not in said and job != "sweep"]
+    for job, what in found:
+        print(f"  problem: {job}: {one_line(what)}", flush=True)
+    if found:
+        print(f"  to redo {'it' if len(found) == 1 else 'them'}: remove {'its folder' if len(found) == 1 else 'their folders'} "
+              f"and rerun the same command into the same folder ({_dir_key(folder)}={folder})", flush=True)
     for why in SWEEP.analysis_failed:
         print(f"not analysed: {why}", flush=True)
     if SWEEP.disk_error:
@@ -368,5 +377,5 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
         print("interrupted: rerun the same command into the same folder to finish "
               f"({_dir_key(folder)}={folder}); jobs already ok are skipped", flush=True)
         raise SystemExit(EXIT_INTERRUPTED)
-    if failed or untimed or missing or SWEEP.analysis_failed:
+    if failed or untimed or missing or found or SWEEP.analysis_failed:
         raise SystemExit(EXIT_FAILED_JOBS)

@@ -41,6 +41,7 @@ class SweepState:
         # the exit status): why it was not written, and whether it was itself stopped.
         self.analysis_failed: list[str] = []
         self.analysis_interrupted = False
+        self.analysis_problems: list[tuple[str, str]] = []  # (job, what) the analysis found (analyse_folder)
 
     def stop(self, disk_error: str | None = None, compose_error: str | None = None) -> None:
         """Start no more jobs: the sweep was interrupted, (`disk_error`) the disk is full, or

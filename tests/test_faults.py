@@ -362,8 +362,9 @@ def test_a_job_whose_un_profiled_timing_failed_is_redone_on_resume_and_named_by_
 
     config, job = JobConfig(), tmp_path / "job"
     job.mkdir()
+    (job / "t.json").write_text('{"traceEvents": []}')
     ok = {**records.base_record(config, job), "status": "ok", "config_hash": records.config_hash(config),
-          "finished_at": "2026-12-05T00:00:00", "timed_us_per_step": 21.0}
+          "finished_at": "2026-12-05T00:00:00", "timed_us_per_step": 21.0, "trace_file": "t.json"}
     (job / "metrics.json").write_text(json.dumps(ok))
     assert finished_record(config, job) == ok
     error = "the process timing the un-profiled steps was killed by signal 9 without a result"
@@ -542,3 +543,37 @@ def test_the_tally_fails_a_sweep_that_lost_a_jobs_un_profiled_timing(tmp_path, c
     assert "done: 2 jobs (2 ok, 0 failed)" in said
     assert "no un-profiled timing: 1_b: the twin was killed by SIGKILL" in said
     assert f"rerun the same command into the same folder to redo it (hydra.run.dir={tmp_path};" in said  # no sweep.json
+
+
+def test_the_tally_names_and_fails_what_the_sweeps_own_analysis_found(tmp_path, capsys):
+    """A trace cut short in an ok job: `python -m analysis` named it and exited 1, the sweep said
+    `8 ok` and exited 0 (helper-38). The problems its analysis returned that the records do not
+    say are named as the analysis names them, and fail the sweep; those the tally says already
+    (a failed job) are not said twice."""
+    from experiments.sweep_folder import EXIT_FAILED_JOBS, tally
+    from profsweep.sweep_state import SWEEP
+
+    dirs = []
+    for name, record in (("0_a", {"status": "ok"}), ("1_b", {"status": "failed", "error": "RuntimeError: boom"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps(record))
+        dirs.append(tmp_path / name)
+    SWEEP.reset()
+    try:
+        cut = ("0_a", "trace: t.json: not a complete JSON trace (no closing bracket)")
+        SWEEP.analysis_problems = [cut]
+        with pytest.raises(SystemExit) as stopped:
+            tally(dirs[:1], tmp_path, 1)
+        said = capsys.readouterr().out
+        assert stopped.value.code == EXIT_FAILED_JOBS
+        assert "  problem: 0_a: trace: t.json: not a complete JSON trace (no closing bracket)" in said
+        assert "to redo it: remove its folder and rerun the same command into the same folder" in said
+        SWEEP.analysis_problems = [cut, ("1_b", "failed: RuntimeError: boom")]
+        with pytest.raises(SystemExit):
+            tally(dirs, tmp_path, 2)
+        said = capsys.readouterr().out
+        assert said.count("boom") == 1 and "problem: 1_b" not in said and "problem: 0_a" in said
+        SWEEP.analysis_problems = []
+        tally(dirs[:1], tmp_path, 1)  # nothing found: exit 0
+    finally:
+        SWEEP.reset()

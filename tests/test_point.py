@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -120,18 +121,27 @@ def test_resume_keeps_only_an_ok_record_that_says_what_its_job_measures(tmp_path
     from experiments.launchers import finished_record
 
     config = JobConfig(device="cpu", size=16)
+    trace = '{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2}]}\n'
+    (tmp_path / "t.json").write_text(trace)
+    (tmp_path / "a.json.gz").write_bytes(gzip.compress(trace.encode()))
     record = {**records.base_record(config, tmp_path), "status": "ok", "config_hash": records.config_hash(config),
-              "finished_at": records.now_iso(), "timed_us_per_step": 12.5}
+              "finished_at": records.now_iso(), "timed_us_per_step": 12.5, "trace_file": "t.json"}
     path = tmp_path / records.METRICS_FILE
 
     def kept(**edit) -> bool:
         path.write_text(json.dumps({**record, **edit}))
         return finished_record(config, tmp_path) is not None
 
-    assert kept()
+    assert kept() and kept(trace_file="a.json.gz") and kept(trace_file="a.json.gz;t.json")
     for edit in ({"size": "abc"}, {"size": 32}, {"compile": True}, {"timed_us_per_step": float("nan")},
-                 {"timed_us_per_step": -1.0}, {"timed_us_per_step": "12"}, {"timed_us_per_step": None}):
+                 {"timed_us_per_step": -1.0}, {"timed_us_per_step": "12"}, {"timed_us_per_step": None},
+                 {"trace_file": None}, {"trace_file": "gone.json"}, {"trace_file": "t.json;gone.json"},
+                 {"trace_file": "../t.json"}):
         assert not kept(**edit), edit
+    # a trace cut short since (helper-38: resume kept it, and the sweep said nothing of it)
+    (tmp_path / "t.json").write_text(trace[: len(trace) // 2])
+    (tmp_path / "b.json.gz").write_bytes(b"not gzip at all, but long enough")
+    assert not kept() and not kept(trace_file="b.json.gz")
     path.unlink()
     os.mkfifo(path)  # a pipe where the record was: read, it would block the sweep for ever
     assert finished_record(config, tmp_path) is None
