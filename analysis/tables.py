@@ -478,7 +478,11 @@ def derive(row: dict[str, Any], ceilings: Ceilings | None = None) -> None:
         set_regime(row, Decision(SAME, ratio, None, None, 0.0), PROFILED_SPLIT)
         row["regime_uncertain"] = None
         return
-    set_regime(row, decide(ratio, low, high, int(stats.number(row.get("repeats")) or 1)), PROFILED_SPLIT)
+    repeats = int(stats.number(row.get("repeats")) or 1)
+    # one process: its interval covers its own steps, not what the next process would draw, and the
+    # one rule decides nothing from one process (as compare's ratio of one process a side)
+    set_regime(row, decide(ratio, low, high, repeats) if repeats >= 2 else decide(ratio, None, None, 1),
+               PROFILED_SPLIT)
 
 
 # Where a grid point's regime comes from (`regime_source`).

@@ -110,7 +110,7 @@ def decide(ratio: float | None, low: float | None, high: float | None, repeats: 
     band = current_band() if band is None else check_band(band)
     if ratio is None or not math.isfinite(ratio) or ratio <= 0:
         return Decision(INCONCLUSIVE, ratio, low, high, band, why="no ratio")
-    if low is None or high is None or not (low > 0) or not (high >= low):
+    if low is None or high is None or not (low >= 0) or not (high >= low) or high == 0:
         return Decision(INCONCLUSIVE, ratio, low, high, band, processes_needed=3 if repeats is not None else None,
                         why="no interval: one process a side says nothing of the variation between processes")
     up, down = 1 + band, 1 / (1 + band)
@@ -145,6 +145,8 @@ def processes_needed(ratio: float, low: float, high: float, repeats: int | None,
     if repeats is None or repeats < 2:
         return None
     band = current_band() if band is None else band
+    if not low > 0:  # an interval down to 0: its spread on log scale is not one to narrow by a count
+        return None
     d = math.log(ratio)
     half = max(d - math.log(low), math.log(high) - d)  # the wider side, on log scale
     if half <= 0 or not math.isfinite(half):

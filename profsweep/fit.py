@@ -174,6 +174,7 @@ def _fit_rows(rows: list[tuple], kind: str, draws: int, seed: int, band: float
     with np.errstate(divide="ignore"):
         tp_low, tp_high = q(np.where(fb > 0, 1e6 / np.where(fb > 0, fb, 1.0), np.inf))  # work units per second
     crossover = _size_at(a / b, x, size) if a > 0 else None
+    crossover = crossover if crossover is not None and math.isfinite(crossover) else None
     at = np.array([math.inf if bi <= 0 else _size_at(ai / bi, x, size) if ai > 0 else 0.0 for ai, bi in zip(fa, fb)])
     c_low, c_high = q(at) if crossover is not None else (None, None)
     fits, check = _check(size, x, y, sigma, a, b)
@@ -212,6 +213,7 @@ def processes_to_locate(low: float | None, high: float | None, repeats: int) -> 
     return max(3, math.ceil(max(1, repeats) * (span / math.log(CROSSOVER_SPAN)) ** 2))
 
 
+MAX_LOG_SIZE = 700.0  # e**700, near float's largest: a size beyond it is no size
 ONE_PROCESS = 0.25  # the standard error on log scale of a point measured in one process (its steps say little)
 
 
@@ -248,7 +250,10 @@ def _size_at(target_work: float, work: np.ndarray, size: np.ndarray) -> float:
     w0, w1, s0, s1 = lw[i - 1], lw[i], ls[i - 1], ls[i]
     if w1 == w0:
         return float(size[i])
-    return float(math.exp(s0 + (t - w0) * (s1 - s0) / (w1 - w0)))
+    at = s0 + (t - w0) * (s1 - s0) / (w1 - w0)
+    # work that hardly grows with the size (an embedding's table read whole at every size) puts the
+    # size of a work far off beyond any number: no size reaches it
+    return math.inf if at > MAX_LOG_SIZE else float(math.exp(at))
 
 
 def _check(size: np.ndarray, x: np.ndarray, y: np.ndarray, sigma: np.ndarray, a: float, b: float) -> tuple[bool, str]:

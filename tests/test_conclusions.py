@@ -302,6 +302,30 @@ def test_compile_against_eager_pairs_the_processes_of_each_round(tmp_path):
     assert "compile against eager, matmul_add bf16 cold: " in said and "paired" not in said, said
 
 
+def test_the_short_answer_says_a_crossover_only_where_the_sizes_swept_bound_it(tmp_path):
+    """A crossover beyond the sizes swept was stated as a regime above it that no grid point
+    measured (`overhead-bound below size ≈5,694 [168, ∞], bound by its work above it` with 32 the
+    largest size: helper-37): with its whole interval above them, `overhead-bound at every size
+    swept`; with an interval reaching past them into them, or to infinity, nothing."""
+    from analysis.report.conclusions import in_short
+    from analysis.tables import analyse_sweep
+
+    tables = analyse_sweep(known_sweep(tmp_path / "sweep"), lambda line: None)
+    eager = [c for c in tables.crossovers if not c["compile"]]
+
+    def short(**moved) -> str:
+        crossovers = [{**c, **moved} if c in eager else c for c in tables.crossovers]
+        return "\n".join(line for line in in_short(tables.points, crossovers, tables.jobs) if "cold eager" in line)
+
+    assert re.search(r"overhead-bound below size ≈\d+ \[\d+, \d+\], compute-bound above it", short())
+    assert short(fit_crossover_size=5694, fit_crossover_size_low=168, fit_crossover_size_high=math.inf) == ""
+    assert short(fit_crossover_size=5694, fit_crossover_size_low=168, fit_crossover_size_high=9000) == ""
+    said = short(fit_crossover_size=5694, fit_crossover_size_low=2000, fit_crossover_size_high=9000)
+    assert "overhead-bound at every size swept (up to 1,024); the model puts the crossover above them, " \
+           "at ≈5,694 [2,000, 9,000]" in said, said
+    assert short(fit_crossover_size=20, fit_crossover_size_low=10, fit_crossover_size_high=30) == ""
+
+
 def test_the_short_answer_names_the_regime_the_sizes_above_the_crossover_are_in(tmp_path):
     """Memory-bound there by the roofline: said so (before: always 'compute-bound above it')."""
     from analysis.report.conclusions import in_short

@@ -3,6 +3,9 @@ misfit found, and, end to end, a custom step that spins for a known time plus a 
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 from profsweep.fit import fit_series
@@ -168,3 +171,17 @@ def test_three_sizes_whose_line_breaks_say_which_size_would_tell_where():
         "whether the smaller sizes lie on one line (size=64,256,1024,4096)")
     assert fit_series([1_000_000, 2_000_000], [1e6, 2e6], *_points([A + 1e6 * B, A + 2e6 * B])).columns()[
         "fit_sizes"] == "1000000;2000000"
+
+
+def test_work_that_hardly_grows_with_the_size_gives_no_crossover_not_an_overflow():
+    """An embedding whose whole table is counted as read at every size (102,408,320 and
+    102,533,120 bytes at 16 and 256): the size of a work past them lay beyond any float, and the
+    analysis died with OverflowError (helper-37)."""
+    from profsweep.fit import _size_at
+
+    work, sizes = np.array([102_408_320.0, 102_533_120.0]), np.array([16.0, 256.0])
+    assert _size_at(2e8, work, sizes) == math.inf and _size_at(1.02e8, work, sizes) < 16
+    fit = fit_series([16, 256], [102_408_320, 102_533_120], [100.0, 100.01], [95.0, 95.01], [105.0, 105.01], [3, 3],
+                     kind="bytes")
+    assert fit is not None and fit.overhead_us > 0 and fit.crossover_size is None
+    assert fit.crossover_size_low is None and fit.crossover_size_high is None

@@ -286,3 +286,18 @@ def test_an_eager_op_two_kernels_cover_is_said_shared_and_the_conclusion_prefers
     del rows["graph_0_cpp_fused_gelu_mul_2"]  # only kernels whose ops are shared: the one it names says so
     [said] = _fused(list(rows.values()))
     assert "aten::sum also covered by another kernel: every call's time, not this kernel's alone" in said.text
+
+
+def test_an_empty_cell_of_fusion_csv_is_an_empty_cell_on_the_page_not_nan():
+    """A kernel whose name has no word an eager op lacks: its `unmatched` cell is empty in
+    fusion.csv, which pandas reads as NaN; the page showed `nan` (helper-37)."""
+    import io
+    from types import SimpleNamespace
+
+    from analysis.report.page import _fusion_section
+
+    csv = ("point,kernel,eager_ops,eager_us_per_step,compiled_us_per_step,unmatched\n"
+           "mlp 64,cpp_fused_gelu_mul_0,aten::gelu; aten::mul,12.5,3.5,\n"
+           "mlp 64,cpp_fused_copy_1,,,1.0,copy\n")
+    html = "\n".join(_fusion_section(SimpleNamespace(data={"fusion": pd.read_csv(io.StringIO(csv))})))
+    assert "nan" not in html.lower() and "aten::gelu; aten::mul" in html and "no eager point" in html

@@ -1181,3 +1181,17 @@ def test_the_band_is_the_history_commands(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         history(tmp_path / "m", "--band", "-1", capsys=capsys)
     assert refused.value.code == 2 and "--band: -1 is not allowed" in capsys.readouterr().err
+
+
+def test_a_point_of_one_process_a_sweep_is_said_not_testable_not_unchanged(tmp_path, capsys):
+    """Two sweeps, one process each, the step 180x from one to the other: history said `no change
+    at 1 grid point` over 0 tests (helper-37); now it is not testable, on the terminal and the page.
+    (With three sweeps or more the scatter between them is the noise: see the tests above.)"""
+    for i, value in enumerate((130_000.0, 722.0)):
+        write_sweep(tmp_path / "h" / f"s{i + 1}", i + 1, {8: [value]})
+    code, out, _ = history(tmp_path / "h", capsys=capsys)
+    assert code == 0 and "over 0 tests" in out
+    assert "not testable at 1 grid point: one process a sweep says nothing of the variation" in out
+    assert "no change at" not in out and "a change at every" not in out
+    page = (tmp_path / "h" / "history" / "history.html").read_text()
+    assert "Not testable at 1 grid point" in page and "No change found where one could be tested." in page

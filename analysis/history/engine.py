@@ -72,6 +72,7 @@ class Line:
     found: list[int] = field(default_factory=list)
     shifts: list[changes.Shift] = field(default_factory=list)  # its changes of level, judged
     smallest: float | None = None  # the smallest step its history could have found (changes.smallest)
+    tested: bool = False  # whether its series could be tested at all (one process a sweep: not)
 
     def values(self, point: Point) -> list[float]:
         """The point's repeats' values (read for changed lines only)."""
@@ -335,9 +336,10 @@ def analyse(history: History, fdr: float = FDR) -> None:
         if line.metric is not None and len(line.points) > 1:
             line.series = changes.from_moments([p.moments[line.metric] for p in line.points])
             judged.append(line)
-    found, history.tested = judge([line.series for line in judged], fdr)
+    found, history.tested, tested = judge_each([line.series for line in judged], fdr)
     pools = changes.pooled_scatter([line.series for line in judged])
-    for line, shifts, pool in zip(judged, found, pools):
+    for line, shifts, pool, able in zip(judged, found, pools, tested):
+        line.tested = able
         line.shifts = changes.after_unconfirmed([_checked(line, s, history.sweeps) for s in shifts])
         line.found = [s.at for s in shifts]
         line.series = changes.with_pool(line.series, pool)
@@ -382,6 +384,14 @@ def probe_shift(line: Line, shift: changes.Shift, sweeps: Sequence[dict[str, Any
 def judge(many: Sequence[changes.Series], fdr: float = FDR) -> tuple[list[list[changes.Shift]], int]:
     """The changes of each series that are discoveries of Benjamini-Hochberg at `fdr` over every
     change's p-value and, for a series without one, its best split's; and how many were tested."""
+    found, tested, _ = judge_each(many, fdr)
+    return found, tested
+
+
+def judge_each(many: Sequence[changes.Series], fdr: float = FDR
+               ) -> tuple[list[list[changes.Shift]], int, list[bool]]:
+    """`judge`, and for each series whether it could be tested at all (a p-value: no series of
+    one process a sweep has one)."""
     tests: list[tuple[int, int | None, float | None]] = []  # (series, change or None, p)
     many = [changes.with_pool(s, pool) for s, pool in zip(many, changes.pooled_scatter(many))]
     for n, s in enumerate(many):
@@ -396,7 +406,10 @@ def judge(many: Sequence[changes.Series], fdr: float = FDR) -> tuple[list[list[c
     for n, s in enumerate(many):
         at = sorted(kept.get(n, {}))
         out.append(changes.after_unconfirmed(changes.shifts(s, at, [kept[n][a] for a in at])))
-    return out, sum(1 for _, _, p in tests if p is not None)
+    each = [False] * len(many)
+    for n, _, p in tests:
+        each[n] = each[n] or p is not None
+    return out, sum(1 for _, _, p in tests if p is not None), each
 
 
 # --- what changed at a step ---------------------------------------------------------------------------
@@ -593,12 +606,16 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
                    f"{r['ratio']:.2f}x [{low}, {high}], {us(r['before_us'])} -> {us(r['after_us'])}; "
                    f"{r['what_changed']}" + (" [measured on a loaded machine: see noise in regressions.csv]" if r["noise"] else ""))
     out += failures(history)
-    quiet = len(measured) - len({id(r["_line"]) for r in history.changes})
+    untested = [ln for ln in measured if not ln.tested]
+    if untested:
+        out.append(f"  not testable at {amount(len(untested), 'grid point')}: one process a sweep says nothing of "
+                   "the variation between processes (run.repeats=3 or more)")
+    quiet = len(measured) - len(untested) - len({id(r["_line"]) for r in history.changes})
     if quiet:
         out.append("  no change at the other grid point" if quiet == 1 and history.changes else
                    f"  no change at {'the other ' if history.changes else ''}{amount(quiet, 'grid point')}")
-    else:
-        out.append("  a change at every grid point")
+    elif history.changes:
+        out.append("  a change at every grid point" + (" tested" if untested else ""))
     smallest = sorted(ln.smallest for ln in measured if ln.smallest is not None)
     if smallest:
         bound = lambda x: f"{x:.2f}x" if x <= FINDABLE else f"more than {FINDABLE:g}x"  # noqa: E731

@@ -118,8 +118,12 @@ def _intro(history: Any, out: Path) -> list[str]:
 
 def _changes_table(history: Any, out: Path) -> list[str]:
     parts = ["<h2 id='changes'>Changes</h2>"]
+    untested = sum(1 for ln in history.lines if ln.series is not None and not ln.tested)
+    if untested:
+        parts.append(f"<p>Not testable at {amount(untested, 'grid point')}: one process a sweep says nothing of the "
+                     "variation between processes (<code>run.repeats=3</code> or more).</p>")
     if not history.changes:
-        return parts + ["<p>No change found.</p>"]
+        return parts + ["<p>No change found" + (" where one could be tested" if untested else "") + ".</p>"]
     rows = []
     for n, r in enumerate(history.changes, 1):
         line, shift = r["_line"], r["_shift"]

@@ -123,7 +123,17 @@ def in_short(points: list[GridPoint], crossovers: list[dict[str, Any]], jobs: li
         if c is None or len(rows) < 2 or str(c.get("fit_check") or "").startswith("does not fit"):
             continue
         at = stats.number(c.get("fit_crossover_size"))
-        if at is None:
+        low, high = stats.number(c.get("fit_crossover_size_low")), stats.number(c.get("fit_crossover_size_high"))
+        sizes = sorted(stats.number(r.get("size")) or 0 for r in rows)
+        # a crossover is said only where the sizes swept bound it: within them, or with its whole
+        # interval beyond one end (never a regime no grid point measured, nor a line's far reach)
+        if at is None or high is None or not math.isfinite(high):
+            continue
+        if at > sizes[-1] or at < sizes[0]:
+            if low is not None and low > sizes[-1]:
+                lines.append(f"{series_name(rows[0])}: overhead-bound at every size swept (up to {sizes[-1]:,.0f}); "
+                             f"the model puts the crossover above them, at ≈{at:,.0f}"
+                             f"{interval(c, 'fit_crossover_size', lambda v: f'{v:,.0f}', always=True)}")
             continue
         above = [r for r in rows if (stats.number(r.get("size")) or 0) > at
                  and r.get("regime") in ("compute-bound", "memory-bound")]

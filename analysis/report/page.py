@@ -5,8 +5,9 @@ Every string that comes from a trace, a config or an error is HTML-escaped.
 
 from __future__ import annotations
 
-from html import escape
+import math
 from dataclasses import dataclass, field
+from html import escape
 from pathlib import Path
 from typing import Any, Callable
 
@@ -346,10 +347,13 @@ def _fusion_section(page: Page) -> list[str]:
     fusion = page.data.get("fusion")
     if fusion is None or not len(fusion):
         return []
-    rows = ([escape(str(r["point"])), escape(str(r["kernel"])), escape(str(r["eager_ops"] or "")),
+    def words(value: Any) -> str:  # a cell pandas read as NaN (an empty one) is empty, not "nan"
+        return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+    rows = ([escape(str(r["point"])), escape(str(r["kernel"])), escape(words(r["eager_ops"])),
              escape(us(stats.number(r["eager_us_per_step"])) if stats.number(r["eager_us_per_step"]) is not None
                     else "no eager point"),
-             escape(us(stats.number(r["compiled_us_per_step"]))), escape(str(r["unmatched"] or ""))]
+             escape(us(stats.number(r["compiled_us_per_step"]))), escape(words(r["unmatched"]))]
             for _, r in fusion.iterrows())
     return ["<h2 id='fusion'>What compile fused</h2><p>Each kernel Inductor generated for a compiled grid point, "
             "the eager aten ops its name says it covers (matched against the ops the paired eager grid point ran) "
