@@ -94,8 +94,12 @@ OCCUPANCY_PREFIXES = (
 # aten::embedding, aten::relu -> clamp_min): its self time is framework overhead, as are
 # annotations, Dynamo guards and Python. The copies and fills that kernels use to initialise
 # their outputs (INITIALISERS: aten::addmm copies the bias, aten::sum fills zeros) are compute
-# themselves but do not make their caller a wrapper. Backward ops (aten::mm under MmBackward0)
-# and optimizer ops (aten::_foreach_mul_, aten::lerp_) count like any other.
+# themselves but do not make their caller a wrapper; nor do the pointwise epilogues a library
+# kernel applies to its output (EPILOGUES: aten::mkldnn_rnn_layer's aten::add of the bias,
+# aten::_addmm_activation's aten::relu_), except in a pointwise op (aten::relu -> clamp_min, a
+# wrapper) or a foreach op (aten::_foreach_mul_ -> aten::mul_ per tensor: its self time is the
+# loop's). Backward ops (aten::mm under MmBackward0) and optimizer ops (aten::_foreach_mul_,
+# aten::lerp_) count like any other.
 NOT_COMPUTE_OPS = frozenset(
     "aten::" + name
     for name in (
@@ -111,6 +115,15 @@ NOT_COMPUTE_OPS = frozenset(
     ).split()
 )
 INITIALISERS = frozenset({"aten::copy_", "aten::fill_", "aten::zero_"})
+EPILOGUES = frozenset(
+    "aten::" + name
+    for name in (
+        "add add_ sub sub_ rsub subtract mul mul_ multiply div div_ divide true_divide "
+        "relu relu_ clamp clamp_ clamp_min clamp_min_ clamp_max clamp_max_ threshold threshold_ hardtanh hardtanh_ "
+        "leaky_relu leaky_relu_ elu elu_ gelu gelu_ silu silu_ sigmoid sigmoid_ tanh tanh_"
+    ).split()
+)
+FOREACH = "aten::_foreach_"
 NOT_OPERATOR_NAMESPACES = ("autograd::", "torch::", "profiler::")
 COMPUTE_MARK = "cpp_fused"  # Inductor's C++ kernels, e.g. graph_0_cpp_fused_gelu_mul_0
 
@@ -138,8 +151,18 @@ def mark_compute(host: Sequence[HostEvent]) -> None:
             touches = candidate[h.name] = may_compute(h.name)
         wrapper = id(h) in wraps
         h.compute = touches and not wrapper
-        if h.parent is not None and (wrapper or (touches and h.name not in INITIALISERS)):
+        if h.parent is not None and (wrapper or touches) and makes_a_wrapper(h.name, h.parent.name, wrapper):
             wraps.add(id(h.parent))
+
+
+def makes_a_wrapper(name: str, parent: str, wrapper: bool) -> bool:
+    """Whether an operator `name` that touches data (or wraps one that does: `wrapper`) makes the
+    operator `parent` it runs in a dispatch wrapper (the rule above)."""
+    if name in INITIALISERS:
+        return wrapper
+    if name in EPILOGUES:
+        return parent in EPILOGUES or parent.startswith(FOREACH)
+    return True
 
 
 try:  # orjson parses big traces about 3x faster than the standard library
