@@ -452,3 +452,18 @@ def test_the_band_of_the_conclusions_is_the_analysis_commands(tmp_path, capsys):
         main([str(folder), "--band", "5"])
     assert refused.value.code == 2
     assert "--band: 5 is not allowed: give a fraction between 0 and 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting", [{}, {"isolation": "none"}, {"compile_cache": "shared"}])
+def test_a_first_call_is_said_a_cold_processes_only_where_the_process_was_cold(tmp_path, setting):
+    """run.isolation=none (one process for every job) or a shared compile cache: the compiled
+    first call of 0.25 ms was called `first call of a cold process` (helper-37)."""
+    folder = tmp_path / "sweep"
+    num = 0
+    for repeat in (1, 2, 3):
+        for compile, timed in ((False, 100), (True, 200)):
+            job(folder, num, size=64, compile=compile, step_us=300, mm_us=100, timed_us=timed, repeat=repeat, **setting)
+            num += 1
+    analyse_folder(folder)
+    said = conclusions_html(folder)
+    assert ("first call of a cold process, matmul_add bf16: 2 ms eager, 700 ms compiled at 64" in said) == (not setting)

@@ -495,7 +495,10 @@ def _cold_warm(points: list[dict[str, Any]]) -> list[Conclusion]:
         if said:
             out.append(Conclusion("cold", f"{name}: the first profiled step's dead window (step start to the first "
                                   f"aten op): {'; '.join(said)}.", "summary"))
-    cold = [p for p in points if not flag(p.get("warmup"))]
+    # a cold process's first call: its own process (not run.isolation=none, where jobs share one)
+    # and its own compilation (not from a cache an earlier job filled: run.compile_cache=shared)
+    cold = [p for p in points if not flag(p.get("warmup")) and p.get("isolation") != "none"
+            and p.get("compile_cache") != "shared"]
     for name, pairs in _grouped(_pairs(cold, "compile"), "compile", also=["warmup"]).items():
         said = []
         for eager, compiled in pairs:
