@@ -111,9 +111,11 @@ class WorkloadConfig:
                               "'_', '.' or '-' (it names the job folders)")
         if self.name in BUILTIN_WORKLOADS and self.target != f"experiments.workloads.{self.name}":
             raise ConfigError(
-                f"workload._target_={self.target!r} is not allowed with workload={self.name}: the jobs would run "
-                f"your factory under the name, folders and claims of the built-in {self.name}; add workload=custom "
-                f"(the jobs are then named after the factory), e.g. workload=custom workload._target_={self.target}")
+                f"workload._target_={self.target!r} is not allowed under the name {self.name}, a built-in workload's: "
+                f"the jobs would run your factory under the name, folders and claims of the built-in {self.name}; "
+                f"give workload=custom (the jobs are then named after the factory), e.g. workload=custom "
+                f"workload._target_={self.target}, and no workload.name={self.name} (or another name, e.g. "
+                f"workload.name=my_{self.name})")
         for key, value in self.settings.items():
             if key == "target":
                 raise ConfigError("workload.target is not allowed: the factory is workload._target_")

@@ -871,10 +871,14 @@ def _recompiled(job: Prepared, out: dict[str, Any]) -> None:
     if out.get("compile"):
         out["recompile_limit"] = int(limit)  # 1: some of the step runs eagerly under a compiled label
     if graphs > 0 or (limit and out.get("compile")):
+        why = ("a guard failed once after the first call (a Python number, a shape or a global the step reads "
+               "differed from the first call's): one step's time holds that compilation, which a median sets aside"
+               if graphs == 1 and not limit else
+               "a guard keeps failing (a Python number the step changes, a shape that changes): its step times hold "
+               "compilations")
         _warn(out, f"the step was compiled again while it was measured ({graphs} graph{'' if graphs == 1 else 's'} "
                    "after its first call" + ("; Dynamo reached its recompile limit and runs the rest eagerly" if limit
-                                             else "") + "): a guard failed on every call (a Python number the step "
-                   "changes, a shape that changes): its step times hold compilations; "
+                                             else "") + f"): {why}; "
                    + ("job.log has Dynamo's reasons" if _RECOMPILES_LOGGED
                       else "TORCH_LOGS=recompiles shows Dynamo's reasons"))
 

@@ -45,6 +45,11 @@ def plain_config(cfg: DictConfig) -> dict[str, Any]:
             if key != "hydra"
         }
     except (MissingMandatoryValue, InterpolationToMissingValueError) as exc:
+        workload = cfg.get("workload") if isinstance(cfg.get("workload"), DictConfig) else None
+        if workload is not None and "target" in workload and "_target_" in str(exc):  # the factory's key misspelt
+            given = OmegaConf.to_container(workload, resolve=False).get("target")
+            raise ConfigError(f"workload.target={given} is not allowed: the factory is workload._target_ "
+                              f"(workload._target_={given})") from None
         raise missing_value(exc) from None
     except OmegaConfBaseException as exc:  # an interpolation that cannot be resolved: ${oops}
         raise unresolved(cfg, exc) from None

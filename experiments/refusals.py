@@ -99,9 +99,11 @@ def in_our_words(text: str) -> str:
     text = _FULL_ERROR_HINT.sub("\n", text).split("\nConfig search path:")[0].strip()
     if text.startswith("error: "):  # already ours
         return text + "\n"
-    merge = re.search(r"Error merging override (\S+?)(?: \(in the job [^)]*\))?\n(.+?)\n\s+full_key: (\S+)", text)
+    merge = re.search(r"Error merging override (.+?)(?: \(in the job [^)]*\))?\n(.+?)\n\s+full_key: (\S+)", text)
     if merge:
-        return f"error: {merge.group(1)} is not allowed: {merge.group(2).strip()} (key {merge.group(3)})\n"
+        hint = ("; expect is a list of quoted expectations, e.g. 'expect=[\"timed_us_per_step < 100\"]'"
+                if merge.group(3) == "expect" else "")
+        return f"error: {merge.group(1)} is not allowed: {merge.group(2).strip()} (key {merge.group(3)}){hint}\n"
     missing = re.search(r"Could not find '([^'/]+)/([^']*)'", text)  # workload=nope, workload= (empty)
     if missing:
         group, value = missing.groups()
@@ -116,8 +118,11 @@ def in_our_words(text: str) -> str:
         return f"error: {override} is not allowed: {key} is not a key of this configuration ({known_keys(key)})\n"
     lexer = re.search(r"(?:LexerNoViableAltException|Error parsing override)[:']? ?'?([^\n']*)'?", text)
     if lexer:
-        return (f"error: {lexer.group(1).strip()} is not allowed: it is not a valid override (quote a value with "
-                "spaces or characters outside ASCII, e.g. 'key=\"value\"'; "
+        bad = lexer.group(1).strip()
+        example = ("'expect=[\"timed_us_per_step < 100\"]'" if bad.startswith(("expect=", "+expect="))
+                   else "'key=\"value\"'")
+        return (f"error: {bad} is not allowed: it is not a valid override (quote a value with "
+                f"spaces or characters outside ASCII, e.g. {example}; "
                 "https://hydra.cc/docs/advanced/override_grammar/basic)\n")
     if re.search(r"^mismatched input|^extraneous input|^no viable alternative", text):  # size=16, size=a=b
         bad = _unparsable(sys.argv[1:])

@@ -98,6 +98,10 @@ class SweepCallback(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         SWEEP.reset()  # a run in a process that ran one before (a notebook, tests) starts clean
         refuse_deleted_keys(config)
+        try:  # the job's own keys first: hydra.run.dir interpolates them (workload._target_ unset: in words)
+            job_config(config)
+        except ConfigError as exc:
+            refuse(str(exc))
         resolved_sweep_dir(config, "run")
         refuse_loose_flags(command_line_axes(config))
         refuse_repeated_keys(config)

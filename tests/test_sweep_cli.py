@@ -129,6 +129,18 @@ BAD_INPUTS = {
                       ["size=${oops} is not allowed: OmegaConf cannot resolve it", "Interpolation key 'oops' not found"]),
     "interpolated dir": ("hydra.run.dir=${oops}/x", "size=16 hydra.sweep.dir=${oops}/x",
                          ["dir=${oops}/x is not allowed: OmegaConf cannot resolve it", "'oops'"]),
+    # helper-37: OmegaConf's words alone, a message about hydra.run.dir, or the wrong key named
+    "expect not a list": ("expect=5", "expect=5", ["expect=5 is not allowed", "int is not a ListConfig",
+                                                   "expect is a list of quoted expectations"]),
+    "no factory": ("workload=custom", "workload=custom",
+                   ["workload._target_ is missing: name your factory, e.g. workload._target_="]),
+    "factory key misspelt": ("workload=custom workload.target=experiments.workloads:linear",
+                             "workload=custom workload.target=experiments.workloads:linear",
+                             ["workload.target=experiments.workloads:linear is not allowed: the factory is "
+                              "workload._target_"]),
+    "a built-in's name": ("workload=custom workload._target_=experiments.workloads:linear workload.name=matmul_add",
+                          "workload=custom workload._target_=experiments.workloads:linear workload.name=matmul_add",
+                          ["under the name matmul_add, a built-in workload's", "workload.name=my_matmul_add"]),
 }
 
 
