@@ -356,6 +356,22 @@ def warn_oversubscribed(configs: list[JobConfig]) -> None:
               "threads take turns on them, and the steps measure the turns", flush=True)
 
 
+def warn_unused_with_one_process(configs: list[JobConfig]) -> None:
+    """A warning where run.isolation=none leaves a setting the user changed without effect: no
+    job process to kill at run.job_timeout_s (a job that hangs holds the sweep), none to start
+    fresh (run.start)."""
+    from experiments.config import RunConfig
+
+    default = RunConfig()
+    shared = [c.run for c in configs if c.run.isolation == "none"]
+    if any(r.job_timeout_s != default.job_timeout_s for r in shared):
+        print("warning: run.job_timeout_s does not apply with run.isolation=none: the jobs run in this process, "
+              "which nothing stops from outside (a job that hangs holds the sweep until you stop it)", flush=True)
+    if any(r.start != default.start for r in shared):
+        print("warning: run.start does not apply with run.isolation=none: no job gets a process of its own",
+              flush=True)
+
+
 def refuse_repeated_keys(cfg: DictConfig) -> None:
     """A key given twice on the command line (size=16 size=32) would leave one value out without
     a word (Hydra keeps the last): refused, naming both. A delete (`~key`) before `+key=...` is

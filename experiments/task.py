@@ -20,7 +20,7 @@ from experiments.point import warm_start
 from experiments.preflight import (
     check_configs, check_expectations, command_line_axes, job_config, preflight, refuse_deleted_keys,
     refuse_loose_flags, refuse_repeated_keys, refuse_repeated_values, refuse_swept_sweep_settings, skip_reason, sweep_grid,
-    warn_oversubscribed,
+    warn_oversubscribed, warn_unused_with_one_process,
 )
 from experiments.refusals import refuse
 from experiments.sweep_folder import (
@@ -110,6 +110,7 @@ class SweepCallback(Callback):
         except ConfigError as exc:
             refuse(str(exc))
         warn_oversubscribed([job_config(config)])
+        warn_unused_with_one_process([job_config(config)])
         expect = check_expectations(config)
         start_in(Path(str(config.hydra.run.dir)), "hydra.run.dir", expect)
         refusals.release()  # the input is accepted: stderr passes from now on
@@ -131,6 +132,7 @@ class SweepCallback(Callback):
         planned = preflight(config, axes if axes is not None else [], compose)
         check_configs([p.config for p in planned], [p.jobs for p in planned])
         warn_oversubscribed([p.config for p in planned])
+        warn_unused_with_one_process([p.config for p in planned])
         refuse_slurm_without_slurm(config)
         expect = check_expectations(config)
         sweep_dir = Path(str(config.hydra.sweep.dir))

@@ -461,3 +461,18 @@ def test_slurm_without_slurm_is_refused_before_any_folder(tmp_path):
     assert done.returncode == 2 and done.stderr.startswith("error: hydra/launcher=slurm is not allowed here: sbatch "
                                                            "and srun are not on PATH"), done.stderr
     assert "Traceback" not in done.stderr + done.stdout and not (tmp_path / "out").exists()
+
+
+def test_settings_one_process_leaves_without_effect_are_warned_of(capsys):
+    """run.isolation=none run.job_timeout_s=5: a hanging job ran on, with no word at the start
+    (helper-37); run.start=fresh the same."""
+    from experiments.config import JobConfig, RunConfig
+    from experiments.preflight import warn_unused_with_one_process
+
+    warn_unused_with_one_process([JobConfig(run=RunConfig(isolation="none")),
+                                  JobConfig(run=RunConfig(job_timeout_s=5))])
+    assert capsys.readouterr().out == ""  # the default timeout in one process, a timeout in its own process
+    warn_unused_with_one_process([JobConfig(run=RunConfig(isolation="none", job_timeout_s=5, start="fresh"))])
+    said = capsys.readouterr().out
+    assert "warning: run.job_timeout_s does not apply with run.isolation=none" in said
+    assert "warning: run.start does not apply with run.isolation=none" in said
