@@ -109,10 +109,7 @@ def check_configs(configs: list[JobConfig], jobs: list[int] | None = None) -> No
     if skipped:
         left = sum(counts[id(c)] for c in skipped)
         values = sorted({seam.needs_cuda(c.workload.target, c.workload.settings).setting for c in skipped})
-        # each grid point stands for run.repeats jobs (auto: its first rounds', the least it makes)
-        jobs_left = sum(counts[id(c)] * grid.first_rounds(c.run.repeats) for c in skipped)
-        print(f"left out on this machine: {amount(jobs_left, 'job')} "
-              f"({amount(left, 'grid point')}) with "
+        print(f"left out on this machine: {amount(left, 'grid point')} with "
               f"{', '.join(values)} (CUDA only; "
               f"{'device=cpu' if all(c.device == 'cpu' for c in skipped) else 'torch sees no CUDA device'}); "
               "they are recorded as skipped", flush=True)
