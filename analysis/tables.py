@@ -70,7 +70,8 @@ class SweepTables:
             if row.get("record_error"):
                 out.append((row["job"], f"record: {row['record_error']}"))
         never = never_ran(self.folder, len(self.jobs))
-        return out + ([("sweep", never)] if never else [])
+        mixed = more_points_than_planned(self.folder, len(self.points))
+        return out + ([("sweep", never)] if never else []) + ([("sweep", mixed)] if mixed else [])
 
 
 def never_ran(folder: Path, found: int) -> str | None:
@@ -88,6 +89,21 @@ def never_ran(folder: Path, found: int) -> str | None:
         return None
     return (f"{planned - found} of {planned} planned jobs never ran: the sweep was stopped before them; "
             "rerun its command into this folder to finish (jobs already ok are skipped)")
+
+
+def more_points_than_planned(folder: Path, found: int) -> str | None:
+    """Where the folder holds more grid points than its sweep planned (sweep.json's
+    `grid_points`): jobs of another configuration of the same grid share it, a rerun into the
+    folder with other settings (profiler.active=2) stopped before it redid them all; their grid
+    points stand apart, each with part of the repeats."""
+    if contract.live_sweep(Path(folder)) is not None:
+        return None
+    planned = contract.read_plan(folder).get("grid_points")
+    if isinstance(planned, bool) or not isinstance(planned, int) or planned <= 0 or found <= planned:
+        return None
+    return (f"{found} grid points in this folder where its sweep planned {planned}: jobs measured with other settings "
+            "share it (a rerun into this folder with changed settings, stopped before it redid them all?), each "
+            "grid point with part of its repeats; rerun the last command into this folder to finish")
 
 
 def unreadable(folder: Path) -> str | None:

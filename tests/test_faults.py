@@ -577,3 +577,24 @@ def test_the_tally_names_and_fails_what_the_sweeps_own_analysis_found(tmp_path, 
         tally(dirs[:1], tmp_path, 1)  # nothing found: exit 0
     finally:
         SWEEP.reset()
+
+
+def test_a_folder_holding_more_grid_points_than_its_sweep_planned_is_a_problem(tmp_path):
+    """A rerun into a finished sweep with profiler.active=2, killed after some jobs: the folder
+    held both configurations, the analysis said `8 jobs, 7 grid points` and exit 0, compare
+    called the rest `measured in NEW only` (helper-38). Now the analysis names it."""
+    from analysis.tables import analyse_sweep
+    from tests.conftest import hand_made_job, jitter
+
+    sweep = tmp_path / "sweep"
+    hand_made_job(sweep, 0, jitter(100, 5), profiler_active=2)
+    hand_made_job(sweep, 1, jitter(100, 5), repeat=2, profiler_active=3)
+    hand_made_job(sweep, 2, jitter(100, 5), repeat=3, profiler_active=3)
+    (sweep / "sweep.json").write_text(json.dumps({"jobs": 3, "grid_points": 1, "repeats": 3}))
+    problems = analyse_sweep(sweep).problems
+    assert problems == [("sweep", "2 grid points in this folder where its sweep planned 1: jobs measured with other "
+                                  "settings share it (a rerun into this folder with changed settings, stopped before "
+                                  "it redid them all?), each grid point with part of its repeats; rerun the last "
+                                  "command into this folder to finish")]
+    (sweep / "sweep.json").write_text(json.dumps({"jobs": 3, "grid_points": 2, "repeats": 3}))  # as planned
+    assert analyse_sweep(sweep).problems == []
