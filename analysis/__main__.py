@@ -417,6 +417,8 @@ def calibrate_main(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "analyse" and not Path(argv[0]).exists():  # the profsweep command's spelling
+        argv = argv[1:]
     if argv and argv[0] == "calibrate":
         return calibrate_main(argv[1:])
     if argv and argv[0] == "history":

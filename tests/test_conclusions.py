@@ -467,3 +467,15 @@ def test_a_first_call_is_said_a_cold_processes_only_where_the_process_was_cold(t
     analyse_folder(folder)
     said = conclusions_html(folder)
     assert ("first call of a cold process, matmul_add bf16: 2 ms eager, 700 ms compiled at 64" in said) == (not setting)
+
+
+def test_peak_memory_that_does_not_grow_is_said_so_not_as_size_to_the_minus_zero(tmp_path):
+    from analysis.report.conclusions import _memory
+    from analysis.tables import analyse_sweep
+
+    tables = analyse_sweep(known_sweep(tmp_path / "sweep"), lambda line: None)
+    said = " ".join(c.text for c in _memory(tables.points))
+    assert "grows as size^2.0" in said  # size * size * 4 bytes, by hand
+    flat = [p.replace(peak_memory_bytes=1000.0 - p["size"] / 1e4) for p in tables.points]  # a hair less at 1024
+    said = " ".join(c.text for c in _memory(flat))
+    assert "does not grow with the size" in said and "^-0.0" not in said

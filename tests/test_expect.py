@@ -221,6 +221,7 @@ def test_fail_on_mismatch_exits_1_naming_each_expectation_that_does_not_hold(tmp
     hand_made_job(folder, 1, jitter(100, 6), size=16)
     (folder / EXPECT_FILE).write_text(json.dumps({"expect": ["op aten::mm present", "op aten::addmm present"]}))
     assert main([str(folder)]) == 0
+    assert main(["analyse", str(folder)]) == 0  # the profsweep command's spelling, taken here too
     capsys.readouterr()
     assert main([str(folder), "--fail-on-mismatch"]) == 1
     said = capsys.readouterr().out

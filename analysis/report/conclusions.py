@@ -605,7 +605,9 @@ def _memory(points: list[dict[str, Any]]) -> list[Conclusion]:
             continue
         (s0, m0, _), (s1, m1, _) = found[0], found[-1]
         slope = math.log(m1 / m0) / math.log(s1 / s0) if s1 != s0 and m0 > 0 else None
-        grows = f"; grows as size^{slope:.1f}" if slope is not None else ""
+        # a slope that rounds to 0 (-0.0 too) is no growth: said so, not as size^-0.0
+        grows = "" if slope is None else "; does not grow with the size" if round(slope, 1) == 0 else \
+            f"; grows as size^{slope:.1f}"
         out.append(Conclusion("memory", f"peak memory, {series_name(found[0][2])}: {nbytes(m0)} at {int(s0)} → "
                               f"{nbytes(m1)} at {int(s1)} ({times(m1 / m0)} for {times(s1 / s0)} the size{grows}).",
                               "plot-memory"))
