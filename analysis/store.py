@@ -363,9 +363,22 @@ def _damaged(summary: Path, tables: Sequence[Path]) -> str | None:
         try:
             if table.is_file():
                 _header(table)
+                if table.suffix == ".csv" and not _ends_a_line(table):
+                    return f"{table} is cut short (its last row does not end)"
         except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
             return f"{table} cannot be read ({type(exc).__name__}: {str(exc)[:120]})"
     return None
+
+
+def _ends_a_line(table: Path) -> bool:
+    """Whether a CSV file ends as every table the analysis writes does (a line's end): one cut
+    mid-row would be read as fewer rows without a word."""
+    with table.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() == 0:
+            return True
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 def summary_columns(summary: Path) -> set[str]:

@@ -1195,3 +1195,16 @@ def test_a_point_of_one_process_a_sweep_is_said_not_testable_not_unchanged(tmp_p
     assert "no change at" not in out and "a change at every" not in out
     page = (tmp_path / "h" / "history" / "history.html").read_text()
     assert "Not testable at 1 grid point" in page and "No change found where one could be tested." in page
+
+
+def test_a_sweep_whose_table_was_cut_short_is_skipped_not_read_as_fewer_rows(tmp_path, capsys):
+    """repeats.csv cut in half mid-row: history said `5 of the 8 planned never ran` and that the
+    newest sweep lacked a grid point it had measured, exit 0 (helper-38)."""
+    history_of(tmp_path / "n", 3, sizes=(8, 16))
+    cut = tmp_path / "n" / "s03" / "repeats.csv"
+    text = cut.read_bytes()
+    cut.write_bytes(text[: len(text) // 2 + 3])
+    assert not cut.read_bytes().endswith(b"\n")
+    code, out, err = history(tmp_path / "n", capsys=capsys)
+    assert f"warning: skipped: {cut} is cut short (its last row does not end): python -m analysis " in err
+    assert "ingested 2 new sweeps" in out
