@@ -210,7 +210,10 @@ def fusion_rows(points: list[GridPoint], ops: dict[str, list[dict[str, Any]]], k
                 covered = [op for op in covered if op not in library]
             if how == BY_CALL and len(covered) < 2:
                 continue  # it replaced no more than one eager op: nothing was fused
-            spent = [eager_times[name] for name in covered if name in eager_times]
+            # an op the compiled step still calls as often (a compiled training step's optimizer, not
+            # compiled: its add_, copy_, div) is not all the kernel's: what it still takes there is not
+            spent = [max(0.0, eager_times[name] - (called.get(name, 0.0) if how != BY_CALL else 0.0))
+                     for name in covered if name in eager_times]
             rows.append({
                 "point": point.label(), "size": point.get("size"), "compiled_job": jobs[0] if jobs else None,
                 "eager_job": eager_jobs[0] if eager_jobs else None, "kernel": kernel,
