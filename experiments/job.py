@@ -86,7 +86,8 @@ def run_job(config: JobConfig, job_dir: Path, own_process: bool = False) -> dict
             traceback.print_exc()
         said = message(exc)[:ERROR_CHARS]  # the whole traceback is in job.log
         record["error"] = (f"{records.DISK_FULL}: {said}" if records.disk_full(exc)
-                           else f"{'JobError' if type(exc) is records.Refusal else type(exc).__name__}: {said}")
+                           else f"{'JobError' if type(exc) is records.Refusal else type(exc).__name__}: {said}"
+                           + autograd_hint(said, config))
         record[FINAL] = final_failure(exc)
     record["finished_at"] = records.now_iso()
     records.write_json(job_dir / records.METRICS_FILE, record)
@@ -94,6 +95,26 @@ def run_job(config: JobConfig, job_dir: Path, own_process: bool = False) -> dict
 
 
 ERROR_CHARS = 4000  # of an exception's message in the record (a workload's may be megabytes)
+
+# autograd's words for a training step the workload's own code cannot train, and what to change
+AUTOGRAD_HINTS = (
+    ("does not require grad and does not have a grad_fn",
+     "the loss does not depend on anything that trains: the model's forward runs under torch.no_grad() or "
+     "detaches its output, or its parameters are frozen"),
+    ("grad can be implicitly created only for scalar outputs",
+     "the loss is not a scalar: Workload(loss=...) must return one number (e.g. .sum() or .mean() of the output)"),
+    ("a leaf Variable that requires grad is being used in an in-place operation",
+     "train=true of a function without parameters trains its floating-point inputs, which then require grad: "
+     "an in-place op on one fails; clone it first, or return an nn.Module with parameters"),
+)
+
+
+def autograd_hint(said: str, config: JobConfig) -> str:
+    """` (profsweep: what to change)`, where a training step failed in autograd for a reason of the
+    workload's own code ('' otherwise)."""
+    if not config.train:
+        return ""
+    return next((f" (profsweep: {hint})" for words, hint in AUTOGRAD_HINTS if words in said), "")
 
 
 @contextmanager

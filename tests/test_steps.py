@@ -140,3 +140,29 @@ def test_a_function_closing_over_parameters_trains_them_not_its_input():
     assert torch.equal(x, x_before) and not x.requires_grad
     linear = nn.Linear(8, 8)  # a module's own parameters are the module's, not loose ones
     assert modules_of(lambda x: linear(x) @ linear.weight) == [linear]
+
+
+def test_autograds_words_for_the_workloads_own_mistakes_get_what_to_change():
+    """A forward under no_grad, a loss that is not a scalar, an in-place op on an input that
+    trains: autograd's words came raw (helper-37); the record adds what to change, from autograd's
+    own messages as this torch words them."""
+    from experiments.job import autograd_hint
+
+    def raised(call) -> str:
+        with pytest.raises(RuntimeError) as caught:
+            call()
+        return str(caught.value)
+
+    w = torch.ones(3, requires_grad=True)
+    with torch.no_grad():
+        detached = (w * 2).sum()
+    cases = {
+        "the loss does not depend on anything that trains": raised(lambda: detached.backward()),
+        "the loss is not a scalar": raised(lambda: (w * 2).backward()),
+        "an in-place op on one fails": raised(lambda: w.add_(1)),
+    }
+    training, inference = JobConfig(train=True), JobConfig()
+    for hint, said in cases.items():
+        assert hint in autograd_hint(said, training), said
+        assert autograd_hint(said, inference) == ""
+    assert autograd_hint("RuntimeError: boom", training) == ""
