@@ -236,8 +236,9 @@ def test_a_target_without_workload_custom_is_refused(user_code, tmp_path, multir
     args = (["-m", f"hydra.sweep.dir={where}"] if multirun else [f"hydra.run.dir={where}"])
     done = run_cli(*args, "workload._target_=mybench.blocks:make_geglu", "size=8", env={"PYTHONPATH": str(user_code)})
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "workload._target_='mybench.blocks:make_geglu' is not allowed with workload=matmul_add" in done.stderr
-    assert "add workload=custom" in done.stderr
+    assert ("workload._target_='mybench.blocks:make_geglu' is not allowed under the name matmul_add, a built-in "
+            "workload's" in done.stderr)
+    assert "give workload=custom" in done.stderr
     assert not where.exists() or not any(where.rglob("metrics.json"))
 
 
