@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from analysis.fusion import kernel_sources
 from analysis.peaks import Ceilings
 from analysis.trace import PHASES, TraceError, analyse_trace, flat
 from profsweep import contract, stats
-from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide
+from profsweep.decide import ABOVE, BELOW, SAME, Decision, current_band, decide
 from profsweep.columns import (
     KERNEL_COLUMNS, NUMBER_SUFFIXES, OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX,
 )
@@ -70,7 +71,7 @@ class SweepTables:
             if row.get("record_error"):
                 out.append((row["job"], f"record: {row['record_error']}"))
         never = never_ran(self.folder, len(self.jobs))
-        mixed = more_points_than_planned(self.folder, len(self.points))
+        mixed = more_points_than_planned(self.folder, len(self.points), self.jobs)
         return out + ([("sweep", never)] if never else []) + ([("sweep", mixed)] if mixed else [])
 
 
@@ -91,19 +92,36 @@ def never_ran(folder: Path, found: int) -> str | None:
             "rerun its command into this folder to finish (jobs already ok are skipped)")
 
 
-def more_points_than_planned(folder: Path, found: int) -> str | None:
+def more_points_than_planned(folder: Path, found: int, jobs: Sequence[dict[str, Any]] = ()) -> str | None:
     """Where the folder holds more grid points than its sweep planned (sweep.json's
-    `grid_points`): jobs of another configuration of the same grid share it, a rerun into the
-    folder with other settings (profiler.active=2) stopped before it redid them all; their grid
-    points stand apart, each with part of the repeats."""
+    `grid_points`): jobs measured with other settings share it, left by a rerun into the folder
+    with changed settings (profiler.active=2) that did not redo them (stopped before it did, or
+    planned fewer repeats: its later repeats' folders stay); their grid points stand apart, each
+    with part of the repeats. Names those jobs: of the jobs of one folder name (less its number and
+    repeat), the ones of another configuration than the last one finished."""
     if contract.live_sweep(Path(folder)) is not None:
         return None
     planned = contract.read_plan(folder).get("grid_points")
     if isinstance(planned, bool) or not isinstance(planned, int) or planned <= 0 or found <= planned:
         return None
-    return (f"{found} grid points in this folder where its sweep planned {planned}: jobs measured with other settings "
-            "share it (a rerun into this folder with changed settings, stopped before it redid them all?), each "
-            "grid point with part of its repeats; rerun the last command into this folder to finish")
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for job in jobs:
+        if job.get("config_hash") and job.get("status") not in (MISSING, contract.COPY):
+            stem = _REPEAT_SUFFIX.sub("", str(job.get("job")).split("_", 1)[-1])
+            by_name.setdefault(stem, []).append(job)
+    others = []
+    for same in by_name.values():
+        latest = max(same, key=lambda j: str(j.get("finished_at") or ""))["config_hash"]
+        others += [str(j["job"]) for j in same if j["config_hash"] != latest]
+    named = (f": {', '.join(others[:5])}{f' and {len(others) - 5} more' if len(others) > 5 else ''} were measured "
+             "with other settings than the rest of their grid point's" if others else
+             ": jobs measured with other settings share it")
+    return (f"{found} grid points in this folder where its sweep planned {planned}{named} (a rerun into this folder "
+            "with changed settings that did not redo them: stopped before it did, or one that planned fewer "
+            "repeats); rerun the last command into this folder to redo them, or remove their folders")
+
+
+_REPEAT_SUFFIX = re.compile(r"_r\d+$")
 
 
 def unreadable(folder: Path) -> str | None:
@@ -523,7 +541,7 @@ def set_regime(row: dict[str, Any], d: Decision, source: str) -> None:
         row["regime"] = "compute-bound" if intensity >= ridge else "memory-bound"
         low = stats.number(row.get("ridge_flops_per_byte_low")) or ridge
         high = stats.number(row.get("ridge_flops_per_byte_high")) or ridge
-        row["regime_at_ridge"] = decide(intensity / ridge, intensity / high, intensity / low, band=d.band).outcome \
+        row["regime_at_ridge"] = decide(intensity / ridge, intensity / high, intensity / low, band=d.band or current_band()).outcome \
             not in (ABOVE, BELOW)
     else:  # the work dominates, judged by measured time as the article does
         row["regime"] = "compute-bound"

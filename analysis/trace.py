@@ -96,9 +96,9 @@ OCCUPANCY_PREFIXES = (
 # their outputs (INITIALISERS: aten::addmm copies the bias, aten::sum fills zeros) are compute
 # themselves but do not make their caller a wrapper; nor do the pointwise epilogues a library
 # kernel applies to its output (EPILOGUES: aten::mkldnn_rnn_layer's aten::add of the bias,
-# aten::_addmm_activation's aten::relu_), except in a pointwise op (aten::relu -> clamp_min, a
-# wrapper) or a foreach op (aten::_foreach_mul_ -> aten::mul_ per tensor: its self time is the
-# loop's). Backward ops (aten::mm under MmBackward0) and optimizer ops (aten::_foreach_mul_,
+# aten::_addmm_activation's aten::relu_) while they take at most EPILOGUE_SHARE of its time,
+# except in a pointwise op (aten::relu -> clamp_min, a wrapper) or a foreach op
+# (aten::_foreach_mul_ -> aten::mul_ per tensor: its self time is the loop's). Backward ops (aten::mm under MmBackward0) and optimizer ops (aten::_foreach_mul_,
 # aten::lerp_) count like any other.
 NOT_COMPUTE_OPS = frozenset(
     "aten::" + name
@@ -124,6 +124,10 @@ EPILOGUES = frozenset(
     ).split()
 )
 FOREACH = "aten::_foreach_"
+# An epilogue is a small part of its kernel's time (mkldnn_rnn_layer: 50 us of add in 5 ms;
+# _addmm_activation: 30 of 400); a pointwise composite's inner op is most of its own (clip ->
+# clamp, selu -> elu, relu6 -> hardtanh): past this share of the parent's time, a wrapper.
+EPILOGUE_SHARE = 0.25
 NOT_OPERATOR_NAMESPACES = ("autograd::", "torch::", "profiler::")
 COMPUTE_MARK = "cpp_fused"  # Inductor's C++ kernels, e.g. graph_0_cpp_fused_gelu_mul_0
 
@@ -142,27 +146,29 @@ def may_compute(name: str) -> bool:
 
 def mark_compute(host: Sequence[HostEvent]) -> None:
     """Set `compute` on nested host events (each after its parent) by the rule above: an operator
-    that touches data, with no such operator (initialisers aside) anywhere inside it."""
+    that touches data, with no such operator (initialisers and a kernel's epilogues aside) anywhere
+    inside it."""
     candidate: dict[str, bool] = {}  # name -> may_compute(name), decided once per name
     wraps: set[int] = set()  # ids of the events that hold a data-touching operator
+    epilogues: dict[int, int] = {}  # id(event) -> the time of the epilogues inside it (ns)
     for h in reversed(host):  # children before their parents
         touches = candidate.get(h.name)
         if touches is None:
             touches = candidate[h.name] = may_compute(h.name)
-        wrapper = id(h) in wraps
+        wrapper = id(h) in wraps or epilogues.get(id(h), 0) > EPILOGUE_SHARE * h.dur
         h.compute = touches and not wrapper
-        if h.parent is not None and (wrapper or touches) and makes_a_wrapper(h.name, h.parent.name, wrapper):
+        if h.parent is None or not (wrapper or touches):
+            continue
+        if is_epilogue(h.name, h.parent.name):
+            epilogues[id(h.parent)] = epilogues.get(id(h.parent), 0) + h.dur
+        elif h.name not in INITIALISERS or wrapper:
             wraps.add(id(h.parent))
 
 
-def makes_a_wrapper(name: str, parent: str, wrapper: bool) -> bool:
-    """Whether an operator `name` that touches data (or wraps one that does: `wrapper`) makes the
-    operator `parent` it runs in a dispatch wrapper (the rule above)."""
-    if name in INITIALISERS:
-        return wrapper
-    if name in EPILOGUES:
-        return parent in EPILOGUES or parent.startswith(FOREACH)
-    return True
+def is_epilogue(name: str, parent: str) -> bool:
+    """Whether an operator `name` inside `parent` may be a library kernel's epilogue (the rule
+    above): pointwise, in an operator that is neither pointwise nor a foreach loop."""
+    return name in EPILOGUES and parent not in EPILOGUES and not parent.startswith(FOREACH)
 
 
 try:  # orjson parses big traces about 3x faster than the standard library

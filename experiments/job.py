@@ -669,6 +669,7 @@ def _cycle_totals(config: JobConfig, device: str, cycles: list[dict[str, Any]], 
         self_cpu_total_us=sum(c["self_cpu_total_us"] for c in cycles),
         self_device_total_us=None if device != "cuda" else sum(self_device),
         trace_file=";".join(c["trace_file"] for c in cycles),
+        trace_sizes=";".join(c["trace_sizes"] for c in cycles),  # each trace's bytes: resume sees one cut short
         table_file=";".join(c["table_file"] for c in cycles),
     )
 

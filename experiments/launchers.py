@@ -241,9 +241,12 @@ def oom_kills(root: Path = Path("/sys/fs/cgroup"), cgroups: Path = Path("/proc/s
 
 def finished_record(config: JobConfig, job_dir: Path) -> dict[str, Any] | None:
     """The job's own ok record of this configuration, once it has written it (final); one whose
-    un-profiled timing failed (its twin killed, say) is not: a resume redoes it."""
+    un-profiled timing failed (its twin killed, say), whose trace is gone or cut short, or written
+    in another schema of metrics.json (an earlier profsweep's: the analysis reads it only as far
+    as its fields allow) is not: a resume redoes it."""
     record = read_record(job_dir)
-    if (record and record.get("status") == "ok" and record.get("config_hash") == records.config_hash(config)
+    if (record and record.get("status") == "ok" and record.get("schema_version") == records.SCHEMA_VERSION
+            and record.get("config_hash") == records.config_hash(config)
             and record.get("finished_at") and not record.get("timed_error") and _measured(record, config)
             and _trace_whole(job_dir, record)):
         return record
@@ -252,18 +255,28 @@ def finished_record(config: JobConfig, job_dir: Path) -> dict[str, Any] | None:
 
 def _trace_whole(job_dir: Path, record: dict[str, Any]) -> bool:
     """Whether the traces the record names (`a.json;b.json` for profiler.repeat > 1) are there and
-    whole as far as their ends show (a JSON object's braces; gzip's magic bytes and room for its
-    trailer), without reading them: one cut short or removed since is no result to keep on resume
-    (its analysis names it a problem)."""
+    whole: each of the size the job wrote (`trace_sizes`), or, in a record without it, whole as far
+    as its ends show (a JSON object's braces; gzip's magic bytes). Read without opening more than
+    64 bytes at each end: one cut short or removed since is no result to keep on resume (its
+    analysis names it a problem)."""
     names = record.get("trace_file")
     if not isinstance(names, str) or not names:
         return False
-    for name in names.split(";"):
+    sizes = record.get("trace_sizes")  # None in a record from before it: the ends decide
+    if sizes is not None:
+        sizes = str(sizes).split(";")
+        if len(sizes) != len(names.split(";")) or not all(s.isdigit() for s in sizes):
+            return False  # a record that says no size for each trace is none to keep
+    for k, name in enumerate(names.split(";")):
         if not name or "/" in name or "\\" in name:
             return False
         path = job_dir / name
         try:
             size = path.stat().st_size
+            if sizes is not None:
+                if size != int(sizes[k]):
+                    return False
+                continue
             with path.open("rb") as f:
                 head = f.read(64)
                 f.seek(max(0, size - 64))

@@ -413,7 +413,9 @@ def _needed_keys() -> dict[str, str]:
                 keys.update(walk(sub, key + "."))
         return keys
 
-    return {**walk(JobConfig, ""), **walk(WorkloadConfig, "workload.")}
+    keys = {**walk(JobConfig, ""), **walk(WorkloadConfig, "workload.")}
+    keys.pop("workload.target")  # the factory's key in the configuration is workload._target_
+    return {**keys, "workload._target_": "workload._target_"}
 
 
 def refuse_deleted_keys(cfg: DictConfig) -> None:

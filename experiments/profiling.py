@@ -144,7 +144,8 @@ class ProfilingSession:
         events = prof.key_averages()
         sort_by = "cuda_time_total" if self.device == "cuda" else "cpu_time_total"
         records.atomic_write_text(table, events.table(sort_by=sort_by, row_limit=config.profiler.row_limit) + "\n")
-        return {"trace_file": trace.name, "table_file": table.name, **footer_totals(events)}
+        return {"trace_file": trace.name, "trace_sizes": str(trace.stat().st_size), "table_file": table.name,
+                **footer_totals(events)}
 
 
 def _check_complete(trace: Path) -> None:

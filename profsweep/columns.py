@@ -17,7 +17,7 @@ import re
 # The record's fields that must be text (analysis.tables.untrusted checks every record).
 TEXT_FIELDS = ("workload", "dtype", "device", "device_requested", "status", "optimizer", "workload_target",
                "device_name", "torch_version", "cuda_version", "hostname", "config_hash", "flops_source",
-               "flops_uncounted", "trace_file", "table_file", "start", "isolation", "compile_cache", "allocator", "unavailable", "ran_dtype",
+               "flops_uncounted", "trace_file", "trace_sizes", "table_file", "start", "isolation", "compile_cache", "allocator", "unavailable", "ran_dtype",
                "ran_device", "variant_settings", "timed_in", "timed_error", "side_by_side_error")
 # Columns of the written tables that hold text whatever their values look like: names (a job
 # folder named 7, an op), a hash or a commit of digits and an `e`, the record's text fields. Every
@@ -53,7 +53,7 @@ RECORD_METRICS = (
 )
 RECORD_FIELDS = (  # what a job's record says about itself (metrics.json), also columns
     "schema_version", "config_hash", "started_at", "finished_at", "hostname", "python_version", "git_commit",
-    "git_dirty", "trace_file", "table_file", "trace_error", "record_error", "peak_memory_source",
+    "git_dirty", "trace_file", "trace_sizes", "table_file", "trace_error", "record_error", "peak_memory_source",
     "isolation", "compile_cache", "warmup_iters", "job_timeout_s", "unavailable", "start", "exit_code", "stderr_tail",
     "repeat", "repeats_planned", "precision", "max_repeats", "threads", "allocator", "platform", "variant_settings",
     "timed_in", "timed_error", "side_by_side_error", "failure_is_final", "ceilings",

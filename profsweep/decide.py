@@ -40,6 +40,11 @@ ABOVE, BELOW, SAME, INCONCLUSIVE = "above", "below", "same", "inconclusive"
 MAX_PROCESSES = 1000  # beyond this, "more than 1000": the ratio sits on the band's edge
 
 
+def percent(band: float) -> str:
+    """A band as people write it: 5%, 2.5%, 0.5% (not rounded to a whole percent)."""
+    return f"{band * 100:.3g}%"
+
+
 def current_band() -> float:
     """The band every verdict of this analysis decides with: BAND, or what `using_band` set."""
     return _band.get()
@@ -95,7 +100,7 @@ class Decision:
         if self.low is None or self.high is None:
             return "3 processes a side or more (run.repeats=3) would show the spread between processes"
         if self.processes_needed > MAX_PROCESSES:
-            return f"more than {MAX_PROCESSES} processes a side would be needed: it sits on the ±{self.band:.0%} band's edge"
+            return f"more than {MAX_PROCESSES} processes a side would be needed: it sits on the ±{percent(self.band)} band's edge"
         return f"{self.processes_needed} processes a side would decide it at the spread observed"
 
 
@@ -115,19 +120,19 @@ def decide(ratio: float | None, low: float | None, high: float | None, repeats: 
                         why="no interval: one process a side says nothing of the variation between processes")
     up, down = 1 + band, 1 / (1 + band)
     if low > up:
-        return Decision(ABOVE, ratio, low, high, band, why=f"interval above +{band:.0%}")
+        return Decision(ABOVE, ratio, low, high, band, why=f"interval above +{percent(band)}")
     if high < down:
-        return Decision(BELOW, ratio, low, high, band, why=f"interval below -{band:.0%}")
+        return Decision(BELOW, ratio, low, high, band, why=f"interval below -{percent(band)}")
     if down <= low and high <= up:
-        return Decision(SAME, ratio, low, high, band, why=f"interval within ±{band:.0%}")
+        return Decision(SAME, ratio, low, high, band, why=f"interval within ±{percent(band)}")
     tost = same if same is not None and same[0] is not None and same[1] is not None and same[0] <= ratio <= same[1] \
         else None
     if tost is not None and down <= tost[0] and tost[1] <= up:
         return Decision(SAME, ratio, low, high, band, equivalence=tost,
-                        why=f"90% interval {tost[0]:.3g}–{tost[1]:.3g} within ±{band:.0%} (two one-sided tests at 5%)")
+                        why=f"90% interval {tost[0]:.3g}–{tost[1]:.3g} within ±{percent(band)} (two one-sided tests at 5%)")
     return Decision(INCONCLUSIVE, ratio, low, high, band,
                     processes_needed=processes_needed(ratio, low, high, repeats, band, df=df),
-                    why=f"interval straddles the ±{band:.0%} band")
+                    why=f"interval straddles the ±{percent(band)} band")
 
 
 def decide_test(test: RatioTest, repeats: int | None, band: float | None = None) -> Decision:

@@ -587,14 +587,20 @@ def test_a_folder_holding_more_grid_points_than_its_sweep_planned_is_a_problem(t
     from tests.conftest import hand_made_job, jitter
 
     sweep = tmp_path / "sweep"
-    hand_made_job(sweep, 0, jitter(100, 5), profiler_active=2)
-    hand_made_job(sweep, 1, jitter(100, 5), repeat=2, profiler_active=3)
-    hand_made_job(sweep, 2, jitter(100, 5), repeat=3, profiler_active=3)
+    redone = hand_made_job(sweep, 0, jitter(100, 5), profiler_active=2)
+    for k in (2, 3):  # the rerun's first repeat; the earlier run's second and third, finished before it
+        job = hand_made_job(sweep, k - 1, jitter(100, 5), repeat=k, profiler_active=3)
+        record = json.loads((job / "metrics.json").read_text())
+        (job / "metrics.json").write_text(json.dumps({**record, "finished_at": f"2026-12-06T10:0{k}:00"}))
+    record = json.loads((redone / "metrics.json").read_text())
+    (redone / "metrics.json").write_text(json.dumps({**record, "finished_at": "2026-12-06T11:00:00"}))
     (sweep / "sweep.json").write_text(json.dumps({"jobs": 3, "grid_points": 1, "repeats": 3}))
     problems = analyse_sweep(sweep).problems
-    assert problems == [("sweep", "2 grid points in this folder where its sweep planned 1: jobs measured with other "
-                                  "settings share it (a rerun into this folder with changed settings, stopped before "
-                                  "it redid them all?), each grid point with part of its repeats; rerun the last "
-                                  "command into this folder to finish")]
+    assert problems == [("sweep", "2 grid points in this folder where its sweep planned 1: "
+                                  "1_matmul_add_8_bf16_cold_eager_r2, 2_matmul_add_8_bf16_cold_eager_r3 were measured "
+                                  "with other settings than the rest of their grid point's (a rerun into this folder "
+                                  "with changed settings that did not redo them: stopped before it did, or one that "
+                                  "planned fewer repeats); rerun the last command into this folder to redo them, or "
+                                  "remove their folders")]
     (sweep / "sweep.json").write_text(json.dumps({"jobs": 3, "grid_points": 2, "repeats": 3}))  # as planned
     assert analyse_sweep(sweep).problems == []

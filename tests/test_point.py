@@ -136,8 +136,15 @@ def test_resume_keeps_only_an_ok_record_that_says_what_its_job_measures(tmp_path
     for edit in ({"size": "abc"}, {"size": 32}, {"compile": True}, {"timed_us_per_step": float("nan")},
                  {"timed_us_per_step": -1.0}, {"timed_us_per_step": "12"}, {"timed_us_per_step": None},
                  {"trace_file": None}, {"trace_file": "gone.json"}, {"trace_file": "t.json;gone.json"},
-                 {"trace_file": "../t.json"}):
+                 {"trace_file": "../t.json"}, {"schema_version": 0}, {"schema_version": None}):
         assert not kept(**edit), edit
+    # each trace of the size the job wrote (trace_sizes): a gzip trace cut mid-stream is seen too
+    sizes = {n: str((tmp_path / n).stat().st_size) for n in ("t.json", "a.json.gz")}
+    assert kept(trace_file="a.json.gz;t.json", trace_sizes=f"{sizes['a.json.gz']};{sizes['t.json']}")
+    gz = (tmp_path / "a.json.gz").read_bytes()
+    (tmp_path / "a.json.gz").write_bytes(gz[:-6])  # its magic bytes there, its trailer cut
+    assert kept(trace_file="a.json.gz") and not kept(trace_file="a.json.gz", trace_sizes=sizes["a.json.gz"])
+    assert not kept(trace_sizes="12;34") and not kept(trace_sizes="big")  # a size for each trace, or none
     # a trace cut short since (helper-38: resume kept it, and the sweep said nothing of it)
     (tmp_path / "t.json").write_text(trace[: len(trace) // 2])
     (tmp_path / "b.json.gz").write_bytes(b"not gzip at all, but long enough")

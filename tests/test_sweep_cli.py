@@ -317,7 +317,7 @@ def test_a_deleted_key_given_again_or_one_no_job_needs_is_no_refusal():
 
     refuse_deleted_keys(cfg("~compiler", "+compiler={mode: default}", "~size", "+size=16"))
     refuse_deleted_keys(cfg("~expect", "~workload.settings.width"))
-    for gone in ("~dtype", "~run.threads", "~workload.target", "~compiler"):
+    for gone in ("~dtype", "~run.threads", "~workload._target_", "~compiler"):
         with pytest.raises(SystemExit):
             refuse_deleted_keys(cfg("size=16", gone))
 

@@ -40,7 +40,7 @@ from analysis.compare.side import CompareError, Side, kernel_uses, op_uses
 from analysis.text import us
 from profsweep import stats
 from profsweep.contract import ENVIRONMENT_FILE, GridPoint, flag, point_jobs, timed_samples
-from profsweep.decide import ABOVE, BAND, BELOW, FDR, MAX_PROCESSES, SAME, current_band, decide_test
+from profsweep.decide import ABOVE, BAND, BELOW, FDR, MAX_PROCESSES, SAME, current_band, decide_test, percent
 
 MARGIN = BAND  # what counts as the same: within 5% (profsweep.decide, the one rule)
 VERDICT_ORDER = {"slower": 0, "faster": 1, "inconclusive": 2, "same": 3}
@@ -86,11 +86,11 @@ def verdict(base: Sequence[Sequence[float]], new: Sequence[Sequence[float]], see
     if d.outcome == BELOW:
         return Verdict("faster", test.ratio, test.low, test.high, interval, test.p_value)
     if d.outcome == SAME:  # the 95% interval within the band, or the 90% one (two one-sided tests)
-        within = f" within ±{band:.0%}" if d.equivalence is None else f"; {d.why}"
+        within = f" within ±{percent(band)}" if d.equivalence is None else f"; {d.why}"
         return Verdict("same", test.ratio, test.low, test.high, interval + within, test.p_value)
     need = d.need()
     return Verdict("inconclusive", test.ratio, test.low, test.high,
-                   interval + f" straddles the ±{band:.0%} band" + (f": {need}" if need else ""), test.p_value,
+                   interval + f" straddles the ±{percent(band)} band" + (f": {need}" if need else ""), test.p_value,
                    d.processes_needed)
 
 

@@ -18,7 +18,7 @@ from analysis.files import atomic_write_bytes, atomic_write_text, csv_text
 from analysis.html import CSS, image, table
 from analysis.text import fmt, size_label, us
 from profsweep import stats
-from profsweep.decide import FDR
+from profsweep.decide import FDR, percent
 from profsweep.contract import COMPARE_FILE, COMPARE_PAGE, SERVED_BASE, SERVED_NEW, amount, point_label, trace_files
 
 GRID_WORDS = ("workload", "size", "dtype", "compile", "warmup", "train", "device")  # a pair's grid point, in short
@@ -170,7 +170,7 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
         + escape(", ".join(result["columns"])) + ". Verdicts: the ratio NEW/BASE of the medians over repeats "
         "(one process each) of each repeat's median step, with a 95% interval from a hierarchical bootstrap over "
         f"both sides' repeats; <i>same</i> when the 90% interval (two one-sided tests at 5%) lies within "
-        f"±{result.get('band', MARGIN):.0%}, <i>slower</i> or <i>faster</i> when the 95% one lies past it; <i>inconclusive</i> "
+        f"±{percent(result.get('band', MARGIN))}, <i>slower</i> or <i>faster</i> when the 95% one lies past it; <i>inconclusive</i> "
         "otherwise, or when a side has one repeat or was measured on a loaded machine. False discoveries "
         f"controlled across the grid: Benjamini–Hochberg at {result.get('fdr', FDR):g} over "
         f"{result.get('tested', 0)} pairs.</p>",

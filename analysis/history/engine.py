@@ -28,7 +28,7 @@ from analysis.history.page import write_page
 from analysis.store import Store, StoreError, SweepFolder
 from profsweep import stats
 from profsweep.contract import PAIR_DEFAULTS, GridPoint, amount, only_with, pair_identity, read_plan, usable_sql
-from profsweep.decide import ABOVE, BELOW, FDR, current_band, decide
+from profsweep.decide import ABOVE, BELOW, FDR, current_band, decide, percent
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
 # its profiled step's host self time (per series: the first every sweep of it has)
@@ -595,7 +595,7 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
     if not measured:  # nothing measured in two sweeps: what failed says why
         return out + failures(history)
     on = sorted({METRIC_WORDS[ln.metric] for ln in measured if ln.metric})
-    out.append(f"  changes of at least {current_band():.0%} in the {' / '.join(on)}, false discoveries "
+    out.append(f"  changes of at least {percent(current_band())} in the {' / '.join(on)}, false discoveries "
                f"controlled: Benjamini-Hochberg at {fdr:g} over {history.tested} tests")
     for r in history.changes:
         low = f"{r['ratio_low']:.2f}" if r["ratio_low"] is not None else "?"

@@ -16,7 +16,7 @@ from analysis.text import us
 from analysis.files import atomic_write_text
 from analysis.html import CSS, table as _table
 from profsweep.contract import REPORT_FILE, amount, trace_files
-from profsweep.decide import current_band
+from profsweep.decide import current_band, percent
 
 DIFF_ROWS_SHOWN = 12  # per change and kind; the op diff of a step in full: compare the two sweeps
 PLOTS_DIR = "plots"
@@ -107,7 +107,7 @@ def _intro(history: Any, out: Path) -> list[str]:
         "(<code>python -m analysis sql</code> asks it anything).</p>",
         f"<p><span class='bad'>{counts['regression']} regression(s)</span>, <span class='ok'>{counts['improvement']} "
         f"improvement(s)</span>, {counts['unconfirmed']} unconfirmed. A change is a step of at least "
-        f"{current_band():.0%} in a grid point's level (each sweep: the geometric mean of its repeats' median "
+        f"{percent(current_band())} in a grid point's level (each sweep: the geometric mean of its repeats' median "
         "steps, the noise from its repeats and from how far the sweeps scatter around their level), found by "
         "circular binary segmentation (a step, or a level that came and went), placed at the first sweep of the "
         "new level, confirmed when the two sweeps from it on agree "

@@ -21,7 +21,7 @@ from analysis.top_ops import on_gpu as _on_gpu
 from analysis.text import count, fmt, interval, nbytes, rate, short_name, times, too_wide, us
 from profsweep import stats
 from profsweep.contract import TIMED, GridPoint, Job, amount, flag, point_jobs, series_key, timed_samples
-from profsweep.decide import ABOVE, BELOW, MAX_PROCESSES, SAME, Decision, decide, decide_test
+from profsweep.decide import ABOVE, BELOW, MAX_PROCESSES, SAME, Decision, decide, decide_test, percent
 
 SAID = 3  # of which the conclusions name
 
@@ -125,8 +125,10 @@ def in_short(points: list[GridPoint], crossovers: list[dict[str, Any]], jobs: li
         at = stats.number(c.get("fit_crossover_size"))
         low, high = stats.number(c.get("fit_crossover_size_low")), stats.number(c.get("fit_crossover_size_high"))
         sizes = sorted(stats.number(r.get("size")) or 0 for r in rows)
-        # a crossover is said only where the sizes swept bound it: within them, or with its whole
-        # interval beyond one end (never a regime no grid point measured, nor a line's far reach)
+        # a crossover is said only with a finite interval and where the sizes swept bound it: within
+        # them, or with its whole interval above the largest ("overhead-bound at every size swept");
+        # never a regime no grid point measured, nor a line's far reach (one below the smallest size:
+        # the regime conclusion says every size is bound by its work)
         if at is None or high is None or not math.isfinite(high):
             continue
         if at > sizes[-1] or at < sizes[0]:
@@ -371,7 +373,7 @@ def change(base: list[list[float]], new: list[list[float]], base_value: float | 
     if d.outcome == SAME:
         if d.equivalence is not None:  # the 95% interval leaves the band, the two one-sided tests' 90% one does not
             where = f"[{times(d.equivalence[0])}, {times(d.equivalence[1])}], the 90% interval of two one-sided tests"
-        return f"the same within ±{d.band:.0%} ({times(ratio)} {where})", ratio
+        return f"the same within ±{percent(d.band)} ({times(ratio)} {where})", ratio
     return f"no clear difference ({times(ratio)} {where}{_need(d)})", ratio
 
 
