@@ -270,3 +270,16 @@ def test_other_os_errors_are_not_a_full_disk(tmp_path, interrupted):
     with pytest.raises(PermissionError):
         sweeper(tmp_path, launcher).sweep(["size=1,2"])
     assert not SWEEP.stopped
+
+
+def test_a_range_is_checked_by_its_ends_not_value_by_value(hydra_conf, monkeypatch):
+    """size=range(1,3000000): the preflight set and checked three million values one by one,
+    minutes with no word (helper-37). A range's values are numbers of one kind evenly apart: its
+    ends and its second stand for them, and a bad end is still refused."""
+    calls = []
+    original = preflight._set
+    monkeypatch.setattr(preflight, "_set", lambda *a, **k: (calls.append(a[2]), original(*a, **k))[1])
+    plan = planned(["size=range(1,100000)", "dtype=bf16,fp32"])
+    assert sum(p.jobs for p in plan) == 2 * 99_999 and len(calls) <= 8, len(calls)
+    with pytest.raises(SystemExit):
+        planned(["size=range(5,-2,-1)"])  # its last value, -1, is no size
