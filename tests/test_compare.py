@@ -953,3 +953,15 @@ def test_a_side_whose_environment_cannot_be_read_is_said_once(tmp_path, capsys):
     code, out, _ = compare(tmp_path / "base", tmp_path / "new", capsys=capsys)
     differs = [line for line in out.splitlines() if "environment differs" in line]
     assert differs == ["  environment differs: environment.json: read -> missing or unreadable"], out
+
+
+def test_a_side_whose_every_record_is_unreadable_says_why(tmp_path, capsys):
+    """Every metrics.json cut short: compare said `no job finished with a readable trace (8 jobs)`
+    and nothing of why (helper-38); now the first job's reason too."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    for folder in (base, new):
+        hand_made_point(folder, 0, processes(100), size=8)
+    for record in base.glob("*/metrics.json"):
+        record.write_text('{"status": "o')
+    code, _, err = compare(base, new, capsys=capsys)
+    assert code == 2 and "no job finished with a readable trace (3 jobs; " in err and "metrics.json: unreadable" in err

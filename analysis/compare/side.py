@@ -76,8 +76,10 @@ def load_side(folder: Path) -> Side:
         raise CompareError(f"{folder}: not a sweep or a run: no job folder with a metrics.json in it")
     every = list(map(GridPoint, rows["summary"]))
     points = [p for p in every if p.usable]
-    if not every:
-        raise CompareError(f"{folder}: no job finished with a readable trace ({amount(len(jobs), 'job')})")
+    if not every:  # no grid point at all: every record unreadable, or no job ran
+        first = next((j for j in jobs if j.get("record_error") or j.get("error")), None)
+        why = f"; {first['job']}: {first.get('record_error') or first.get('error')}" if first is not None else ""
+        raise CompareError(f"{folder}: no job finished with a readable trace ({amount(len(jobs), 'job')}{why})")
     on_cpu = {str(j["job"]) for j in jobs if j.get("platform") == "cpu"}
     # the CPU's "kernels" are its compute ops, already among the ops
     kernels = _by_job(k for k in rows["kernels"] if str(k["job"]) not in on_cpu)
