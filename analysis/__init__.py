@@ -104,13 +104,17 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
 def begin_writing(target: Path) -> None:
     """Before the first table: take away what an earlier analysis wrote last and what a reader
     would take for the whole of it (report.html, conclusions.json, summary.parquet, which history
-    prefers to summary.csv), so that an analysis stopped halfway leaves new tables and no report
+    prefers to summary.csv, and its plots), so that an analysis stopped halfway leaves new tables and no report
     of the old ones beside them; and the temporary files of writes that a stop cut short."""
     from profsweep.contract import CONCLUSIONS_FILE, REPORT_FILE, alive
+
+    from analysis.report.plots import PLOT_NAMES
 
     try:
         for name in (REPORT_FILE, CONCLUSIONS_FILE, "summary.parquet"):
             (target / name).unlink(missing_ok=True)
+        for name in PLOT_NAMES:  # the earlier analysis's plots: a stop while drawing left old beside new
+            (target / PLOTS_DIR / f"{name}.png").unlink(missing_ok=True)
         for folder in (target, target / PLOTS_DIR):
             for tmp in folder.glob(".*.tmp") if folder.is_dir() else ():
                 pid = tmp.name.rsplit(".", 2)[-2]  # .<name>.<pid>.tmp (profsweep.contract.atomic_write_bytes)

@@ -536,9 +536,11 @@ def test_an_analysis_starts_by_taking_away_what_would_pass_for_the_old_whole(tmp
     dead, mine = tmp_path / "plots" / ".launches.png.999999999.tmp", tmp_path / f".ops.csv.{os.getpid()}.tmp"
     dead.write_text("half")
     mine.write_text("being written")
+    (tmp_path / "plots" / "steps.png").write_text("old")  # a stop while drawing left old beside new (helper-38)
+    (tmp_path / "plots" / "mine.png").write_text("a user's own, kept")
     begin_writing(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, "plots", "summary.csv"])
-    assert not dead.exists()
+    assert not dead.exists() and [p.name for p in (tmp_path / "plots").iterdir()] == ["mine.png"]
 
 
 def test_a_job_folder_without_a_record_is_not_counted_as_a_job(tmp_path):
