@@ -376,7 +376,7 @@ def warn_unused_with_one_process(configs: list[JobConfig]) -> None:
 
     default = RunConfig()
     shared = [c.run for c in configs if c.run.isolation == "none"]
-    if any(r.job_timeout_s != default.job_timeout_s for r in shared):
+    if any(r.job_timeout_s not in (default.job_timeout_s, 0) for r in shared):  # 0: no limit, as run=fast says
         print("warning: run.job_timeout_s does not apply with run.isolation=none: the jobs run in this process, "
               "which nothing stops from outside (a job that hangs holds the sweep until you stop it)", flush=True)
     if any(r.start != default.start for r in shared):

@@ -470,6 +470,7 @@ def test_settings_one_process_leaves_without_effect_are_warned_of(capsys):
     from experiments.preflight import warn_unused_with_one_process
 
     warn_unused_with_one_process([JobConfig(run=RunConfig(isolation="none")),
+                                  JobConfig(run=RunConfig(isolation="none", job_timeout_s=0)),  # run=fast's
                                   JobConfig(run=RunConfig(job_timeout_s=5))])
     assert capsys.readouterr().out == ""  # the default timeout in one process, a timeout in its own process
     warn_unused_with_one_process([JobConfig(run=RunConfig(isolation="none", job_timeout_s=5, start="fresh"))])
