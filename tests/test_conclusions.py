@@ -479,3 +479,17 @@ def test_peak_memory_that_does_not_grow_is_said_so_not_as_size_to_the_minus_zero
     flat = [p.replace(peak_memory_bytes=1000.0 - p["size"] / 1e4) for p in tables.points]  # a hair less at 1024
     said = " ".join(c.text for c in _memory(flat))
     assert "does not grow with the size" in said and "^-0.0" not in said
+
+
+def test_a_series_whose_work_does_not_change_with_the_size_is_said_not_to_use_it(tmp_path):
+    """A factory that ignores `size` (helper-37): the same FLOPs at 16, 256 and 1024, and no word."""
+    from analysis.report.conclusions import _series, _size_unused
+    from analysis.tables import analyse_sweep
+
+    tables = analyse_sweep(known_sweep(tmp_path / "sweep"), lambda line: None)
+    rows = next(iter(_series([p for p in tables.points if not p["compile"]]).values()))
+    assert _size_unused(rows) == []  # 2 * size^3 FLOPs: it grows
+    same = [r.replace(flops_per_call=2_000.0, bytes_per_call=4096.0) for r in rows]
+    [said] = _size_unused(same)
+    assert "the same work at every size (2,000 FLOPs and 4 KiB a call at 64, 1024): its factory seems not to use " \
+           "`size`" in said.text, said.text

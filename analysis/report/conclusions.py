@@ -94,6 +94,7 @@ def conclude(points: list[GridPoint], crossovers: list[dict[str, Any]], jobs: li
     crossing = {series_key(c, c.get("settings")): c for c in crossovers}
     for key, rows in _series(points).items():
         out += _uncounted(rows)
+        out += _size_unused(rows)
         out += _regime(rows, crossing.get(key))
     out += _compile(points, jobs)
     out += _fused(fusion or [], points)
@@ -208,6 +209,21 @@ def _uncounted(rows: list[dict[str, Any]]) -> list[Conclusion]:
                        f"{'it' if len(ops) == 1 else 'them'}, so no achieved FLOP/s or arithmetic intensity is "
                        "given and the series' model uses the bytes moved; a cost model gives the FLOPs "
                        "(docs/own-model.md).", "summary")]
+
+
+def _size_unused(rows: list[dict[str, Any]]) -> list[Conclusion]:
+    """A series whose counted work (FLOPs and bytes a call) is the same at every size: its factory
+    seems not to use `size` (as one that ignores dtype or device is warned of by its jobs), and
+    its regimes, crossover and model are of one workload measured again, not of sizes."""
+    sizes = {stats.number(r.get("size")) for r in rows}
+    work = {(stats.number(r.get("flops_per_call")), stats.number(r.get("bytes_per_call"))) for r in rows}
+    if len(sizes) < 2 or len(work) != 1 or not any(v for v in next(iter(work))):
+        return []
+    flops, moved = next(iter(work))
+    counted = " and ".join(x for x in (f"{flops:,.0f} FLOPs" if flops else "", nbytes(moved) if moved else "") if x)
+    return [Conclusion("flops", f"{series_name(rows[0])}: the same work at every size ({counted} a call at "
+                       f"{', '.join(str(r['size']) for r in rows)}): its factory seems not to use `size`, and its "
+                       "sizes measure one workload again.", "summary")]
 
 
 def _regime(rows: list[dict[str, Any]], crossover: dict[str, Any] | None) -> list[Conclusion]:
