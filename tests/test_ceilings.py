@@ -291,15 +291,7 @@ def test_a_worker_whose_parent_is_gone_already_measures_nothing():
     """The worker is told its parent's pid: one whose parent died before it could ask to die with
     it (a sweep killed while the worker imported torch) left it measuring for 11 s, holding the
     CPU's lock (helper-38); now it ends at once, before torch's import."""
-    import subprocess
-    import sys
-    import time
-
-    from tests.conftest import ROOT
-
-    start = time.monotonic()
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "profsweep.ceilings", "cpu", "bf16", "1", "1", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)  # pid 1: not its parent
     assert done.returncode == 1 and done.stdout == "", done.stdout + done.stderr
     assert "| torch" not in done.stderr and "| profsweep" in done.stderr  # stopped before torch's import
-    assert time.monotonic() - start < 30
