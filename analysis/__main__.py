@@ -39,6 +39,7 @@ def out_folder(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder: give a folder to write into")
     return Path(text)
 
+
 def band_argument(parser: argparse.ArgumentParser) -> None:
     """`--band B`: the one rule's band for every verdict of the command (profsweep.decide)."""
     def band(text: str) -> float:

@@ -541,8 +541,8 @@ def set_regime(row: dict[str, Any], d: Decision, source: str) -> None:
         row["regime"] = "compute-bound" if intensity >= ridge else "memory-bound"
         low = stats.number(row.get("ridge_flops_per_byte_low")) or ridge
         high = stats.number(row.get("ridge_flops_per_byte_high")) or ridge
-        row["regime_at_ridge"] = decide(intensity / ridge, intensity / high, intensity / low, band=d.band or current_band()).outcome \
-            not in (ABOVE, BELOW)
+        at_ridge = decide(intensity / ridge, intensity / high, intensity / low, band=d.band or current_band())
+        row["regime_at_ridge"] = at_ridge.outcome not in (ABOVE, BELOW)
     else:  # the work dominates, judged by measured time as the article does
         row["regime"] = "compute-bound"
     row["regime_uncertain"] = not d.decided or d.outcome == SAME

@@ -98,8 +98,9 @@ OCCUPANCY_PREFIXES = (
 # kernel applies to its output (EPILOGUES: aten::mkldnn_rnn_layer's aten::add of the bias,
 # aten::_addmm_activation's aten::relu_) while they take at most EPILOGUE_SHARE of its time,
 # except in a pointwise op (aten::relu -> clamp_min, a wrapper) or a foreach op
-# (aten::_foreach_mul_ -> aten::mul_ per tensor: its self time is the loop's). Backward ops (aten::mm under MmBackward0) and optimizer ops (aten::_foreach_mul_,
-# aten::lerp_) count like any other.
+# (aten::_foreach_mul_ -> aten::mul_ per tensor: its self time is the loop's). Backward ops
+# (aten::mm under MmBackward0) and optimizer ops (aten::_foreach_mul_, aten::lerp_) count like
+# any other.
 NOT_COMPUTE_OPS = frozenset(
     "aten::" + name
     for name in (

@@ -384,18 +384,24 @@ def warn_unused_with_one_process(configs: list[JobConfig]) -> None:
               flush=True)
 
 
-def refuse_repeated_keys(cfg: DictConfig) -> None:
-    """A key given twice on the command line (size=16 size=32) would leave one value out without
-    a word (Hydra keeps the last): refused, naming both. A delete (`~key`) before `+key=...` is
-    how Hydra replaces a key, and stays allowed."""
+def _command_line(cfg: DictConfig) -> list[Any]:
+    """The command line's overrides (hydra.overrides.task) as Hydra's parser reads them; none
+    where it cannot (Hydra parsed them already: what it took is checked elsewhere)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     try:
-        overrides = OverridesParser.create().parse_overrides(
-            list(OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False)))
+        return OverridesParser.create().parse_overrides(list(OmegaConf.to_container(cfg.hydra.overrides.task,
+                                                                                    resolve=False)))
     except HydraException:
-        return  # Hydra parsed them already; what it took is checked elsewhere
+        return []
+
+
+def refuse_repeated_keys(cfg: DictConfig) -> None:
+    """A key given twice on the command line (size=16 size=32) would leave one value out without
+    a word (Hydra keeps the last): refused, naming both. A delete (`~key`) before `+key=...` is
+    how Hydra replaces a key, and stays allowed."""
+    overrides = _command_line(cfg)
     seen: dict[str, str] = {}
     for override in overrides:
         if override.is_delete():
@@ -434,14 +440,7 @@ def refuse_deleted_keys(cfg: DictConfig) -> None:
     """A key every job needs, deleted on the command line (`~size`) and not given again after
     (`~size +size=64` is how Hydra replaces one): refused, naming it and what to give instead,
     before Hydra fails on it later in words about its own settings."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    try:
-        overrides = OverridesParser.create().parse_overrides(
-            list(OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False)))
-    except HydraException:
-        return  # Hydra parsed them already; what it took is checked elsewhere
+    overrides = _command_line(cfg)
     needed = _needed_keys()
     deleted: dict[str, str] = {}
     for override in overrides:

@@ -403,8 +403,7 @@ def _apart(base: Side, new: Side, columns: list[str]) -> str:
 
 
 def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: list[str],
-          band: float | None = None) -> dict[str, Any]:
-    band = current_band() if band is None else band
+          band: float) -> dict[str, Any]:
     def has(key: str) -> bool:
         return b.get(key) is not None and n.get(key) is not None and not _nan(b[key]) and not _nan(n[key])
 
