@@ -15,6 +15,9 @@ conv, attention, rnn, lstm, transformer, ...; e.g. the LSTM's mkldnn_rnn_layer o
 nn.TransformerEncoder's fused inference path) would count as 0: where one ran, the count is
 incomplete and not given (`count_flops` names them; the job records no FLOPs, and says why).
 
+Bytes: inputs read and the output written once; of the weights what one eager call reads
+(`weight_reads`: an embedding's distinct rows, a sliced buffer's slice, everything else whole).
+
 Peak memory on the CPU: the bytes of the live tensors on the device (inputs, parameters,
 gradients, optimizer state, anything a factory keeps), plus the peak that the CPU allocator
 reaches above them during one extra call profiled with profile_memory=True (the trace's
@@ -34,6 +37,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from torch.utils import flop_counter
+from torch.utils._python_dispatch import TorchDispatchMode  # FlopCounterMode's base; docs: Extending PyTorch
 from torch.utils.flop_counter import FlopCounterMode
 
 
@@ -213,6 +217,93 @@ def moved_bytes(args: tuple[Any, ...], parameters: Iterable[torch.Tensor], outpu
     """Compulsory traffic of one call, as the hand models count it: inputs and weights read once,
     the output written once."""
     return storage_bytes([*tensors(args), *parameters, *tensors([output], objects=True)])
+
+
+def _gathered_rows(func: Any, args: tuple[Any, ...]) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+    """(table, indices, dim) where `func` gathers whole rows of a table by index (an embedding
+    lookup, index_select, `table[ids]`); None for any other op."""
+    aten = torch.ops.aten
+    if func in (aten.embedding.default, aten._embedding_bag.default, aten._embedding_bag_forward_only.default,
+                aten.embedding_bag.default, aten.embedding_bag.padding_idx):
+        return args[0], args[1], 0
+    if func is aten.index_select.default:
+        return args[0], args[2], args[1] % max(args[0].dim(), 1)
+    if func is aten.index.Tensor and len(args[1]) == 1 and args[1][0] is not None \
+            and args[1][0].dtype in (torch.int64, torch.int32):
+        return args[0], args[1][0], 0
+    return None
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Bytes of the distinct elements a view spans (a broadcast dimension, stride 0, once)."""
+    elements = math.prod(n for n, stride in zip(t.shape, t.stride()) if stride != 0)
+    return elements * t.element_size()
+
+
+class _StorageReads(TorchDispatchMode):
+    """What the ops of a call read of some storages: a lookup (`_gathered_rows`) its distinct
+    rows, any other op that is not a view the whole extent of the view it is given."""
+
+    def __init__(self, storages: set[int]) -> None:
+        super().__init__()
+        self.storages = storages
+        self.spans: dict[int, int] = {}  # storage -> the largest extent an op read
+        self.rows: dict[int, tuple[set[int], int]] = {}  # storage -> (distinct rows, bytes a row)
+        self.failed = False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if not getattr(func, "is_view", False) and not self.failed:
+            try:
+                self._note(func, args, kwargs)
+            except Exception:  # noqa: BLE001 (an argument this reading does not know: count every storage whole)
+                self.failed = True
+        return func(*args, **kwargs)
+
+    def _note(self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        gathered = _gathered_rows(func, args)
+        table = gathered[0] if gathered else None
+        if table is not None and self._key(table) in self.storages and table.dim() > 0:
+            table, index, dim = gathered  # type: ignore[misc]
+            seen, row = self.rows.setdefault(self._key(table), (set(), _extent(table) // max(table.shape[dim], 1)))
+            seen.update(index.unique().tolist())
+            others = [*args[1:], *kwargs.values()]
+        else:
+            others = [*args, *kwargs.values()]
+        for t in tensors(others):
+            key = self._key(t)
+            if key in self.storages:
+                self.spans[key] = max(self.spans.get(key, 0), _extent(t))
+
+    @staticmethod
+    def _key(t: Any) -> int | None:
+        try:
+            return t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) else None
+        except (RuntimeError, NotImplementedError, ValueError):
+            return None
+
+    def read(self, storage: int, whole: int) -> int:
+        """The bytes read of one storage of `whole` bytes: all of it when no op was seen reading it
+        (a kernel this mode does not see may)."""
+        if self.failed or (storage not in self.spans and storage not in self.rows):
+            return whole
+        seen, row = self.rows.get(storage, (set(), 0))
+        return min(whole, max(self.spans.get(storage, 0), len(seen) * row))
+
+
+def weight_reads(call: Callable[[], Any], weights: Iterable[torch.Tensor]) -> tuple[int, Any]:
+    """The bytes one `call` reads of `weights` (parameters, buffers), each storage once and no more
+    than it holds, and the call's output. An embedding table is read as the distinct rows looked
+    up, a buffer sliced before use as the slice: counting whole tables would put a language model's
+    traffic at its vocabulary's size, hundreds of times what its step can move."""
+    whole: dict[int, int] = {}
+    for t in weights:
+        key = _StorageReads._key(t)
+        if key is not None:
+            whole[key] = t.untyped_storage().nbytes()
+    with _StorageReads(set(whole)) as reads:
+        output = call()
+    return sum(reads.read(key, size) for key, size in whole.items()), output
 
 
 def live_tensor_bytes(device: torch.device) -> int:

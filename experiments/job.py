@@ -645,12 +645,13 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
                 f"{flops:,}); achieved FLOP/s and intensity are left out and the series' model uses the bytes "
                 "moved: a cost model gives the FLOPs (docs/own-model.md)")
         print(f"warning: {said}", file=sys.stderr, flush=True)  # the report says it per series
-    weights = counting.storage_bytes([*step.parameters, *_module_tensors(job.modules)])
-    # Inputs read and the output written once; weights read once, and in training also
-    # their gradients written and read, and the optimizer state read and written.
-    reads = 1 + (2 + 2 * optimizer_slots(job.config.optimizer) if job.config.train else 0)
+    # Inputs read and the output written once; weights read once (what the call reads of them: an
+    # embedding's rows looked up), and in training also the trained ones' gradients written and
+    # read, and their optimizer state read and written.
+    trained = counting.storage_bytes(step.parameters) * (2 + 2 * optimizer_slots(job.config.optimizer))
     try:
-        out["bytes_per_call"] = counting.moved_bytes(job.workload.inputs, [], step.eager()) + reads * weights
+        weights, output = counting.weight_reads(step.eager, [*step.parameters, *_module_tensors(job.modules)])
+        out["bytes_per_call"] = counting.moved_bytes(job.workload.inputs, [], output) + weights + trained
     except Exception as exc:  # noqa: BLE001 (a tensor whose storage cannot be read, e.g. a nested one)
         out["bytes_per_call"] = None
         _warn(out, f"bytes moved not counted: one more eager call to count them raised ({type(exc).__name__}: "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from experiments.counting import count_flops, moved_bytes, storage_bytes, tensors
+from experiments.counting import count_flops, moved_bytes, storage_bytes, tensors, weight_reads
 
 
 def test_a_matmul_plus_bias_counts_2mnk_plus_mn():
@@ -82,6 +82,28 @@ def test_moved_bytes_read_inputs_and_weights_once_and_write_the_output_once():
     x, w = torch.zeros(4, 8), torch.zeros(8, 2)
     out = x @ w
     assert moved_bytes((x, x), [w], out) == 4 * 8 * 4 + 8 * 2 * 4 + 4 * 2 * 4
+
+
+def test_an_embedding_is_read_as_the_distinct_rows_looked_up_and_other_weights_whole():
+    emb, head = torch.nn.Embedding(1000, 8), torch.nn.Linear(8, 4)
+    ids = torch.tensor([[1, 2, 2, 5]])  # 3 distinct rows of 8 fp32
+    row = 8 * 4
+    read, out = weight_reads(lambda: head(emb(ids)), [*emb.parameters(), *head.parameters()])
+    assert read == 3 * row + (8 * 4 + 4) * 4 and out.shape == (1, 4, 4)
+    # every way of looking rows up; a lookup twice reads a row once
+    assert weight_reads(lambda: emb.weight.index_select(0, ids[0]), [emb.weight])[0] == 3 * row
+    assert weight_reads(lambda: emb.weight[ids[0]], [emb.weight])[0] == 3 * row
+    assert weight_reads(lambda: torch.nn.functional.embedding_bag(ids, emb.weight), [emb.weight])[0] == 3 * row
+    assert weight_reads(lambda: (emb(ids), emb(torch.tensor([5, 7]))), [emb.weight])[0] == 4 * row
+    # the same table also read whole (tied to a head; broadcast): whole, and once
+    tied = torch.nn.Linear(8, 1000, bias=False)
+    tied.weight = emb.weight
+    assert weight_reads(lambda: tied(emb(ids)), [emb.weight])[0] == 1000 * row
+    assert weight_reads(lambda: emb.weight.expand(3, 1000, 8).sum(), [emb.weight])[0] == 1000 * row
+    # a buffer sliced before use: the slice; one no op was seen reading: whole (a kernel the reading
+    # does not see may read it)
+    mask, unused = torch.ones(100, 100), torch.ones(7)
+    assert weight_reads(lambda: torch.zeros(5, 5) + mask[:5, :5], [mask, unused])[0] == 25 * 4 + 7 * 4
 
 
 def test_tensors_are_found_in_outputs_of_every_shape():

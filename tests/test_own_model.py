@@ -71,7 +71,8 @@ def make_lm(*, size: int, dtype: torch.dtype, device: torch.device, vocab: int =
             batch: int = 2) -> seam.Workload:
     """A causal LM with keyword inputs, as a Hugging Face model is called."""
     model = TinyLM(vocab, hidden).to(device=device, dtype=dtype)
-    ids = torch.randint(0, vocab, (batch, size), device=device)
+    # size + 3 distinct ids (or every one, for a short batch), some looked up twice
+    ids = torch.arange(batch * size, device=device).remainder(size + 3).reshape(batch, size)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
     return seam.Workload(model, kwargs=inputs)
 
@@ -264,11 +265,15 @@ def test_a_keyword_input_model_runs_inference_and_training_with_its_bytes_counte
             assert _trained_phases(tmp_path / "make_lm" / m["job"], m) == ["backward"] * 3 + ["forward"] * 3 + ["optimizer"] * 3
             # resident inputs and weights, plus a gradient and two AdamW moments per weight
             assert m["memory_estimate_bytes"] == inputs + weights * (2 + ADAMW_SLOTS)
-            # inputs read, the loss written; weights read, gradients written and read, moments read and written
+            # inputs read, the loss written; weights read (the optimizer reads the whole embedding), gradients
+            # written and read, moments read and written
             assert m["bytes_per_call"] == inputs + LOSS_BYTES + weights * (3 + 2 * ADAMW_SLOTS)
         else:
             assert m["memory_estimate_bytes"] == inputs + weights
-            assert m["bytes_per_call"] == inputs + weights + logits + LOSS_BYTES  # labels given: a loss too
+            # the embedding's rows looked up, each once; the head's weights whole; labels given: a loss too
+            rows = min(batch * size, size + 3) * hidden * 4
+            head = param_bytes(TinyLM(vocab, hidden).head)
+            assert m["bytes_per_call"] == inputs + rows + head + logits + LOSS_BYTES
 
 
 @pytest.mark.slow

@@ -604,9 +604,9 @@ def _ceilings(points: list[dict[str, Any]]) -> list[Conclusion]:
         reached = " and ".join(f"{percent(r[k])}{interval(r, k, percent)} of {held[k]}" for k in keys)
         ridge = " (its intensity is at the roofline's ridge: either ceiling may be the one it meets)" if at_ridge else ""
         over = [k for k in keys if stats.number(r[k]) > ABOVE_CEILING]
-        counted = ("bytes_per_call counts every input, parameter and output as moved once, more than a step moves "
-                   "that reads part of them (an embedding's rows, a gather), or " if "achieved_bandwidth_frac" in over
-                   else "")
+        counted = ("bytes_per_call counts every input and output as moved once to and from memory, which a step "
+                   "whose data stays in the caches moves faster than memory can, and one that reads part of an "
+                   "input (a gather) moves less; or " if "achieved_bandwidth_frac" in over else "")
         above = (f" Above the ceiling: {counted}the ceiling was measured low (a busy machine?): python -m analysis "
                  "calibrate measures it again" if over else "")
         out.append(Conclusion("ceilings", f"{series_name(r)} at {r['size']} reaches {reached}{ridge}.{above}",
