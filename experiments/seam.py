@@ -210,8 +210,12 @@ def check(target: str, settings: Mapping[str, Any]) -> Callable[..., Any]:
         raise WorkloadError(f"workload._target_={target!r} is not callable: it is a {type(factory).__name__}")
     try:
         signature = inspect.signature(factory)
-    except (TypeError, ValueError):
-        return factory  # a builtin without a signature: it will tell at call time
+    except (TypeError, ValueError):  # a builtin (torch:relu): nothing says it builds a workload
+        raise WorkloadError(f"workload._target_={target!r} is a {type(factory).__name__} whose arguments cannot be "
+                            f"read: a workload factory is a Python function (or class) that takes the keyword "
+                            f"arguments {', '.join(GRID_ARGUMENTS)} and returns (fn, args) or "
+                            "experiments.seam.Workload(fn, args); to profile an operator, return it from one "
+                            "(docs/own-model.md)") from None
     for key, parameter in _reserved(signature.parameters):
         if parameter.default is inspect.Parameter.empty:
             raise WorkloadError(f"{target} needs a setting {key!r} that no override can give it: workload.{key} is "

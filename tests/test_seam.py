@@ -81,6 +81,9 @@ def test_targets_are_found_by_colon_or_dotted_path(user_module):
         ("mybench.blocks:needs_name", {}, ["mybench.blocks:needs_name needs a setting 'name' that no override can give "
                                            "it: workload.name is profsweep's own", "another name (e.g. model_name)"]),
         ("os:getcwd", {}, ["rejects its arguments", "keyword arguments size, dtype, device"]),
+        # a builtin: its arguments cannot be read, and it builds no workload
+        ("torch:relu", {}, ["workload._target_='torch:relu' is a builtin_function_or_method whose arguments cannot "
+                            "be read", "to profile an operator, return it from one"]),
         ("experiments.workloads.bmm", {"batch": 0}, ["workload.batch=0 is not allowed", "> 0"]),
         ("experiments.workloads.attention", {"backend": "fast"}, ["workload.backend='fast'",
                                                                   "auto, math, flash, efficient, cudnn"]),
