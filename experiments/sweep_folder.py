@@ -377,5 +377,20 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
         print("interrupted: rerun the same command into the same folder to finish "
               f"({_dir_key(folder)}={folder}); jobs already ok are skipped", flush=True)
         raise SystemExit(EXIT_INTERRUPTED)
-    if failed or untimed or missing or found or SWEEP.analysis_failed:
+    if skipped and not ok and not failed:  # run.unavailable=skip left out the whole grid
+        print(f"nothing measured: every job was skipped on this machine (run.unavailable=skip; "
+              f"{_skip_reason(job_dirs)}): run the sweep where its settings can run, or change them", flush=True)
+    if failed or untimed or missing or found or SWEEP.analysis_failed or (skipped and not ok):
         raise SystemExit(EXIT_FAILED_JOBS)
+
+
+def _skip_reason(job_dirs: list[Path]) -> str:
+    """The first skipped job's reason, as its record gives it."""
+    for job_dir in job_dirs:
+        try:
+            record = json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if record.get("status") == "skipped" and record.get("error"):
+            return one_line(str(record["error"]))
+    return "no reason recorded"

@@ -545,6 +545,28 @@ def test_the_tally_fails_a_sweep_that_lost_a_jobs_un_profiled_timing(tmp_path, c
     assert f"rerun the same command into the same folder to redo it (hydra.run.dir={tmp_path};" in said  # no sweep.json
 
 
+def test_the_tally_fails_a_sweep_that_skipped_every_job(tmp_path, capsys):
+    """run.unavailable=skip on a machine that can run none of the grid: nothing was measured, and
+    the sweep says so and exits 1 (it exited 0 with `0 ok, 0 failed, 3 skipped`: helper-37); one
+    job measured beside the skipped ones is a sweep that ran."""
+    from experiments.sweep_folder import EXIT_FAILED_JOBS, tally
+
+    why = "workload.backend='efficient' needs CUDA (it is a CUDA kernel) and torch sees no CUDA device here"
+    dirs = []
+    for name, record in (("0_a", {"status": "skipped", "error": why}), ("1_b", {"status": "ok"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps(record))
+        dirs.append(tmp_path / name)
+    with pytest.raises(SystemExit) as stopped:
+        tally(dirs[:1], tmp_path, 1)
+    said = capsys.readouterr().out
+    assert stopped.value.code == EXIT_FAILED_JOBS
+    assert "done: 1 job (0 ok, 0 failed, 1 skipped)" in said
+    assert f"nothing measured: every job was skipped on this machine (run.unavailable=skip; {why})" in said
+    tally(dirs, tmp_path, 2)  # one measured: exit 0
+    assert "nothing measured" not in capsys.readouterr().out
+
+
 def test_the_tally_names_and_fails_what_the_sweeps_own_analysis_found(tmp_path, capsys):
     """A trace cut short in an ok job: `python -m analysis` named it and exited 1, the sweep said
     `8 ok` and exited 0 (helper-38). The problems its analysis returned that the records do not
