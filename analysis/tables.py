@@ -345,6 +345,11 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
         said = (f"{job_dir / METRICS_FILE}: schema {_shown(version)} (this analysis reads "
                 f"schema {SCHEMA_VERSION}); analysed as far as its fields allow")
         row["record_error"] = f"{row['record_error']}; {said}" if row["record_error"] else said
+    lacking = _lacking(record) if version == SCHEMA_VERSION and row["status"] == "ok" and _by_a_job(record) else []
+    if lacking:
+        row.update(status="failed", error=(
+            f"its record lacks {', '.join(lacking)}, which every ok record of schema {SCHEMA_VERSION} has (edited, or "
+            "written by another program): what it measured is unclear, left out"))
     tables.settings[row["job"]] = {k: contract.without_address(json.dumps(v, sort_keys=True, default=repr))
                                    for k, v in row.items() if v is not None and configured(k)}
     if row["status"] == "ok":
@@ -366,6 +371,28 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
         if not row["trace_error"] and not contract.leads_out(job_dir / PROVENANCE_FILE, tables.folder):
             tables.provenance[row["job"]] = kernel_sources(job_dir / PROVENANCE_FILE)
     tables.jobs.append(row)
+
+
+# What every ok record of this schema holds (the job writes them, a None where a count failed):
+# one that bears a job's marks (JOB_MARKS) without them was edited by hand. (A record without the
+# marks, made by another program or by hand as the tests make theirs, is read as far as its
+# fields allow: without its un-profiled step, its profiled steps give the step time.)
+JOB_MARKS = ("started_at", "finished_at", "torch_version")
+OK_FIELDS = ("workload", "size", "dtype", "compile", "warmup", "train", "device", "steps", "self_cpu_total_us",
+             "trace_file")
+
+
+def _by_a_job(record: dict[str, Any]) -> bool:
+    return all(record.get(k) is not None for k in JOB_MARKS)
+
+
+def _lacking(record: dict[str, Any]) -> list[str]:
+    """The fields an ok record of this schema always has that `record` lacks; its un-profiled
+    step too, unless `timed_error` says why it has none."""
+    lacking = [k for k in OK_FIELDS if k not in record]
+    if record.get(TIMED) is None and not record.get("timed_error"):
+        lacking.append(TIMED)
+    return lacking
 
 
 RAN_WITH = ("allocator", "device")  # set by the job to what its process ran with, which may not be what was asked

@@ -370,6 +370,32 @@ def test_impossible_numbers_and_a_record_without_its_settings_are_named_not_anal
     assert (samples["us"] > 0).all()
 
 
+def test_a_job_written_record_lacking_what_every_ok_record_has_is_named_and_left_out(tmp_path):
+    """A record the job wrote (its start, end and torch version) holds the un-profiled step, or
+    says why not (timed_error), and the fields the analysis reads: with them deleted by hand it
+    passed as ok, its step time silently from its profiled steps (helper-38). Now it is failed and
+    named; without the job's marks (made by another program) it is read as far as its fields go."""
+    from tests.conftest import hand_made_job, jitter
+
+    marks = {"started_at": "2026-12-06T01:00:00.000+00:00", "finished_at": "2026-12-06T01:00:09.000+00:00",
+             "torch_version": "2.13.0"}
+    edited = hand_made_job(tmp_path, 0, jitter(100, 5), size=8, **marks)
+    record = json.loads((edited / "metrics.json").read_text())
+    del record["steps"]
+    (edited / "metrics.json").write_text(json.dumps(record))
+    hand_made_job(tmp_path, 1, jitter(100, 5), size=16, train=False, timed_error="the twin was killed", **marks)
+    hand_made_job(tmp_path, 2, jitter(100, 5), size=32, train=False, timed_us_per_step=90.0, **marks)
+    hand_made_job(tmp_path, 3, jitter(100, 5), size=64)  # no marks: another program's
+    said = dict(analyse_folder(tmp_path, progress=lambda line: None))
+    assert said[edited.name] == (
+        "failed: its record lacks train, steps, timed_us_per_step, which every ok record of schema 1 has (edited, "
+        "or written by another program): what it measured is unclear, left out"), said
+    assert not any("lacks" in v for k, v in said.items() if k != edited.name), said
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    at = summary.set_index("size")
+    assert at.loc[8, "repeats_failed"] == 1 and at.loc[[16, 32, 64], "repeats"].tolist() == [1, 1, 1]
+
+
 def test_a_job_folder_copied_by_hand_is_one_process_not_another_repeat(tmp_path):
     """A copy (cp -r of a job folder, two sweep folders merged) would be a fourth repeat of three
     processes, narrowing the grid point's interval for nothing: it is named and counted once."""
