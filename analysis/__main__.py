@@ -20,7 +20,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from profsweep.contract import amount, not_a_folder, one_line, point_label
 from profsweep.decide import BAND, check_band, using_band
@@ -277,11 +277,28 @@ def history_main(argv: list[str]) -> int:
         return _history(args)
 
 
+def _made_by_this_run(folder: Path, store: Path) -> Callable[[], None]:
+    """What takes away the folder or the store file a run is about to make, if neither was there."""
+    import shutil
+
+    folder_new, store_new = not folder.exists(), not store.exists()
+
+    def undo() -> None:
+        if folder_new:
+            shutil.rmtree(folder, ignore_errors=True)
+        elif store_new:
+            for made in (store, store.with_name(store.name + ".wal")):
+                made.unlink(missing_ok=True)
+
+    return undo
+
+
 def _history(args: argparse.Namespace) -> int:
     from analysis.history import engine as history
     from analysis.points import PAIR_KEYS, PAIR_PREFIXES, pair_key_of
     from analysis.store import STORE_FILE, Store, StoreError, default_out, find_sweeps
 
+    made: Callable[[], None] = lambda: None
     try:
         if args.fail_on_change is not None and not args.fail_on_change >= 1:
             raise StoreError(f"--fail-on-change {args.fail_on_change} is not allowed: give a ratio >= 1, e.g. 1.10")
@@ -301,6 +318,7 @@ def _history(args: argparse.Namespace) -> int:
                 raise StoreError(f"--ignore {missing[0]!r}: no sweep given has that setting"
                                  + (f" (theirs: {', '.join(shown)})" if shown else ""))
         out = args.out or default_out(args.sweeps, sweeps)
+        made = _made_by_this_run(out, out / STORE_FILE)
         with Store(out / STORE_FILE) as store:
             ids, new = store.ingest(sweeps, progress=_every(5.0))
             again = f" ({store.reread} of them again: analysed since)" if store.reread else ""
@@ -324,6 +342,7 @@ def _history(args: argparse.Namespace) -> int:
             history.describe_changes(store, found)
         written = history.write(found, out)
     except StoreError as exc:
+        made()  # a refused history leaves no store it made
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a file it could not read or write: named, no traceback; exit 2 (1 is the gate's)

@@ -477,8 +477,11 @@ def test_sweeps_with_nothing_in_common_are_refused_until_a_key_is_ignored(tmp_pa
     summary.to_csv(b / "summary.csv", index=False)
     code, _, err = history(tmp_path / "a", b, capsys=capsys)
     assert code == 2 and "have nothing in common" in err and "--ignore KEY" in err
+    assert not (tmp_path / "history").exists()  # a refused history leaves no store behind
     code, out, _ = history(tmp_path / "a", b, "--ignore", "dtype", capsys=capsys)
-    assert code == 0 and "(ignoring dtype)" in out
+    assert code == 0 and "(ignoring dtype)" in out and (tmp_path / "history" / "history.duckdb").is_file()
+    code, _, err = history(tmp_path / "a", b, capsys=capsys)  # refused again: the store it had stays
+    assert code == 2 and (tmp_path / "history" / "history.duckdb").is_file()
 
 
 def test_order_given_keeps_the_command_lines_order(tmp_path, capsys):
