@@ -203,7 +203,7 @@ def name_variants(tables: SweepTables) -> None:
 
 
 # What a metrics.json's fields must be: the analysis reads every record as untrusted input.
-FLAG_FIELDS = ("compile", "warmup", "train", "failure_is_final")
+FLAG_FIELDS = ("compile", "warmup", "train", "failure_is_final", "compiled_nothing")
 COUNT_FIELDS = ("size", "steps", "repeat", "schema_version", "timed_steps", "timed_slow_steps", "side_by_side_steps", "recompiles", "recompile_limit", "torch_threads",
                 "cpu_count", "warmup_iters")
 LIST_FIELDS = ("timed_samples_us",)

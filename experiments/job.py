@@ -521,6 +521,7 @@ def _first_call(job: Prepared, out: dict[str, Any]) -> None:
                    "call: a factory that returns a compiled model, or torch.compile in its code): this eager job "
                    "measured compiled code, and compile against eager compares compiled with compiled")
     if config.compile and not inside and config.run.isolation == "process":  # a fresh process: nothing cached
+        out["compiled_nothing"] = True  # the analysis compares nothing with it
         _warn(out, "torch.compile compiled nothing: Dynamo made no graph of the step on its first call (it skipped "
                    "all of its code: an op or a construct it does not trace, as an RNN module's); this compiled job "
                    "ran eagerly, and compile against eager compares eager with eager")

@@ -302,6 +302,27 @@ def test_compile_against_eager_pairs_the_processes_of_each_round(tmp_path):
     assert "compile against eager, matmul_add bf16 cold: " in said and "paired" not in said, said
 
 
+def test_compile_against_eager_is_not_compared_where_torch_compile_compiled_nothing(tmp_path):
+    """A GRU's compiled jobs made no graph (`compiled_nothing`): both sides ran eagerly, and a
+    ratio between them (28.5x under load: helper-40) is no verdict on compile. Said so, at that
+    size only, in the short answer and the conclusions."""
+    from analysis.report.conclusions import NOTHING_COMPILED, in_short
+    from analysis.tables import analyse_sweep
+
+    for r in (1, 2, 3):
+        job(tmp_path, 4 * r, size=64, compile=False, step_us=400, mm_us=200, timed_us=100, repeat=r)
+        job(tmp_path, 4 * r + 1, size=64, compile=True, step_us=400, mm_us=200, timed_us=300, repeat=r,
+            compiled_nothing=True)
+        job(tmp_path, 4 * r + 2, size=256, compile=False, step_us=400, mm_us=200, timed_us=100, repeat=r)
+        job(tmp_path, 4 * r + 3, size=256, compile=True, step_us=400, mm_us=200, timed_us=200, repeat=r)
+    tables = analyse_sweep(tmp_path, lambda line: None)
+    [short] = [line for line in in_short(tables.points, tables.crossovers, tables.jobs) if "compile against" in line]
+    assert short.startswith(f"compile against eager, matmul_add bf16 cold: {NOTHING_COMPILED} at 64; 2.0")
+    analyse_folder(tmp_path)
+    said = conclusions_html(tmp_path)
+    assert f"{NOTHING_COMPILED} at 64; 2.0" in said and "3.0" not in said, said
+
+
 def test_the_short_answer_says_a_crossover_only_where_the_sizes_swept_bound_it(tmp_path):
     """A crossover beyond the sizes swept was stated as a regime above it that no grid point
     measured (`overhead-bound below size ≈5,694 [168, ∞], bound by its work above it` with 32 the

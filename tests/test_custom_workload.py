@@ -281,4 +281,5 @@ def test_a_compiled_job_that_compiled_nothing_says_so(user_code, tmp_path):
     record = read_metrics(job_dirs(sweep)[0])
     assert record["status"] == "ok"
     assert any(w.startswith("torch.compile compiled nothing: Dynamo made no graph") for w in record["warnings"])
+    assert record["compiled_nothing"] is True  # the analysis then compares nothing with it
     assert "torch.compile compiled nothing" in done.stdout  # the conclusions' warnings line

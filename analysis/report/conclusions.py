@@ -153,8 +153,10 @@ def in_short(points: list[GridPoint], crossovers: list[dict[str, Any]], jobs: li
     for name, pairs in _grouped(_pairs(points, "compile"), "compile").items():
         said = []
         for eager, compiled in pairs:
-            found = compile_change(eager, compiled, by_job)
-            if found is not None:
+            found = None if flag(compiled.get("compiled_nothing")) else compile_change(eager, compiled, by_job)
+            if flag(compiled.get("compiled_nothing")):
+                said.append(f"{NOTHING_COMPILED} at {eager['size']}")
+            elif found is not None:
                 said.append(f"{_without_advice(found[0])} at {eager['size']}")
         if said:
             lines.append(f"compile against eager, {name}: {'; '.join(said)}")
@@ -331,6 +333,8 @@ def _step_key(eager: dict[str, Any], compiled: dict[str, Any]) -> str:
     return TIMED if all(stats.number(p.get(TIMED)) for p in (eager, compiled)) else "host_us_per_step"
 
 
+# A compiled point whose jobs' torch.compile made no graph (`compiled_nothing`): both sides ran eagerly.
+NOTHING_COMPILED = "not compared, torch.compile compiled nothing (Dynamo made no graph of the step: both ran eagerly)"
 SIDE_BY_SIDE, ROUNDS = "side by side", "rounds"  # how compile against eager paired its processes
 PAIRING = {SIDE_BY_SIDE: "eager and compiled timed in turn in each compiled process",
            ROUNDS: "each round's two processes paired"}
@@ -425,9 +429,11 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
     for name, pairs in _grouped(_pairs(points, "compile"), "compile").items():
         said, behind, found_all = [], [], []
         for eager, compiled in pairs:
-            found = compile_change(eager, compiled, by_job)
+            found = None if flag(compiled.get("compiled_nothing")) else compile_change(eager, compiled, by_job)
             if found is not None:
                 found_all.append((eager, compiled, found))
+            elif flag(compiled.get("compiled_nothing")):
+                said.append(f"{NOTHING_COMPILED} at {eager['size']}")
         hows = {found[2] for *_, found in found_all}
         every = hows.pop() if len(hows) == 1 else ""  # one pairing for all sizes: said once, in the heading
         for eager, compiled, found in found_all:
