@@ -47,8 +47,25 @@ def _elements(out_shape: Any) -> int:
     return math.prod(out_shape) if out_shape is not None else 0
 
 
-def _pointwise_flop(*args: Any, out_shape: Any = None, **kwargs: Any) -> int:
-    return _elements(out_shape)
+def _stored(t: torch.Tensor) -> int:
+    """The elements a tensor holds: a sparse one's stored values, not its dense shape."""
+    if t.layout == torch.sparse_coo:
+        return t._values().numel()
+    if t.layout != torch.strided:  # CSR, CSC, BSR, BSC
+        return t.values().numel()
+    return t.numel()
+
+
+def _pointwise_flop(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
+    """1 FLOP per output element; where an input is sparse (a sparse gradient added into a
+    weight), per value it holds: the op works on those alone."""
+    sparse = [t for t in tensors([args, kwargs]) if t.layout != torch.strided]
+    if sparse:
+        return max(_stored(t) for t in sparse)
+    return sum(_stored(t) for t in tensors([out_val]))
+
+
+_pointwise_flop._get_raw = True  # type: ignore[attr-defined]  # FlopCounterMode: the tensors, not their shapes
 
 
 def _addmm_flop(bias: Any, a: Any, b: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
@@ -244,9 +261,11 @@ class _StorageReads(TorchDispatchMode):
     """What the ops of a call read of some storages: a lookup (`_gathered_rows`) its distinct
     rows, any other op that is not a view the whole extent of the view it is given."""
 
-    def __init__(self, storages: set[int]) -> None:
+    def __init__(self, storages: set[int], inputs: set[int] = frozenset()) -> None:
         super().__init__()
         self.storages = storages
+        self.inputs = inputs  # storages whose writes are noted (`written`)
+        self.written: list[str] = []  # ops that wrote into an input, `aten::mul_`
         self.spans: dict[int, int] = {}  # storage -> the largest extent an op read
         self.rows: dict[int, tuple[set[int], int]] = {}  # storage -> (distinct rows, bytes a row)
         self.failed = False
@@ -258,7 +277,24 @@ class _StorageReads(TorchDispatchMode):
                 self._note(func, args, kwargs)
             except Exception:  # noqa: BLE001 (an argument this reading does not know: count every storage whole)
                 self.failed = True
+        if self.inputs:
+            self._note_writes(func, args, kwargs)
         return func(*args, **kwargs)
+
+    def _note_writes(self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """An op that writes into one of `inputs` (an in-place op, out=), by its schema."""
+        try:
+            schema = func._schema.arguments
+        except AttributeError:
+            return
+        given = {**dict(zip((a.name for a in schema), args)), **kwargs}
+        for argument in schema:
+            alias = argument.alias_info
+            if alias is not None and alias.is_write and any(
+                    self._key(t) in self.inputs for t in tensors([given.get(argument.name)])):
+                name = str(func.overloadpacket).replace(".", "::", 1)
+                if name not in self.written:
+                    self.written.append(name)
 
     def _note(self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         gathered = _gathered_rows(func, args)
@@ -270,10 +306,15 @@ class _StorageReads(TorchDispatchMode):
             others = [*args[1:], *kwargs.values()]
         else:
             others = [*args, *kwargs.values()]
-        for t in tensors(others):
+        given = list(tensors(others))
+        # a sparse argument (a sparse gradient added into a weight): the op touches what it holds
+        sparse = max((_stored(t.coalesce() if t.layout == torch.sparse_coo else t)  # a row given twice: once
+                      for t in given if t.layout != torch.strided), default=None)
+        for t in given:
             key = self._key(t)
             if key in self.storages:
-                self.spans[key] = max(self.spans.get(key, 0), _extent(t))
+                read = _extent(t) if sparse is None else min(_extent(t), sparse * t.element_size())
+                self.spans[key] = max(self.spans.get(key, 0), read)
 
     @staticmethod
     def _key(t: Any) -> int | None:
@@ -291,19 +332,48 @@ class _StorageReads(TorchDispatchMode):
         return min(whole, max(self.spans.get(storage, 0), len(seen) * row))
 
 
-def weight_reads(call: Callable[[], Any], weights: Iterable[torch.Tensor]) -> tuple[int, Any]:
+@dataclasses.dataclass
+class Reads:
+    """What one call read and wrote (`weight_reads`)."""
+    weights: int  # bytes read of the weights
+    trained: int  # bytes of the trained weights that got a gradient (a sparse one: the rows it holds)
+    output: Any
+    wrote_inputs: list[str]  # ops that wrote into an input (`aten::mul_`)
+
+
+def weight_reads(call: Callable[[], Any], weights: Iterable[torch.Tensor], trained: Iterable[torch.Tensor] = (),
+                 inputs: Iterable[torch.Tensor] = ()) -> Reads:
     """The bytes one `call` reads of `weights` (parameters, buffers), each storage once and no more
-    than it holds, and the call's output. An embedding table is read as the distinct rows looked
-    up, a buffer sliced before use as the slice: counting whole tables would put a language model's
-    traffic at its vocabulary's size, hundreds of times what its step can move."""
+    than it holds. An embedding table is read as the distinct rows looked up, a buffer sliced
+    before use as the slice: counting whole tables would put a language model's traffic at its
+    vocabulary's size, hundreds of times what its step can move. Of `trained`, the bytes that got
+    a gradient in the call (none for one computed under no_grad; a sparse gradient's rows); the
+    ops that wrote into `inputs`."""
     whole: dict[int, int] = {}
     for t in weights:
         key = _StorageReads._key(t)
         if key is not None:
             whole[key] = t.untyped_storage().nbytes()
-    with _StorageReads(set(whole)) as reads:
-        output = call()
-    return sum(reads.read(key, size) for key, size in whole.items()), output
+    watched = {k for k in map(_StorageReads._key, inputs) if k is not None} - {
+        _StorageReads._key(t) for t in trained}  # an optimizer writes what it trains
+    shares: dict[int, tuple[int, float]] = {}  # storage -> (its bytes, the share its gradient holds)
+
+    def hook(p: torch.Tensor) -> None:
+        grad = p.grad
+        if grad is not None:
+            share = _stored(grad.coalesce() if grad.layout == torch.sparse_coo else grad) / max(p.numel(), 1)
+            shares[_StorageReads._key(p)] = (p.untyped_storage().nbytes(), min(share, 1.0))
+
+    handles = [p.register_post_accumulate_grad_hook(hook) for p in trained if p.requires_grad]
+    try:
+        with _StorageReads(set(whole), watched) as reads:
+            output = call()
+    finally:
+        for h in handles:
+            h.remove()
+    return Reads(weights=sum(reads.read(key, size) for key, size in whole.items()),
+                 trained=round(sum(size * share for size, share in shares.values())),
+                 output=output, wrote_inputs=reads.written)
 
 
 def live_tensor_bytes(device: torch.device) -> int:

@@ -106,6 +106,9 @@ AUTOGRAD_HINTS = (
     ("a leaf Variable that requires grad is being used in an in-place operation",
      "train=true of a function without parameters trains its floating-point inputs, which then require grad: "
      "an in-place op on one fails; clone it first, or return an nn.Module with parameters"),
+    ("does not support sparse gradients",
+     "the model's gradients are sparse (an nn.Embedding(sparse=True)): of profsweep's optimizers, optimizer=sgd "
+     "and optimizer=adagrad update them"),
 )
 
 
@@ -615,9 +618,11 @@ def _untrained(job: Prepared, out: dict[str, Any]) -> None:
               f"({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
         return
     if missed:
-        why = ("the loss the factory gives, or the forward, does not use them" if job.step.loss_given else
-               "the default loss is the output's own loss, else its first tensor summed, or the forward does not "
-               "use them: return Workload(fn, args, loss=...) from the factory to train the whole model")
+        unused = "the forward does not use them, or uses them under torch.no_grad() or detached"
+        why = (f"the loss the factory gives does not reach them, or {unused}" if job.step.loss_given else
+               f"the default loss is the output's own loss, else its first tensor summed, or {unused}: where the "
+               "loss is what misses them, return Workload(fn, args, loss=...) from the factory to train the whole "
+               "model")
         said = (f"train=true: {missed} of {len(params)} trained tensors (parameters, or a function's float inputs) "
                 f"got no gradient, so the step does not train them: {why}")
         _warn(out, said)
@@ -649,10 +654,17 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
     # Inputs read and the output written once; weights read once (what the call reads of them: an
     # embedding's rows looked up), and in training also the trained ones' gradients written and
     # read, and their optimizer state read and written.
-    trained = counting.storage_bytes(step.parameters) * (2 + 2 * optimizer_slots(job.config.optimizer))
+    inputs = list(counting.tensors(job.workload.inputs))
     try:
-        weights, output = counting.weight_reads(step.eager, [*step.parameters, *_module_tensors(job.modules)])
-        out["bytes_per_call"] = counting.moved_bytes(job.workload.inputs, [], output) + weights + trained
+        reads = counting.weight_reads(step.eager, [*step.parameters, *_module_tensors(job.modules)],
+                                      trained=step.parameters, inputs=inputs)
+        trained = reads.trained * (2 + 2 * optimizer_slots(job.config.optimizer))
+        out["bytes_per_call"] = counting.moved_bytes(job.workload.inputs, [], reads.output) + reads.weights + trained
+        if reads.wrote_inputs:
+            _warn(out, f"the step writes into its own inputs ({', '.join(reads.wrote_inputs[:3])}): every step runs on "
+                       "what the one before left, so the steps timed are not one step repeated (a value that grows "
+                       "reaches inf and NaN, whose paths can be slower or faster); write into a copy, or return "
+                       "fresh inputs from the factory for each call")
     except Exception as exc:  # noqa: BLE001 (a tensor whose storage cannot be read, e.g. a nested one)
         out["bytes_per_call"] = None
         _warn(out, f"bytes moved not counted: one more eager call to count them raised ({type(exc).__name__}: "

@@ -69,8 +69,16 @@ def default_loss(output: Any) -> torch.Tensor:
     for value in values:
         if isinstance(value, torch.Tensor):
             return _as_loss(value)
+    if output is None or isinstance(output, (bool, int, float, complex, str, bytes)):
+        raise StepError(f"train=true: the step returned {_kind(output)}, which carries no gradient: its forward "
+                        "must return a tensor (or an output holding one) that the loss is made from, not a Python "
+                        "number (.item() and float() leave autograd)")
     raise StepError(f"train=true: no loss from an output of type {type(output).__name__}; "
                     "return Workload(fn, args, loss=...) from the factory")
+
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else f"a Python {type(value).__name__}"
 
 
 def _as_loss(tensor: torch.Tensor) -> torch.Tensor:

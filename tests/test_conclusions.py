@@ -398,6 +398,9 @@ def test_a_point_above_its_ceiling_names_what_may_overstate_it_and_the_dtype_it_
             "an input (a gather) moves less; or the ceiling was measured low") in said.text, said.text
     [flops] = _ceilings([GridPoint({**row, "regime": "compute-bound", "achieved_flops_frac": 1.3})])
     assert "130% of this machine's measured fp32 matmul peak" in flops.text and "bytes_per_call" not in flops.text
+    # a small share keeps two digits: 0.35%, not 0% (helper-40)
+    [small] = _ceilings([GridPoint({**row, "regime": "compute-bound", "achieved_flops_frac": 0.0035})])
+    assert "reaches 0.35% of this machine's measured fp32 matmul peak" in small.text, small.text
 
 
 def _side_by_side(folder: Path, values: dict[int, tuple[float, float]]) -> None:

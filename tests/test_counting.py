@@ -88,22 +88,70 @@ def test_an_embedding_is_read_as_the_distinct_rows_looked_up_and_other_weights_w
     emb, head = torch.nn.Embedding(1000, 8), torch.nn.Linear(8, 4)
     ids = torch.tensor([[1, 2, 2, 5]])  # 3 distinct rows of 8 fp32
     row = 8 * 4
-    read, out = weight_reads(lambda: head(emb(ids)), [*emb.parameters(), *head.parameters()])
-    assert read == 3 * row + (8 * 4 + 4) * 4 and out.shape == (1, 4, 4)
+    reads = weight_reads(lambda: head(emb(ids)), [*emb.parameters(), *head.parameters()])
+    assert reads.weights == 3 * row + (8 * 4 + 4) * 4 and reads.output.shape == (1, 4, 4)
     # every way of looking rows up; a lookup twice reads a row once
-    assert weight_reads(lambda: emb.weight.index_select(0, ids[0]), [emb.weight])[0] == 3 * row
-    assert weight_reads(lambda: emb.weight[ids[0]], [emb.weight])[0] == 3 * row
-    assert weight_reads(lambda: torch.nn.functional.embedding_bag(ids, emb.weight), [emb.weight])[0] == 3 * row
-    assert weight_reads(lambda: (emb(ids), emb(torch.tensor([5, 7]))), [emb.weight])[0] == 4 * row
+    assert weight_reads(lambda: emb.weight.index_select(0, ids[0]), [emb.weight]).weights == 3 * row
+    assert weight_reads(lambda: emb.weight[ids[0]], [emb.weight]).weights == 3 * row
+    assert weight_reads(lambda: torch.nn.functional.embedding_bag(ids, emb.weight), [emb.weight]).weights == 3 * row
+    assert weight_reads(lambda: (emb(ids), emb(torch.tensor([5, 7]))), [emb.weight]).weights == 4 * row
     # the same table also read whole (tied to a head; broadcast): whole, and once
     tied = torch.nn.Linear(8, 1000, bias=False)
     tied.weight = emb.weight
-    assert weight_reads(lambda: tied(emb(ids)), [emb.weight])[0] == 1000 * row
-    assert weight_reads(lambda: emb.weight.expand(3, 1000, 8).sum(), [emb.weight])[0] == 1000 * row
+    assert weight_reads(lambda: tied(emb(ids)), [emb.weight]).weights == 1000 * row
+    assert weight_reads(lambda: emb.weight.expand(3, 1000, 8).sum(), [emb.weight]).weights == 1000 * row
     # a buffer sliced before use: the slice; one no op was seen reading: whole (a kernel the reading
     # does not see may read it)
     mask, unused = torch.ones(100, 100), torch.ones(7)
-    assert weight_reads(lambda: torch.zeros(5, 5) + mask[:5, :5], [mask, unused])[0] == 25 * 4 + 7 * 4
+    assert weight_reads(lambda: torch.zeros(5, 5) + mask[:5, :5], [mask, unused]).weights == 25 * 4 + 7 * 4
+
+
+def _trains(model, optimizer, call):
+    def step():
+        call().sum().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step
+
+
+def test_a_trained_weight_counts_what_its_gradient_holds():
+    """A sparse embedding's gradient holds the rows looked up, and SGD updates those alone (the
+    whole table, 3x for SGD, read 768 MB where the step moved kilobytes: helper-40); a weight used
+    under no_grad gets no gradient and no update; a dense one, all of it."""
+    ids = torch.tensor([[1, 2, 2, 5]])
+    row = 8 * 4
+    sparse = torch.nn.Embedding(1000, 8, sparse=True)
+    step = _trains(sparse, torch.optim.SGD(sparse.parameters(), lr=0.1), lambda: sparse(ids))
+    reads = weight_reads(step, [sparse.weight], trained=[sparse.weight])
+    assert (reads.weights, reads.trained) == (3 * row, 3 * row)
+    # its FLOPs: the update adds the 4 rows' values the gradient holds (uncoalesced), not 8,000
+    flops, _ = count_flops(step)
+    assert flops < 100
+    dense = torch.nn.Embedding(1000, 8)
+    step = _trains(dense, torch.optim.SGD(dense.parameters(), lr=0.1), lambda: dense(ids))
+    reads = weight_reads(step, [dense.weight], trained=[dense.weight])
+    assert (reads.weights, reads.trained) == (1000 * row, 1000 * row)
+    frozen, head, x = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.ones(2, 8)
+    weights = [*frozen.parameters(), *head.parameters()]
+
+    def forward():
+        with torch.no_grad():
+            h = frozen(x)
+        return head(h)
+
+    reads = weight_reads(_trains(None, torch.optim.SGD(weights, lr=0.1), forward), weights, trained=weights)
+    assert (reads.weights, reads.trained) == (2 * (8 * 8 + 8) * 4, (8 * 8 + 8) * 4)
+
+
+def test_a_step_that_writes_into_its_inputs_is_named():
+    x, out, kept = torch.ones(3), torch.empty(3), torch.ones(3)
+    assert weight_reads(lambda: x.mul_(1.5), [], inputs=[x]).wrote_inputs == ["aten::mul_"]
+    assert weight_reads(lambda: torch.add(kept, 1, out=out), [], inputs=[kept, out]).wrote_inputs == ["aten::add"]
+    assert weight_reads(lambda: (kept + 1, x[:2].add_(1)), [], inputs=[kept]).wrote_inputs == []
+    # a trained input (a function's float input, which the optimizer updates in place) is not one
+    w = torch.ones(3, requires_grad=True)
+    step = _trains(None, torch.optim.SGD([w], lr=0.1), lambda: w * 2)
+    assert weight_reads(step, [w], trained=[w], inputs=[w]).wrote_inputs == []
 
 
 def test_tensors_are_found_in_outputs_of_every_shape():

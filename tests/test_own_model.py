@@ -184,8 +184,13 @@ def test_default_loss_takes_a_models_own_loss_in_every_usual_shape():
     assert default_loss({"logits": logits, "loss": loss}) is loss  # a mapping's "loss", wherever it is
     assert default_loss((loss, logits)) is loss  # a tuple whose first is the loss
     assert default_loss(CausalLMOutput(loss=None, logits=logits)).item() == 6  # no labels: the logits' sum
-    with pytest.raises(StepError, match="no loss from an output of type str"):
-        default_loss("text")
+    with pytest.raises(StepError, match="no loss from an output of type set"):
+        default_loss({"text"})
+    # a Python number carries no gradient: no loss function could make one from it (helper-40)
+    for number, kind in ((1.5, "a Python float"), (None, "None"), ("text", "a Python str")):
+        with pytest.raises(StepError, match=f"the step returned {kind}, which carries no gradient: its forward must "
+                                            "return a tensor"):
+            default_loss(number)
 
 
 def test_a_closure_over_a_parameterless_module_and_no_floats_is_refused():

@@ -161,6 +161,10 @@ def test_autograds_words_for_the_workloads_own_mistakes_get_what_to_change():
         "the loss is not a scalar": raised(lambda: (w * 2).backward()),
         "an in-place op on one fails": raised(lambda: w.add_(1)),
     }
+    sparse = torch.nn.Embedding(4, 2, sparse=True)
+    sparse(torch.tensor([1])).sum().backward()
+    cases["optimizer=sgd and optimizer=adagrad update them"] = raised(
+        lambda: torch.optim.Adam(sparse.parameters()).step())
     training, inference = JobConfig(train=True), JobConfig()
     for hint, said in cases.items():
         assert hint in autograd_hint(said, training), said

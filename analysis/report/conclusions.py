@@ -606,7 +606,7 @@ def _ceilings(points: list[dict[str, Any]]) -> list[Conclusion]:
                                        f"({rate(stats.number(r.get('peak_flops_per_s')), 'FLOP/s')}{when})"}
         keys = (["achieved_flops_frac", "achieved_bandwidth_frac"] if at_ridge
                 else ["achieved_bandwidth_frac" if memory else "achieved_flops_frac"])
-        percent = lambda v: f"{v * 100:.0f}%"  # noqa: E731
+        percent = lambda v: f"{v * 100:.0f}%" if v >= 0.1 else f"{v * 100:.2g}%"  # noqa: E731  (0.35%, not 0%)
         reached = " and ".join(f"{percent(r[k])}{interval(r, k, percent)} of {held[k]}" for k in keys)
         ridge = " (its intensity is at the roofline's ridge: either ceiling may be the one it meets)" if at_ridge else ""
         over = [k for k in keys if stats.number(r[k]) > ABOVE_CEILING]
