@@ -227,6 +227,9 @@ def compare_main(argv: list[str]) -> int:
         if len(result[key]) > 3:
             print(f"  and {len(result[key]) - 3} more records in {side} that could not be read whole (python -m analysis "
                   f"{folder} names each)")
+    for side, key in (("BASE", "incomplete_base"), ("NEW", "incomplete_new")):
+        if result[key]:
+            print(f"  {side} is not a whole sweep: {result[key]}")
     for e in result["environment"]:
         print(f"  environment differs: {e['key']}: {e['base']} -> {e['new']}")
     if args.fail_if_slower is not None:
@@ -236,7 +239,13 @@ def compare_main(argv: list[str]) -> int:
                   f"({p['verdict_on']}, {p['verdict_why']})")
         for f in result["failed_new"]:  # a grid point that crashed is no faster
             print(f"failed: {f['measured_job']} -> {f['failed_job']}: {f['error']}")
-        if bad or result["failed_new"]:
+        # what NEW did not measure, stopped or unreadable, may be what got slower
+        unread = [lost for lost in result["lost_new"] if not lost["point_known"]]
+        for lost in unread:
+            print(f"failed: {lost['job']} in NEW has no readable record: {lost['error']}")
+        if result["incomplete_new"]:
+            print(f"failed: NEW is not a whole sweep: {result['incomplete_new']}")
+        if bad or result["failed_new"] or unread or result["incomplete_new"]:
             return 1
     return 0
 

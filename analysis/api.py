@@ -183,6 +183,12 @@ class Comparison:
         return {"BASE": list(self.result.get("unmatched_base", [])), "NEW": list(self.result.get("unmatched_new", []))}
 
     @property
+    def incomplete(self) -> dict[str, str | None]:
+        """{"BASE": ..., "NEW": ...}: why a side is not a whole sweep (stopped before jobs it
+        planned), or None; compare's gate fails on NEW's."""
+        return {"BASE": self.result.get("incomplete_base"), "NEW": self.result.get("incomplete_new")}
+
+    @property
     def verdicts(self) -> dict[str, int]:
         counts = {v: 0 for v in ("slower", "faster", "same", "inconclusive")}
         for p in self.result["pairs"]:

@@ -357,6 +357,34 @@ def test_a_grid_point_that_failed_in_new_is_named_as_failed_and_fails_the_gate(t
     assert code == 0 and "failed in BASE (measured in NEW, " in out
 
 
+def test_a_new_sweep_stopped_early_or_with_unreadable_records_fails_the_gate(tmp_path, capsys):
+    """NEW stopped after its first job (sweep.json planned more), or its records of a grid point
+    unreadable: --fail-if-slower exited 0 while history's gate failed the same sweep (helper-41).
+    What NEW did not measure may be what got slower: named, and the gate fails."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    for folder in (base, new):
+        hand_made_point(folder, 0, processes(100), size=8)
+    hand_made_point(base, 1, processes(100), size=16)
+    (new / "sweep.json").write_text(json.dumps({"jobs": 6}))  # planned 6, ran 3
+    code, out, _ = compare(base, new, "--fail-if-slower", "1.10", capsys=capsys)
+    assert code == 1, out
+    assert "NEW is not a whole sweep: 3 of 6 planned jobs never ran" in out
+    assert "failed: NEW is not a whole sweep" in out
+    assert "NEW is not a whole sweep</h2><p>3 of 6 planned jobs never ran" in (new / "compare" / "compare.html").read_text()
+    from analysis.api import load
+    assert load(base).compare(new).incomplete == {"BASE": None, "NEW": "3 of 6 planned jobs never ran: the sweep was "
+                                                  "stopped before them; rerun its command into this folder to finish "
+                                                  "(jobs already ok are skipped)"}
+    code, out, _ = compare(new, base, "--fail-if-slower", "1.10", capsys=capsys)  # BASE stopped: said, no gate
+    assert code == 0 and "BASE is not a whole sweep: 3 of 6" in out
+    (new / "sweep.json").unlink()
+    hand_made_point(new, 1, processes(100), size=16)
+    for record in new.glob("*_16_*/metrics.json"):
+        record.write_text('{"status": "ok", "size"')  # cut short
+    code, out, _ = compare(base, new, "--fail-if-slower", "1.10", capsys=capsys)
+    assert code == 1 and "in NEW has no readable record" in out, out
+
+
 def test_a_sweep_from_before_threads_were_recorded_pairs_with_one_at_the_default(tmp_path, capsys):
     hand_made_point(tmp_path / "base", 0, processes(100))  # no `threads` in its records
     hand_made_point(tmp_path / "new", 0, processes(100), threads="auto")

@@ -225,6 +225,9 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
         if result[key]:
             parts.append(f"<h2>Measured in {side} only (no such grid point in {other})</h2><ul>"
                          + "".join(f"<li>{escape(j)}</li>" for j in result[key]) + "</ul>")
+    for side, key in (("BASE", "incomplete_base"), ("NEW", "incomplete_new")):
+        if result.get(key):
+            parts.append(f"<h2>{side} is not a whole sweep</h2><p>{escape(result[key])}</p>")
     parts.append("<h2>What differs in the environment</h2>")
     parts.append(table(["", "base", "new"], ([escape(e["key"]), escape(e["base"]), escape(e["new"])]
                                                for e in result["environment"]))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from analysis.tables import analyse_sweep, environment_of, job_folders, read_table, samples_rows, unreadable
+from analysis.tables import analyse_sweep, environment_of, job_folders, never_ran, read_table, samples_rows, unreadable
 from analysis.trace import is_op
 from profsweep.contract import METRICS_FILE, TIMED_SAMPLES, GridPoint, Job, amount, live_sweep, not_a_folder
 
@@ -49,6 +49,7 @@ class Side:
     # (job, what) of usable jobs whose record had fields that could not be read (tables' record_error:
     # timed samples that are no sensible times, say): judged without them
     damaged: list[tuple[str, str]] = field(default_factory=list)
+    incomplete: str | None = None  # the sweep stopped before jobs it planned (never_ran's words)
 
 
 def op_uses(ops: Iterable[dict[str, Any]]) -> list[tuple[str, float, float]]:
@@ -92,7 +93,8 @@ def load_side(folder: Path) -> Side:
     return Side(folder, points, _by_job(rows["steps"]), {j: op_uses(o) for j, o in _by_job(rows["ops"]).items()},
                 {j: kernel_uses(k) for j, k in kernels.items()}, environment if isinstance(environment, dict) else {},
                 {str(j["job"]): j for j in jobs if j.usable}, read_from, failed, lost,
-                [(str(j["job"]), str(j["record_error"])) for j in jobs if j.usable and j.get("record_error")])
+                [(str(j["job"]), str(j["record_error"])) for j in jobs if j.usable and j.get("record_error")],
+                never_ran(folder, len(jobs)))
 
 
 def _by_job(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
