@@ -343,8 +343,7 @@ def _history(args: argparse.Namespace) -> int:
             if len(sweeps) > 1 and len(chosen) == 1:
                 raise StoreError(f"the {len(sweeps)} sweeps given are copies of one: nothing to follow over time")
             found = history.load(store, [ids[s] for s in chosen], args.ignore)
-            broken = bool(found.sweeps and found.sweeps[-1].get("jobs_failed") and history.newest_missing(found))
-            if len(sweeps) > 1 and not any(len(line.points) > 1 for line in found.lines) and not broken:
+            if len(sweeps) > 1 and not any(len(line.points) > 1 for line in found.lines) and not history.broken(found):
                 raise StoreError(f"these {len(sweeps)} sweeps have nothing in common: no grid point was measured in "
                                  f"two of them (paired by {', '.join(found.columns)}); --ignore KEY pairs across a key")
             history.analyse(found)
@@ -361,8 +360,11 @@ def _history(args: argparse.Namespace) -> int:
     print(f"  -> {', '.join(str(p) for p in written)}")
     if args.fail_on_change is not None:
         newest = found.sweeps[-1]
-        if newest.get("jobs_failed") and history.newest_missing(found):  # a broken build is the first regression
-            print(f"failed in the newest sweep: {int(newest['jobs_failed'])} jobs of {newest['name']}, "
+        if history.broken(found):  # a broken build, or a sweep stopped early, is the first regression
+            unrun = history.never_ran(newest)[0]
+            lost = ", ".join([f"{int(newest['jobs_failed'])} jobs failed"] * bool(newest.get("jobs_failed"))
+                             + [f"{unrun} planned jobs never ran"] * bool(unrun))
+            print(f"failed in the newest sweep: {lost} in {newest['name']}, "
                   f"{len(history.newest_missing(found))} grid points measured before")
             return 1
         bad = [r for r in found.changes if r["status"] == "regression" and r["ratio"] > args.fail_on_change]

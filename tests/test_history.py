@@ -309,11 +309,21 @@ def test_a_newest_sweep_whose_jobs_failed_is_named_and_fails_the_gate(tmp_path, 
     code, out, _ = history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)
     assert "in s3: 3 of 6 jobs failed" in out and "planned" not in out
     assert "not measured in the newest sweep (s3), measured before: matmul_add size=32 bf16 warm eager" in out
-    assert code == 1 and "failed in the newest sweep: 3 jobs of s3, 1 grid points measured before" in out
+    assert code == 1 and "failed in the newest sweep: 3 jobs failed in s3, 1 grid points measured before" in out
     # a sweep stopped early: its sweep.json planned more jobs than ran
     (tmp_path / "n" / "s3" / "sweep.json").write_text(json.dumps({"jobs": 8}))
     code, out, _ = history(tmp_path / "n", capsys=capsys)
     assert "in s3: 3 of 6 jobs failed; 2 of the 8 planned never ran (stopped early)" in out, out
+    # stopped before its size-32 jobs, none failed: the gate fails it as it fails a broken build
+    # (it passed: helper-41)
+    shutil.rmtree(tmp_path / "n" / "history")
+    shutil.rmtree(tmp_path / "n" / "s3")
+    write_sweep(tmp_path / "n" / "s3", 4, {16: noisy(160, rng)})
+    plan = json.loads((tmp_path / "n" / "s3" / "sweep.json").read_text())
+    (tmp_path / "n" / "s3" / "sweep.json").write_text(json.dumps({**plan, "jobs": 6}))
+    code, out, _ = history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)
+    assert "in s3: 3 of the 6 planned never ran (stopped early)" in out, out
+    assert code == 1 and "failed in the newest sweep: 3 planned jobs never ran in s3, 1 grid points" in out
 
 
 # --- the store ------------------------------------------------------------------------------------------
@@ -698,7 +708,7 @@ def test_a_newest_sweep_whose_every_job_failed_fails_the_gate_not_the_input(tmp_
     write_sweep(tmp_path / "n" / "s1", 2, {16: [None, None, None], 32: [None, None, None]})
     code, out, err = history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)
     assert code == 1, err
-    assert "in s1: 6 of 6 jobs failed" in out and "failed in the newest sweep: 6 jobs of s1, 2 grid points" in out
+    assert "in s1: 6 of 6 jobs failed" in out and "failed in the newest sweep: 6 jobs failed in s1, 2 grid points" in out
 
 
 def test_an_analysis_older_than_a_job_record_is_said(tmp_path, capsys):
