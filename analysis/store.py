@@ -89,8 +89,8 @@ def summary_file(folder: Path) -> Path | None:
 
 
 def newer_records(folder: Path) -> tuple[list[tuple[str, int]], int]:
-    """The job records of an analysed sweep written after its analysis (a job rerun or resumed, a
-    status changed, a record edited), as (job, mtime ns), and the jobs its analysis names whose
+    """The job records of an analysed sweep written after its analysis (its oldest table: a job
+    rerun or resumed, a status changed, a record edited, an analysis stopped halfway), as (job, mtime ns), and the jobs its analysis names whose
     folders are gone since while others remain (removed: mtime 0); and how many records it has. ([], n) where none is
     newer or gone, or the sweep is not analysed or cannot be read."""
     from analysis.tables import job_folders, job_name
@@ -100,7 +100,9 @@ def newer_records(folder: Path) -> tuple[list[tuple[str, int]], int]:
     if summary is None:
         return [], 0
     try:
-        written = summary.stat().st_mtime_ns
+        # the oldest table history reads: an analysis stopped after some of them left the rest as they were
+        written = min(p.stat().st_mtime_ns for p in [summary, *(folder / n for n in TABLE_FILES.values())]
+                      if p.is_file())
         folders = job_folders(folder)
         times = [(j.name, (j / METRICS_FILE).stat().st_mtime_ns) for j in folders if (j / METRICS_FILE).is_file()]
     except OSError:

@@ -722,6 +722,15 @@ def test_an_analysis_older_than_a_job_record_is_said(tmp_path, capsys):
     code, _, err = history(tmp_path / "n", capsys=capsys)
     assert code == 0 and "s1: its analysis is older than 1 job record (0_matmul_add_16_bf16_warm_eager" in err
     assert "s0: its analysis" not in err
+    # an analysis stopped after it wrote summary.csv: its other tables are as old as before the record
+    # (history held the new summary with the old repeats.csv's failed job: helper-41)
+    record = next((tmp_path / "n" / "s0").glob("0_*")) / "metrics.json"
+    record.write_text("{}")
+    repeats = (tmp_path / "n" / "s0" / "repeats.csv").stat().st_mtime_ns
+    os.utime(record, ns=(repeats + 10**9, repeats + 10**9))
+    os.utime(tmp_path / "n" / "s0" / "summary.csv", ns=(repeats + 2 * 10**9, repeats + 2 * 10**9))
+    code, _, err = history(tmp_path / "n", capsys=capsys)
+    assert "s0: its analysis is older than 1 job record (0_matmul_add_16_bf16_warm_eager" in err, err
 
 
 def test_the_api_refuses_a_folder_given_as_a_string_for_the_list(tmp_path):
