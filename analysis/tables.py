@@ -27,8 +27,8 @@ from profsweep.decide import ABOVE, BELOW, SAME, Decision, current_band, decide
 from profsweep.columns import (
     KERNEL_COLUMNS, NUMBER_SUFFIXES, OP_COLUMNS, TEXT_COLUMNS, TEXT_FIELDS, WORKLOAD_PREFIX,
 )
-from profsweep.contract import (METRICS_FILE, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, TIMED, GridPoint,
-                               Job, table_files, timed_samples, trace_files)
+from profsweep.contract import (METRICS_FILE, PROVENANCE_FILE, REPEATS_FILE, SCHEMA_VERSION, SUMMARY_FILE, TIMED,
+                               TIMED_SAMPLES, GridPoint, Job, table_files, timed_samples, trace_files)
 
 SERIES_KEYS = list(contract.SERIES_KEYS)
 
@@ -345,11 +345,14 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
         said = (f"{job_dir / METRICS_FILE}: schema {_shown(version)} (this analysis reads "
                 f"schema {SCHEMA_VERSION}); analysed as far as its fields allow")
         row["record_error"] = f"{row['record_error']}; {said}" if row["record_error"] else said
-    lacking = _lacking(record) if version == SCHEMA_VERSION and row["status"] == "ok" and _by_a_job(record) else []
+    checked = version == SCHEMA_VERSION and row["status"] == "ok" and _by_a_job(record)
+    lacking = _lacking(record) if checked else []
     if lacking:
         row.update(status="failed", error=(
             f"its record lacks {', '.join(lacking)}, which every ok record of schema {SCHEMA_VERSION} has (edited, or "
             "written by another program): what it measured is unclear, left out"))
+    elif checked and (said := _contradicted(row)):
+        row.update(status="failed", error=f"{said} (edited by hand?): what it measured is unclear, left out")
     tables.settings[row["job"]] = {k: contract.without_address(json.dumps(v, sort_keys=True, default=repr))
                                    for k, v in row.items() if v is not None and configured(k)}
     if row["status"] == "ok":
@@ -384,6 +387,20 @@ OK_FIELDS = ("workload", "size", "dtype", "compile", "warmup", "train", "device"
 
 def _by_a_job(record: dict[str, Any]) -> bool:
     return all(record.get(k) is not None for k in JOB_MARKS)
+
+
+def _contradicted(row: dict[str, Any]) -> str | None:
+    """Where a job's un-profiled step is not the median of its own samples (a job writes it as
+    exactly that): the record was edited, and which of the two to believe is unknown."""
+    median, samples = stats.number(row.get(TIMED)), row.get(TIMED_SAMPLES)
+    if median is None or not samples:
+        return None
+    of_samples = stats.median(samples)
+    # (1%: a job of an earlier version kept order statistics of its steps beside their own median)
+    if abs(of_samples - median) <= 0.01 * median:
+        return None
+    return (f"its {TIMED}={median:g} is not the median of its {TIMED_SAMPLES} ({of_samples:g}), which a job "
+            "writes it as")
 
 
 def _lacking(record: dict[str, Any]) -> list[str]:

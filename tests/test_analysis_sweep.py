@@ -386,14 +386,25 @@ def test_a_job_written_record_lacking_what_every_ok_record_has_is_named_and_left
     hand_made_job(tmp_path, 1, jitter(100, 5), size=16, train=False, timed_error="the twin was killed", **marks)
     hand_made_job(tmp_path, 2, jitter(100, 5), size=32, train=False, timed_us_per_step=90.0, **marks)
     hand_made_job(tmp_path, 3, jitter(100, 5), size=64)  # no marks: another program's
+    # samples that are not its median's (a summary of 7,996 µs from a record saying 46: helper-41)
+    hand_made_job(tmp_path, 4, jitter(100, 5), size=128, train=False, timed_us_per_step=46.394,
+                  timed_samples_us=[1e6, 1e6, 1e6], **marks)
+    hand_made_job(tmp_path, 5, jitter(100, 5), size=256, train=False, timed_us_per_step=46.3945,
+                  timed_samples_us=[46.394, 46.395, 50.0, 12.0], **marks)  # an even count's median: its own
     said = dict(analyse_folder(tmp_path, progress=lambda line: None))
     assert said[edited.name] == (
         "failed: its record lacks train, steps, timed_us_per_step, which every ok record of schema 1 has (edited, "
         "or written by another program): what it measured is unclear, left out"), said
     assert not any("lacks" in v for k, v in said.items() if k != edited.name), said
+    contradicted = next(k for k in said if k.startswith("4_"))
+    assert said[contradicted] == ("failed: its timed_us_per_step=46.394 is not the median of its timed_samples_us "
+                                  "(1e+06), which a job writes it as (edited by hand?): what it measured is unclear, "
+                                  "left out"), said
+    assert not any(k.startswith("5_") for k in said), said
     summary = pd.read_csv(tmp_path / "summary.csv")
     at = summary.set_index("size")
-    assert at.loc[8, "repeats_failed"] == 1 and at.loc[[16, 32, 64], "repeats"].tolist() == [1, 1, 1]
+    assert at.loc[[8, 128], "repeats_failed"].tolist() == [1, 1]
+    assert at.loc[[16, 32, 64, 256], "repeats"].tolist() == [1, 1, 1, 1]
 
 
 def test_a_job_folder_copied_by_hand_is_one_process_not_another_repeat(tmp_path):
