@@ -47,6 +47,9 @@ def start_in(folder: Path, key: str, expect: list[str]) -> None:
         refuse(f"{key}={folder}: cannot create this folder ({exc.strerror or exc}): "
                f"choose a {key} you can write to")
     _claim(folder, key)
+    # Ctrl-C too: Python's own KeyboardInterrupt, with the stop noted first (one that lands in
+    # Hydra's composition of the next job comes out as a composition error, and is a stop)
+    signal.signal(signal.SIGINT, _terminate_as_interrupt)
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     signal.signal(signal.SIGHUP, _terminate_as_interrupt)  # the terminal closed
     try:
@@ -123,7 +126,7 @@ def _ceilings_wanted(configs: list[JobConfig], axes: list[Axis]) -> list[tuple[s
 
 
 def _terminate_as_interrupt(signum: int, frame: Any) -> None:
-    """SIGTERM or SIGHUP stops the sweep as Ctrl-C does. The stop is noted first: a signal that
+    """Ctrl-C, SIGTERM or SIGHUP stops the sweep as Python's Ctrl-C does. The stop is noted first: a signal that
     lands while Python runs a finalizer (a weakref callback during garbage collection) has its
     KeyboardInterrupt printed and dropped there, and the sweeper must still start no more jobs."""
     SWEEP.stop()
