@@ -381,8 +381,8 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
 # marks, made by another program or by hand as the tests make theirs, is read as far as its
 # fields allow: without its un-profiled step, its profiled steps give the step time.)
 JOB_MARKS = ("started_at", "finished_at", "torch_version")
-OK_FIELDS = ("workload", "size", "dtype", "compile", "warmup", "train", "device", "steps", "self_cpu_total_us",
-             "trace_file")
+OK_FIELDS = ("workload", "size", "dtype", "compile", "warmup", "train", "device", "config_hash", "repeat", "steps",
+             "self_cpu_total_us", "trace_file")
 
 
 def _by_a_job(record: dict[str, Any]) -> bool:

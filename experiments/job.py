@@ -872,13 +872,18 @@ def _add_cost(out: dict[str, Any], cost: seam.Cost | None, config: JobConfig) ->
 
 
 def _check_memory(out: dict[str, Any], config: JobConfig, device: str, free: int | None) -> None:
+    """Refuse a job whose memory estimate exceeds what is free; for good (`failure_is_final`: its
+    later repeats are not run) where it exceeds all the device has, which no process frees."""
     need = out.get("memory_estimate_bytes")
     if free is not None and need is not None and need > MEMORY_HEADROOM * free:
-        raise JobError(
-            f"memory: {config.label} needs about {_gib(need)} (estimate of inputs, weights"
-            f"{', gradients, optimizer state' if config.train else ''} and live intermediates) but only "
-            f"{_gib(free)} is available on {device}"
-        )
+        total = total_memory_bytes(device)
+        hopeless = total is not None and need > total
+        said = (f"memory: {config.label} needs about {_gib(need)} (estimate of inputs, weights"
+                f"{', gradients, optimizer state' if config.train else ''} and live intermediates) but only "
+                f"{_gib(free)} is available on {device}")
+        if hopeless:
+            raise records.Refusal(f"{said}, of {_gib(total)} in all: a smaller size fits")
+        raise JobError(said)
 
 
 def dynamo_graphs() -> tuple[int, int]:
@@ -986,6 +991,18 @@ def available_memory_bytes(device: str) -> int | None:
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
+        return None
+
+
+def total_memory_bytes(device: str) -> int | None:
+    """All the memory of the device: the GPU's, or the machine's RAM."""
+    try:
+        if device == "cuda":
+            import torch
+
+            return int(torch.cuda.mem_get_info()[1])
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError, RuntimeError):
         return None
 
 

@@ -355,7 +355,7 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     if settled:
         print(f"  not run: the later repeats of {amount(len(settled), 'grid point')} whose "
               "first process failed for a reason no other process can change (the factory's return value, a "
-              f"refused setting): {settled[0]}" + (f"; and {len(settled) - 1} more" if len(settled) > 1 else ""),
+              f"refused setting, more memory than the device has): {settled[0]}" + (f"; and {len(settled) - 1} more" if len(settled) > 1 else ""),
               flush=True)
     # what the analysis found beyond the records (a trace cut short or unreadable, a record it could
     # not use): named as `python -m analysis` names it, and the sweep fails as it does

@@ -72,6 +72,12 @@ def test_memory_guard_fails_before_allocating(tmp_path):
     assert "memory" in record["error"] and "GiB" in record["error"]
     assert record["memory_estimate_bytes"] > record["memory_available_bytes"]
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
+    # more than the machine has in all: no other process of the grid point can run it, its repeats are not
+    # started (3 processes of 37 s for size=10000000: helper-41)
+    from experiments.job import total_memory_bytes
+
+    hopeless = record["memory_estimate_bytes"] > total_memory_bytes("cpu")
+    assert bool(record.get("failure_is_final")) == hopeless and ("a smaller size fits" in record["error"]) == hopeless
 
 
 def test_a_raising_workload_is_recorded_not_raised(tmp_path):
