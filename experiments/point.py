@@ -21,7 +21,7 @@ from experiments.config import AUTO, JobConfig
 from experiments.launchers import failure_record, finished_record, launcher_for, unfinished_record
 from experiments.slots import CPU_SLOT, held_slot, slots_for, visible_gpus
 from profsweep.progress import duration
-from profsweep.contract import alive, scratch_pid, untouched_for
+from profsweep.contract import alive, one_line, scratch_pid, untouched_for
 from profsweep.sweep_state import SWEEP
 
 
@@ -120,8 +120,9 @@ def _job_environment(config: JobConfig, lock_wait_s: float) -> dict[str, str]:
 
 def _print_outcome(tag: str, record: dict[str, Any], seconds: float) -> None:
     if record["status"] == "ok":
-        print(f"{tag} ok {seconds:.1f} s" + (f" (not cold: {record['not_cold']})" if record.get("not_cold") else ""),
-              flush=True)
+        notes = [f"{what}: {one_line(str(record[key]))}" for key, what in
+                 (("not_cold", "not cold"), ("timed_error", "no un-profiled timing")) if record.get(key)]
+        print(f"{tag} ok {seconds:.1f} s" + "".join(f" ({n})" for n in notes), flush=True)
     else:
         print(f"{tag} failed: {record['error']} ({seconds:.1f} s)", flush=True)
 

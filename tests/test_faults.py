@@ -382,6 +382,16 @@ def test_a_job_whose_un_profiled_timing_failed_is_redone_on_resume_and_named_by_
                                     "other processes; rerun the same command to redo it")]
 
 
+def test_a_job_ok_without_its_un_profiled_timing_says_so_on_its_progress_line(capsys):
+    """Its twin killed: the line said `ok 0.3 s`, only the tally at the end said more (helper-41)."""
+    from experiments.point import _print_outcome
+
+    _print_outcome("[1/2] x", {"status": "ok", "timed_error": "the twin was killed by signal 9"}, 0.31)
+    _print_outcome("[2/2] y", {"status": "ok"}, 1.0)
+    assert capsys.readouterr().out == ("[1/2] x ok 0.3 s (no un-profiled timing: the twin was killed by signal 9)\n"
+                                       "[2/2] y ok 1.0 s\n")
+
+
 def _as_a_user(command: list[str]) -> list[str] | None:
     """`command` as a user whom permissions bind: root runs it without the capabilities that read
     any file (setpriv); None where neither is possible."""
