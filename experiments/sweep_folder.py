@@ -26,7 +26,7 @@ from experiments.preflight import Planned, cuda_visible
 from experiments.refusals import refuse
 from hydra_plugins.profsweep_grid import grid
 from hydra_plugins.profsweep_grid.grid import Axis
-from profsweep.contract import ENVIRONMENT_FILE, PLAN_FILE, SWEEP_LOCK_FILE, amount, one_line, read_plan
+from profsweep.contract import ENVIRONMENT_FILE, MISSING, PLAN_FILE, SWEEP_LOCK_FILE, amount, one_line, read_plan
 from profsweep.sweep_state import SWEEP
 
 EXIT_FAILED_JOBS = 1
@@ -363,8 +363,10 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     found = [(job, what) for job, what in SWEEP.analysis_problems if job not in said and job != "sweep"]
     for job, what in found:
         print(f"  problem: {job}: {one_line(what)}", flush=True)
-    if found:
-        print(f"  to redo {'it' if len(found) == 1 else 'them'}: remove {'its folder' if len(found) == 1 else 'their folders'} "
+    # a job folder without a record (stopped before it wrote one) is redone by a rerun as it is
+    kept = [(job, what) for job, what in found if not what.startswith(f"{MISSING}: ")]
+    if kept:
+        print(f"  to redo {'it' if len(kept) == 1 else 'them'}: remove {'its folder' if len(kept) == 1 else 'their folders'} "
               f"and rerun the same command into the same folder ({_dir_key(folder)}={folder})", flush=True)
     for why in SWEEP.analysis_failed:
         print(f"not analysed: {why}", flush=True)

@@ -40,6 +40,7 @@ SIDE_EAGER, SIDE_COMPILED = "side_by_side_eager_us", "side_by_side_compiled_us"
 # A job's record from before it starts, which its own replaces: a sweep killed while the job ran
 # (kill -9 reaches no handler) leaves this failure with the job's settings, not a folder without one.
 UNFINISHED = "unfinished"
+MISSING = "missing"  # a job's status in repeats.csv (never in metrics.json): its folder has no record (not run, or stopped before it wrote one)
 COPY = "copy"  # a job's status in repeats.csv (never in metrics.json): its record is another job folder's, copied
 FINAL = "failure_is_final"  # a failed record's flag: no other process of its grid point can change it
 # A series: the grid points that differ only in size (crossovers, plots, conclusions).

@@ -605,6 +605,12 @@ def test_the_tally_names_and_fails_what_the_sweeps_own_analysis_found(tmp_path, 
             tally(dirs, tmp_path, 2)
         said = capsys.readouterr().out
         assert said.count("boom") == 1 and "problem: 1_b" not in said and "problem: 0_a" in said
+        # a job folder without a record (stopped before it wrote one): named, and a plain rerun redoes it
+        SWEEP.analysis_problems = [("0_a", "missing: no metrics.json: the job was not run or did not finish")]
+        with pytest.raises(SystemExit):
+            tally(dirs[:1], tmp_path, 1)
+        said = capsys.readouterr().out
+        assert "problem: 0_a: missing: no metrics.json" in said and "remove its folder" not in said
         SWEEP.analysis_problems = []
         tally(dirs[:1], tmp_path, 1)  # nothing found: exit 0
     finally:
