@@ -361,10 +361,13 @@ def _history(args: argparse.Namespace) -> int:
     if args.fail_on_change is not None:
         newest = found.sweeps[-1]
         if history.broken(found):  # a broken build, or a sweep stopped early, is the first regression
-            unrun = history.never_ran(newest)[0]
-            lost = ", ".join([f"{int(newest['jobs_failed'])} jobs failed"] * bool(newest.get("jobs_failed"))
-                             + [f"{unrun} planned jobs never ran"] * bool(unrun))
-            print(f"failed in the newest sweep: {lost} in {newest['name']}, "
+            unrun = history.unrun_jobs(newest)[0]
+            lost = []
+            if newest.get("jobs_failed"):
+                lost.append(f"{int(newest['jobs_failed'])} jobs failed")
+            if unrun:
+                lost.append(f"{unrun} planned jobs never ran")
+            print(f"failed in the newest sweep: {', '.join(lost)} in {newest['name']}, "
                   f"{len(history.newest_missing(found))} grid points measured before")
             return 1
         bad = [r for r in found.changes if r["status"] == "regression" and r["ratio"] > args.fail_on_change]

@@ -378,9 +378,10 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
 
 # What every ok record of this schema holds (the job writes them, a None where a count failed):
 # one that bears a job's marks (JOB_MARKS) without them was edited by hand. (A record without the
-# marks, made by another program or by hand as the tests make theirs, is read as far as its
-# fields allow: without its un-profiled step, its profiled steps give the step time.)
-JOB_MARKS = ("started_at", "finished_at", "torch_version")
+# marks, made by another program or by hand as the tests make theirs, or by a job of before
+# 2026-12-06, which wrote no trace_sizes and not always these fields, is read as far as its fields
+# allow: without its un-profiled step, its profiled steps give the step time.)
+JOB_MARKS = ("started_at", "finished_at", "torch_version", "trace_sizes")
 OK_FIELDS = ("workload", "size", "dtype", "compile", "warmup", "train", "device", "config_hash", "repeat", "steps",
              "self_cpu_total_us", "trace_file")
 

@@ -47,25 +47,32 @@ def _elements(out_shape: Any) -> int:
     return math.prod(out_shape) if out_shape is not None else 0
 
 
+SPARSE = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+
+
 def _stored(t: torch.Tensor) -> int:
     """The elements a tensor holds: a sparse one's stored values, not its dense shape."""
     if t.layout == torch.sparse_coo:
         return t._values().numel()
-    if t.layout != torch.strided:  # CSR, CSC, BSR, BSC
+    if t.layout in SPARSE:  # CSR, CSC, BSR, BSC
         return t.values().numel()
     return t.numel()
 
 
-def _pointwise_flop(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
+def _pointwise_flop(*args: Any, out_val: Any = None, out_shape: Any = None, **kwargs: Any) -> int:
     """1 FLOP per output element; where an input is sparse (a sparse gradient added into a
     weight), per value it holds: the op works on those alone."""
-    sparse = [t for t in tensors([args, kwargs]) if t.layout != torch.strided]
+    sparse = [t for t in tensors([args, kwargs]) if t.layout in SPARSE]
     if sparse:
         return max(_stored(t) for t in sparse)
+    if out_val is None:  # a torch whose counter gives every formula shapes: no layouts to see
+        return _elements(out_shape)
     return sum(_stored(t) for t in tensors([out_val]))
 
 
-_pointwise_flop._get_raw = True  # type: ignore[attr-defined]  # FlopCounterMode: the tensors, not their shapes
+# FlopCounterMode passes this formula the tensors, not their shapes (torch's own formulas for
+# fused attention ask the same; an older counter that does not gives shapes, read as before)
+_pointwise_flop._get_raw = True  # type: ignore[attr-defined]
 
 
 def _addmm_flop(bias: Any, a: Any, b: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
@@ -257,9 +264,29 @@ def _extent(t: torch.Tensor) -> int:
     return elements * t.element_size()
 
 
+def storage_key(t: Any) -> int | None:
+    """Where a tensor's storage lives (views share it); None for one without (meta, a subclass)."""
+    try:
+        return t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) else None
+    except (RuntimeError, NotImplementedError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def _written(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[torch.Tensor]:
+    """The tensors an op writes into (in place, or out=), by its schema."""
+    arguments = func._schema.arguments
+    given = {**dict(zip((a.name for a in arguments), args)), **kwargs}
+    return [t for a in arguments if a.alias_info is not None and a.alias_info.is_write
+            for t in tensors([given.get(a.name)])]
+
+
 class _StorageReads(TorchDispatchMode):
     """What the ops of a call read of some storages: a lookup (`_gathered_rows`) its distinct
-    rows, any other op that is not a view the whole extent of the view it is given."""
+    rows, any other op that is not a view the whole extent of the view it is given. An op it
+    cannot see into (a higher-order op: torch.cond, flex_attention) runs unseen, and every storage
+    then counts whole."""
+
+    supports_higher_order_operators = True  # (passed through __torch_dispatch__, not refused)
 
     def __init__(self, storages: set[int], inputs: set[int] = frozenset()) -> None:
         super().__init__()
@@ -272,56 +299,47 @@ class _StorageReads(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if not getattr(func, "is_view", False) and not self.failed:
+        if not hasattr(func, "_schema"):  # a higher-order op: what runs inside it is not seen
+            self.failed = True
+        elif not self.failed:
             try:
-                self._note(func, args, kwargs)
+                if not getattr(func, "is_view", False):
+                    self._note(func, args, kwargs)
+                if self.inputs:
+                    self._note_writes(func, args, kwargs)
             except Exception:  # noqa: BLE001 (an argument this reading does not know: count every storage whole)
                 self.failed = True
-        if self.inputs:
-            self._note_writes(func, args, kwargs)
         return func(*args, **kwargs)
 
     def _note_writes(self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-        """An op that writes into one of `inputs` (an in-place op, out=), by its schema."""
-        try:
-            schema = func._schema.arguments
-        except AttributeError:
-            return
-        given = {**dict(zip((a.name for a in schema), args)), **kwargs}
-        for argument in schema:
-            alias = argument.alias_info
-            if alias is not None and alias.is_write and any(
-                    self._key(t) in self.inputs for t in tensors([given.get(argument.name)])):
-                name = str(func.overloadpacket).replace(".", "::", 1)
-                if name not in self.written:
-                    self.written.append(name)
+        """An op that writes into one of `inputs` (an in-place op, out=)."""
+        if any(storage_key(t) in self.inputs for t in _written(func, args, kwargs)):
+            name = str(func.overloadpacket).replace(".", "::", 1)
+            if name not in self.written:
+                self.written.append(name)
 
     def _note(self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         gathered = _gathered_rows(func, args)
         table = gathered[0] if gathered else None
-        if table is not None and self._key(table) in self.storages and table.dim() > 0:
+        if table is not None and storage_key(table) in self.storages and table.dim() > 0:
             table, index, dim = gathered  # type: ignore[misc]
-            seen, row = self.rows.setdefault(self._key(table), (set(), _extent(table) // max(table.shape[dim], 1)))
+            seen, row = self.rows.setdefault(storage_key(table), (set(), _extent(table) // max(table.shape[dim], 1)))
             seen.update(index.unique().tolist())
             others = [*args[1:], *kwargs.values()]
         else:
             others = [*args, *kwargs.values()]
         given = list(tensors(others))
-        # a sparse argument (a sparse gradient added into a weight): the op touches what it holds
+        # a sparse gradient added into a weight in place (SGD's, Adagrad's update): the op touches the
+        # weight where the gradient holds values; any other op reads each dense tensor whole
         sparse = max((_stored(t.coalesce() if t.layout == torch.sparse_coo else t)  # a row given twice: once
-                      for t in given if t.layout != torch.strided), default=None)
+                      for t in given if t.layout in SPARSE), default=None)
+        updated = _written(func, args, kwargs) if sparse is not None else []
         for t in given:
-            key = self._key(t)
+            key = storage_key(t)
             if key in self.storages:
-                read = _extent(t) if sparse is None else min(_extent(t), sparse * t.element_size())
+                touched = any(t is u for u in updated)
+                read = min(_extent(t), sparse * t.element_size()) if touched and sparse is not None else _extent(t)
                 self.spans[key] = max(self.spans.get(key, 0), read)
-
-    @staticmethod
-    def _key(t: Any) -> int | None:
-        try:
-            return t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) else None
-        except (RuntimeError, NotImplementedError, ValueError):
-            return None
 
     def read(self, storage: int, whole: int) -> int:
         """The bytes read of one storage of `whole` bytes: all of it when no op was seen reading it
@@ -332,7 +350,7 @@ class _StorageReads(TorchDispatchMode):
         return min(whole, max(self.spans.get(storage, 0), len(seen) * row))
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Reads:
     """What one call read and wrote (`weight_reads`)."""
     weights: int  # bytes read of the weights
@@ -351,18 +369,18 @@ def weight_reads(call: Callable[[], Any], weights: Iterable[torch.Tensor], train
     ops that wrote into `inputs`."""
     whole: dict[int, int] = {}
     for t in weights:
-        key = _StorageReads._key(t)
+        key = storage_key(t)
         if key is not None:
             whole[key] = t.untyped_storage().nbytes()
-    watched = {k for k in map(_StorageReads._key, inputs) if k is not None} - {
-        _StorageReads._key(t) for t in trained}  # an optimizer writes what it trains
+    watched = {k for k in map(storage_key, inputs) if k is not None} - {
+        storage_key(t) for t in trained}  # an optimizer writes what it trains
     shares: dict[int, tuple[int, float]] = {}  # storage -> (its bytes, the share its gradient holds)
 
     def hook(p: torch.Tensor) -> None:
         grad = p.grad
         if grad is not None:
             share = _stored(grad.coalesce() if grad.layout == torch.sparse_coo else grad) / max(p.numel(), 1)
-            shares[_StorageReads._key(p)] = (p.untyped_storage().nbytes(), min(share, 1.0))
+            shares[storage_key(p)] = (p.untyped_storage().nbytes(), min(share, 1.0))
 
     handles = [p.register_post_accumulate_grad_hook(hook) for p in trained if p.requires_grad]
     try:

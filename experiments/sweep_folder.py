@@ -353,10 +353,10 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
               f"({_dir_key(folder)}={folder}; a timing process that ran out of memory will again)", flush=True)
     settled = _not_run(folder)
     if settled:
+        more = f"; and {len(settled) - 1} more" if len(settled) > 1 else ""
         print(f"  not run: the later repeats of {amount(len(settled), 'grid point')} whose "
               "first process failed for a reason no other process can change (the factory's return value, a "
-              f"refused setting, more memory than the device has): {settled[0]}" + (f"; and {len(settled) - 1} more" if len(settled) > 1 else ""),
-              flush=True)
+              f"refused setting, more memory than the device has): {settled[0]}{more}", flush=True)
     # what the analysis found beyond the records (a trace cut short or unreadable, a record it could
     # not use): named as `python -m analysis` names it, and the sweep fails as it does
     said = {name for name, _ in failed + untimed}

@@ -241,4 +241,4 @@ def test_default_loss_is_the_sum_or_a_models_own_loss():
 
     assert default_loss(Output()).item() == 1.5
     with pytest.raises(StepError, match="Workload\\(fn, args, loss=...\\)"):
-        default_loss("text")
+        default_loss(object())

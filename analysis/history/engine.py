@@ -646,13 +646,13 @@ def _jobs_lost(sweep: dict[str, Any]) -> str:
     """What a sweep lost: its failed jobs, and the jobs its sweep.json planned that never ran (a
     sweep stopped early); '' where none."""
     failed, ran = int(sweep.get("jobs_failed") or 0), int(sweep.get("jobs") or 0)
-    unrun, planned = never_ran(sweep)
+    unrun, planned = unrun_jobs(sweep)
     said = ([f"{failed} of {amount(ran, 'job')} failed"] if failed else []) + (
         [f"{unrun} of the {planned} planned never ran (stopped early)"] if unrun else [])
     return f"  in {sweep['name']}: {'; '.join(said)}" if said else ""
 
 
-def never_ran(sweep: dict[str, Any]) -> tuple[int, int | None]:
+def unrun_jobs(sweep: dict[str, Any]) -> tuple[int, int | None]:
     """(how many jobs its sweep.json planned never ran, how many it planned): (0, ...) for a whole sweep."""
     ran = int(sweep.get("jobs") or 0)
     planned = read_plan(Path(str(sweep.get("folder") or ""))).get("jobs") if sweep.get("folder") else None
@@ -667,7 +667,7 @@ def broken(history: History) -> bool:
     if not history.sweeps:
         return False
     newest = history.sweeps[-1]
-    return bool((newest.get("jobs_failed") or never_ran(newest)[0]) and newest_missing(history))
+    return bool((newest.get("jobs_failed") or unrun_jobs(newest)[0]) and newest_missing(history))
 
 
 def newest_missing(history: History) -> list[Line]:
