@@ -169,6 +169,9 @@ def test_a_step_the_machines_speed_probe_made_too_is_not_confirmed(tmp_path, cap
         assert row["status"] == "unconfirmed" and code == 0, out
         assert "speed probe took 2.00x as long from this sweep on" in row["noise"]
         assert row["speed_probe_ratio"] == pytest.approx(2.0)
+        # said as the probe's move, not as a loaded machine (no sweep of it was: helper-43)
+        assert "[the machine's speed probe took 2.00x as long with it: see regressions.csv]" in out, out
+        assert "loaded machine" not in out
     else:  # the probe within the band: nothing to say
         assert row["status"] == "regression" and code == 1, out
         assert pd.isna(row["speed_probe_ratio"]) and pd.isna(row["noise"])

@@ -443,7 +443,7 @@ def describe_changes(store: Store, history: History) -> None:
                 "environment_changed": "; ".join(f"{k}: {a} -> {b}" for k, a, b in env),
                 "noise": "; ".join([*noise, *(["measured on a loaded machine"] if noise else []),
                                     *([machine] if machine else [])]),
-                "speed_probe_ratio": probe,
+                "speed_probe_ratio": probe, "_loaded": bool(noise),
                 "_line": line, "_shift": shift, "_ops": ops, "_environment": env, "_settings": settings,
             })
     order = {"regression": 0, "improvement": 1, "unconfirmed": 2}
@@ -604,7 +604,7 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
         where = f"sweep {line.points[r['_shift'].at].sweep + 1} of {len(s)}"
         out.append(f"  {r['status']:<12} {r['point']} at {r['change_at']} ({where}, {_when(r['change_at_time'])}): "
                    f"{r['ratio']:.2f}x [{low}, {high}], {us(r['before_us'])} -> {us(r['after_us'])}; "
-                   f"{r['what_changed']}" + (" [measured on a loaded machine: see noise in regressions.csv]" if r["noise"] else ""))
+                   f"{r['what_changed']}{_noise_tag(r)}")
     out += failures(history)
     untested = [ln for ln in measured if not ln.tested]
     if untested:
@@ -629,6 +629,16 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
 
 
 FINDABLE = 10.0  # a smallest findable step past this is said as "more than 10x": no step a history looks for
+
+
+def _noise_tag(row: dict[str, Any]) -> str:
+    """What the terminal adds to a change whose `noise` says something: a side measured on a loaded
+    machine, or only the machine's speed probe moving with it (the change stands relative to it)."""
+    if row.get("_loaded"):
+        return " [measured on a loaded machine: see noise in regressions.csv]"
+    if row.get("speed_probe_ratio") is not None:
+        return f" [the machine's speed probe took {row['speed_probe_ratio']:.2f}x as long with it: see regressions.csv]"
+    return ""
 
 
 def failures(history: History) -> list[str]:
