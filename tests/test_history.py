@@ -1193,6 +1193,14 @@ def test_a_smallest_findable_step_past_10x_is_said_as_more_than_10x(tmp_path, ca
     assert "more than 10x" in line and "run.repeats=3 or more" in line, line
     trends = pd.read_csv(tmp_path / "h" / "trends.csv")
     assert (trends["smallest_change"].dropna() > 10).all()  # the number itself stays in the table
+    # with 3 processes a sweep already, the advice is not to run 3 (helper-43)
+    root = tmp_path / "m"
+    for day in (1, 2, 3):
+        write_sweep(root / f"s0{day}", day, {8: noisy(100.0, rng, repeats=3, within=1.5)})
+    code, out, _ = history(root, "--out", tmp_path / "h3", capsys=capsys)
+    line = next(x for x in out.splitlines() if "smallest step these histories" in x)
+    assert "more than 10x" in line and "more processes (run.repeats), or a quieter machine" in line, line
+    assert "run.repeats=3 or more" not in line
 
 
 def test_the_band_is_the_history_commands(tmp_path, capsys):

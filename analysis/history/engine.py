@@ -619,7 +619,9 @@ def lines_for_terminal(history: History, fdr: float = FDR) -> list[str]:
     smallest = sorted(ln.smallest for ln in measured if ln.smallest is not None)
     if smallest:
         bound = lambda x: f"{x:.2f}x" if x <= FINDABLE else f"more than {FINDABLE:g}x"  # noqa: E731
-        few = (f"; past {FINDABLE:g}x, so few sweeps and processes find no step: more sweeps, or run.repeats=3 or more"
+        processes = min((p.moments.get(ln.metric, (0,))[0] for ln in measured for p in ln.points), default=0)
+        more = "run.repeats=3 or more" if processes < 3 else "more processes (run.repeats), or a quieter machine"
+        few = (f"; past {FINDABLE:g}x, so few sweeps and processes find no step: more sweeps, {more}"
                if smallest[-1] > FINDABLE else "")
         out.append(f"  the smallest step these histories could have found, halfway through them: {bound(smallest[0])}"
                    + (f" to {bound(smallest[-1])} by grid point (smallest_change in trends.csv{few})"
