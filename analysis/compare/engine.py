@@ -434,7 +434,9 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
         judged = replace(judged, why=f"{judged.why}; " + (
             f"once that cause is gone, {need} processes a side would decide it" if decided else
             f"more than {MAX_PROCESSES} processes a side would be needed at the spread observed"
-            if need > MAX_PROCESSES else f"{need} processes a side would decide it at the spread observed"))
+            if need > MAX_PROCESSES else f"{need} processes a side would decide it at the spread observed"
+            + (", a spread the load made (two modes under load are no spread more processes narrow): a quiet "
+               "machine first" if loaded else "")))
     row: dict[str, Any] = {c: n.get(c) if n.get(c) is not None else b.get(c) for c in columns}
     row.update({
         "base_job": b["job"], "new_job": n["job"], "variant": n.get("variant"),
