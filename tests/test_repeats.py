@@ -303,6 +303,12 @@ def test_processes_slowed_with_the_machines_speed_probe_are_said_to_be_the_machi
     assert "other processes used 1.0 CPUs during the slow ones" in reason
     assert "took 1.36x as long in the slow processes (6.93 µs -> 9.4 µs): the load above slowed it too" in reason
     assert "another tenant" not in reason
+    # two slow processes, one with its probe slowed 800x: said of that one, not as a median of both
+    two = [*jobs[:2], _job("2", "h", 3, [26.0] * 20, speed_probe_us=5500.0), _job("3", "h", 4, [20.1] * 20,
+                                                                                 speed_probe_us=6.9)]
+    two[1] = dict(two[1], speed_probe_us=6.9)
+    reason = points_of(two)[0]["noise_reason"]
+    assert "took 797.10x as long in 1 of the 2 slow processes (6.9 µs -> 5.5 ms)" in reason, reason
     # the probe alike: nothing recorded differs, and with 2 threads their placement is named
     alike = [dict(j, speed_probe_us=6.9) for j in jobs]
     assert "run.threads=1" in points_of(alike)[0]["noise_reason"]
