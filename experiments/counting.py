@@ -354,7 +354,8 @@ class _StorageReads(TorchDispatchMode):
 class Reads:
     """What one call read and wrote (`weight_reads`)."""
     weights: int  # bytes read of the weights
-    trained: int  # bytes of the trained weights that got a gradient (a sparse one: the rows it holds)
+    trained: int  # bytes of the trained weights' gradients (a sparse one: the rows it holds; none: 0)
+    graded: int  # bytes of the trained weights that got a gradient, whole (what an optimizer keeps state for)
     output: Any
     wrote_inputs: list[str]  # ops that wrote into an input (`aten::mul_`)
 
@@ -391,6 +392,7 @@ def weight_reads(call: Callable[[], Any], weights: Iterable[torch.Tensor], train
             h.remove()
     return Reads(weights=sum(reads.read(key, size) for key, size in whole.items()),
                  trained=round(sum(size * share for size, share in shares.values())),
+                 graded=sum(size for size, _ in shares.values()),
                  output=output, wrote_inputs=reads.written)
 
 

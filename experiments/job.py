@@ -658,8 +658,14 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
     try:
         reads = counting.weight_reads(step.eager, [*step.parameters, *_module_tensors(job.modules)],
                                       trained=step.parameters, inputs=inputs)
-        trained = reads.trained * (2 + 2 * optimizer_slots(job.config.optimizer))
+        slots = optimizer_slots(job.config.optimizer)
+        trained = reads.trained * (2 + 2 * slots)
         out["bytes_per_call"] = counting.moved_bytes(job.workload.inputs, [], reads.output) + reads.weights + trained
+        if job.config.train and out.get("memory_estimate_bytes") is not None:
+            # the estimate before the first call held a gradient and state for every trained weight: now
+            # known, a gradient for those that got one (a sparse one's rows), state for each of them
+            guessed = counting.storage_bytes(step.parameters) * (1 + slots)
+            out["memory_estimate_bytes"] += reads.trained + slots * reads.graded - guessed
         if reads.wrote_inputs:
             _warn(out, f"the step writes into its own inputs ({', '.join(reads.wrote_inputs[:3])}): every step runs on "
                        "what the one before left, so the steps timed are not one step repeated (a value that grows "

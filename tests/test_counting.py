@@ -123,7 +123,7 @@ def test_a_trained_weight_counts_what_its_gradient_holds():
     sparse = torch.nn.Embedding(1000, 8, sparse=True)
     step = _trains(sparse, torch.optim.SGD(sparse.parameters(), lr=0.1), lambda: sparse(ids))
     reads = weight_reads(step, [sparse.weight], trained=[sparse.weight])
-    assert (reads.weights, reads.trained) == (3 * row, 3 * row)
+    assert (reads.weights, reads.trained, reads.graded) == (3 * row, 3 * row, 1000 * row)  # state: whole
     # its FLOPs, by hand: the sparse gradient (the 4 rows looked up, uncoalesced: 32 values) is copied
     # (aten::clone, tagged pointwise) and added into the weight (32 more); not 8,000 a table-wide add
     flops, _ = count_flops(step)
@@ -141,7 +141,7 @@ def test_a_trained_weight_counts_what_its_gradient_holds():
         return head(h)
 
     reads = weight_reads(_trains(None, torch.optim.SGD(weights, lr=0.1), forward), weights, trained=weights)
-    assert (reads.weights, reads.trained) == (2 * (8 * 8 + 8) * 4, (8 * 8 + 8) * 4)
+    assert (reads.weights, reads.trained, reads.graded) == (2 * (8 * 8 + 8) * 4, (8 * 8 + 8) * 4, (8 * 8 + 8) * 4)
 
 
 def test_weights_beside_other_layouts_and_inside_higher_order_ops_count_whole():
