@@ -59,6 +59,11 @@ def _stored(t: torch.Tensor) -> int:
     return t.numel()
 
 
+def _held(t: torch.Tensor) -> int:
+    """`_stored`, a sparse COO tensor's values counted once per index (coalesced)."""
+    return _stored(t.coalesce() if t.layout == torch.sparse_coo else t)
+
+
 def _pointwise_flop(*args: Any, out_val: Any = None, out_shape: Any = None, **kwargs: Any) -> int:
     """1 FLOP per output element; where an input is sparse (a sparse gradient added into a
     weight), per value it holds: the op works on those alone."""
@@ -331,14 +336,13 @@ class _StorageReads(TorchDispatchMode):
         given = list(tensors(others))
         # a sparse gradient added into a weight in place (SGD's, Adagrad's update): the op touches the
         # weight where the gradient holds values; any other op reads each dense tensor whole
-        sparse = max((_stored(t.coalesce() if t.layout == torch.sparse_coo else t)  # a row given twice: once
-                      for t in given if t.layout in SPARSE), default=None)
+        sparse = max((_held(t) for t in given if t.layout in SPARSE), default=None)
         updated = _written(func, args, kwargs) if sparse is not None else []
         for t in given:
             key = storage_key(t)
             if key in self.storages:
                 touched = any(t is u for u in updated)
-                read = min(_extent(t), sparse * t.element_size()) if touched and sparse is not None else _extent(t)
+                read = min(_extent(t), sparse * t.element_size()) if touched else _extent(t)  # (touched: sparse)
                 self.spans[key] = max(self.spans.get(key, 0), read)
 
     def read(self, storage: int, whole: int) -> int:
@@ -368,11 +372,7 @@ def weight_reads(call: Callable[[], Any], weights: Iterable[torch.Tensor], train
     vocabulary's size, hundreds of times what its step can move. Of `trained`, the bytes that got
     a gradient in the call (none for one computed under no_grad; a sparse gradient's rows); the
     ops that wrote into `inputs`."""
-    whole: dict[int, int] = {}
-    for t in weights:
-        key = storage_key(t)
-        if key is not None:
-            whole[key] = t.untyped_storage().nbytes()
+    whole = {key: t.untyped_storage().nbytes() for t in weights if (key := storage_key(t)) is not None}
     watched = {k for k in map(storage_key, inputs) if k is not None} - {
         storage_key(t) for t in trained}  # an optimizer writes what it trains
     shares: dict[int, tuple[int, float]] = {}  # storage -> (its bytes, the share its gradient holds)
@@ -380,7 +380,7 @@ def weight_reads(call: Callable[[], Any], weights: Iterable[torch.Tensor], train
     def hook(p: torch.Tensor) -> None:
         grad = p.grad
         if grad is not None:
-            share = _stored(grad.coalesce() if grad.layout == torch.sparse_coo else grad) / max(p.numel(), 1)
+            share = _held(grad) / max(p.numel(), 1)
             shares[storage_key(p)] = (p.untyped_storage().nbytes(), min(share, 1.0))
 
     handles = [p.register_post_accumulate_grad_hook(hook) for p in trained if p.requires_grad]
