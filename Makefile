@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 # A CPU build of torch is pinned for set-up here; GPU users: make TORCH_SPEC='torch>=2.4' ...
 TORCH_SPEC ?= torch==2.13.0
 SWEEP ?= size=64,1024,4096 compile=true,false
+# Two test processes, a test file each at a time: one runs its sweep's jobs while the other
+# analyses (jobs still take turns on the device). TEST_WORKERS= runs them one at a time.
+TEST_WORKERS ?= -n 2 --dist loadfile
 
 .PHONY: sweep test clean-venv gpu-evidence FORCE
 
@@ -24,7 +27,7 @@ sweep: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir $(VENV)/site
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(TEST_WORKERS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -23,8 +23,18 @@ def _own_cache_and_locks(tmp_path_factory: pytest.TempPathFactory) -> None:
     by the first sweep that needs it, never the user's cache) and its own device locks: a test's
     sweep never waits for another user's sweep on this machine (test_slots checks the
     machine-wide folder itself)."""
-    os.environ["PROFSWEEP_CACHE_DIR"] = str(tmp_path_factory.mktemp("ceilings-cache"))
-    os.environ["PROFSWEEP_LOCK_DIR"] = str(tmp_path_factory.mktemp("device-locks"))
+    shared = _run_folder(tmp_path_factory)
+    for env, name in (("PROFSWEEP_CACHE_DIR", "ceilings-cache"), ("PROFSWEEP_LOCK_DIR", "device-locks")):
+        (shared / name).mkdir(exist_ok=True)
+        os.environ[env] = str(shared / name)
+
+
+def _run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This test run's own folder. Under pytest-xdist (`make test` runs `-n 2`) every worker shares
+    it: their jobs take turns on the device as two users' jobs do, and the ceilings one worker
+    measured serve the other."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 _FOOTER = re.compile(r"^Self (CPU|CUDA) time total: ([0-9.]+)(us|ms|s)$", re.MULTILINE)
 _UNIT_US = {"us": 1.0, "ms": 1e3, "s": 1e6}

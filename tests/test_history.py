@@ -561,7 +561,7 @@ def real_sweeps(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("history")
     (root / "work").mkdir()
     (root / "work" / "workbench.py").write_text(FACTORY)
-    env = {"PYTHONPATH": str(root / "work"), "PROFSWEEP_LOCK_DIR": str(root / "lock")}
+    env = {"PYTHONPATH": str(root / "work")}
     for name, times in (("a1", 1), ("a2", 1), ("a3", 4), ("a4", 4), ("b1", 1), ("b2", 1), ("b3", 1), ("b4", 1)):
         group = "changed" if name[0] == "a" else "same"
         done = run_cli("-m", "workload=custom", "workload._target_=workbench:make", f"workload.times={times}",
