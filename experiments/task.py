@@ -148,8 +148,10 @@ class SweepCallback(Callback):
         SWEEP.reset()
         # Once the grid sweeper has launched the last job: no template, and no thread watching
         # it, while the analysis runs (the sweeper calls this through SWEEP, not by importing us).
+        # From the last job on, a stop waits for the analysis: deferred first, so that a stop while
+        # the template shuts down is one too (it escaped the sweep, unanalysed, in a loaded test run).
+        SWEEP.after_launching(defer_stops)
         SWEEP.after_launching(forkserver.shutdown)
-        SWEEP.after_launching(defer_stops)  # from the last job on, a stop waits for the analysis
         # This machine's ceilings first (a cache read, or a few seconds once per machine), so that
         # nothing else runs while they are measured; then the fork server imports torch while the
         # sweep starts.

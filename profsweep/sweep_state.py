@@ -78,7 +78,12 @@ class SweepState:
     def launching_ended(self) -> None:
         """The sweeper launches no more jobs: run what was registered for then."""
         for hook in self._after_launching:
-            hook()
+            try:
+                hook()
+            except KeyboardInterrupt:  # a stop before a hook deferred stops: noted, the analysis still runs
+                if self.stop_noted:  # (a second stop, after the deferral noted one, abandons the analysis)
+                    raise
+                self.stop()
 
 
 SWEEP = SweepState()

@@ -642,3 +642,29 @@ def test_a_folder_holding_more_grid_points_than_its_sweep_planned_is_a_problem(t
                                   "remove their folders")]
     (sweep / "sweep.json").write_text(json.dumps({"jobs": 3, "grid_points": 2, "repeats": 3}))  # as planned
     assert analyse_sweep(sweep).problems == []
+
+
+def test_a_stop_while_the_sweep_winds_down_is_noted_and_the_rest_of_the_wind_down_runs():
+    """A SIGTERM while the fork server shut down, before stops were deferred, left the sweep with
+    every job ok, no analysis and the `to go on` line (a loaded test run, 1 stop in 12): a stop
+    raised by a wind-down hook is noted and the hooks after it run; a second stop, once one was
+    noted, still abandons."""
+    from profsweep.sweep_state import SweepState
+
+    state, ran = SweepState(), []
+
+    def stopped() -> None:
+        raise KeyboardInterrupt("signal 15")
+
+    state.reset()
+    state.after_launching(stopped)
+    state.after_launching(lambda: ran.append("shutdown"))
+    state.launching_ended()
+    assert state.stopped and ran == ["shutdown"]
+
+    state.reset()
+    state.stop_noted = True
+    state.after_launching(stopped)
+    with pytest.raises(KeyboardInterrupt):
+        state.launching_ended()
+
