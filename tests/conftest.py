@@ -20,8 +20,8 @@ CUDA_TRACES = FIXTURES / "cuda-traces"  # the small ones, one workload each
 @pytest.fixture(autouse=True, scope="session")
 def _own_cache_and_locks(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The test session's own cache of measured ceilings (each device x dtype x threads measured
-    by the first sweep that needs it, never the user's cache) and its own device locks: a test's
-    sweep never waits for another user's sweep on this machine (test_slots checks the
+    by the first sweep that needs it, never the user's cache) and its own device locks (both shared
+    by its xdist workers): a test's sweep never waits for another user's sweep on this machine (test_slots checks the
     machine-wide folder itself)."""
     shared = _run_folder(tmp_path_factory)
     for env, name in (("PROFSWEEP_CACHE_DIR", "ceilings-cache"), ("PROFSWEEP_LOCK_DIR", "device-locks")):
@@ -44,6 +44,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest test file first, so that two xdist workers, each handed a file at a time in
     collection order, finish together (the rest keep their order)."""
     items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
+
 
 _FOOTER = re.compile(r"^Self (CPU|CUDA) time total: ([0-9.]+)(us|ms|s)$", re.MULTILINE)
 _UNIT_US = {"us": 1.0, "ms": 1e3, "s": 1e6}
