@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -35,6 +40,64 @@ def _run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     measured serve the other."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+# Under pytest-xdist, a folder of the run's own (made by the controller, inherited by its workers)
+# for the quiet lock: every test holds it shared while its fixtures are set up, it runs and they are
+# torn down, and `alone` takes it exclusively.
+QUIET = "PROFSWEEP_TESTS_QUIET"
+_holding: list = []  # this worker's quiet lock file, open and held shared while a test runs
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no":
+        os.environ[QUIET] = tempfile.mkdtemp(prefix="profsweep-tests-quiet-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and QUIET in os.environ:
+        shutil.rmtree(os.environ.pop(QUIET), ignore_errors=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """A test, its fixtures' set-up (a module's sweeps) and tear-down included, runs holding the
+    quiet lock shared: never inside another worker's `alone`."""
+    folder = os.environ.get(QUIET)
+    if not folder or not hasattr(item.config, "workerinput"):
+        return (yield)
+    with open(Path(folder, "quiet.lock"), "a") as quiet:
+        with _flock(Path(folder, "quiet-gate.lock"), fcntl.LOCK_SH):  # not past a worker waiting to be alone
+            fcntl.flock(quiet, fcntl.LOCK_SH)
+        _holding.append(quiet)
+        try:
+            return (yield)
+        finally:
+            _holding.pop()
+
+
+@contextmanager
+def alone() -> Iterator[None]:
+    """No other xdist worker's test runs inside: for sweeps whose verdicts need a quiet machine
+    (a change measured on a loaded one is never confirmed). The gate keeps the other worker's next
+    test from starting; this test's shared hold becomes exclusive once the other's test has ended."""
+    folder = os.environ.get(QUIET)
+    if not folder or not _holding:
+        yield
+        return
+    with _flock(Path(folder, "quiet-gate.lock"), fcntl.LOCK_EX):
+        fcntl.flock(_holding[-1], fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(_holding[-1], fcntl.LOCK_SH)
+
+
+@contextmanager
+def _flock(path: Path, how: int) -> Iterator[None]:
+    with open(path, "a") as held:
+        fcntl.flock(held, how)
+        yield
 
 
 LONGEST_FIRST = ("test_readme_runs.py",)  # 7-9 minutes on 2 cores: a worker starts it, not ends with it

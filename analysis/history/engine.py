@@ -351,7 +351,7 @@ def _checked(line: Line, shift: changes.Shift, sweeps: Sequence[dict[str, Any]])
     interval past the band, also relative to the machine's speed probe (compare.against_the_machine),
     and none of the sweeps it rests on (the last before it and the changes.CONFIRM from it on)
     measured on a loaded machine."""
-    rests_on = line.points[max(0, shift.at - 1): shift.at + changes.CONFIRM]
+    rests_on = _rests_on(line, shift)
     outcome = decide(shift.ratio, shift.low, shift.high).outcome
     machine = probe_shift(line, shift, sweeps)
     relative = outcome if machine is None or shift.low is None or shift.high is None else \
@@ -359,6 +359,11 @@ def _checked(line: Line, shift: changes.Shift, sweeps: Sequence[dict[str, Any]])
     if shift.confirmed and (outcome not in (ABOVE, BELOW) or relative != outcome or any(p.noise for p in rests_on)):
         return replace(shift, confirmed=False)
     return shift
+
+
+def _rests_on(line: Line, shift: changes.Shift) -> list[Point]:
+    """The sweeps a change's confirmation rests on: the last before it and the changes.CONFIRM from it on."""
+    return line.points[max(0, shift.at - 1): shift.at + changes.CONFIRM]
 
 
 def probe_shift(line: Line, shift: changes.Shift, sweeps: Sequence[dict[str, Any]]) -> float | None:
@@ -428,8 +433,9 @@ def describe_changes(store: Store, history: History) -> None:
                         if repr(_plain(before.settings.get(c))) != repr(_plain(after.settings.get(c)))]
             ops = op_diff(store, sweep_b["sweep_id"], before, sweep_a["sweep_id"], after)
             said = change_words(env, settings, ops, shift.before)
-            noise = [f"{side} ({history.sweeps[p.sweep]['name']}): {p.noise}" for side, p in
-                     (("before", before), ("after", after)) if p.noise]
+            # every sweep the confirmation rests on that was measured loaded (the veto in _checked)
+            noise = [f"{'before' if p is before else 'after' if p is after else 'confirming'} "
+                     f"({history.sweeps[p.sweep]['name']}): {p.noise}" for p in _rests_on(line, shift) if p.noise]
             probe = probe_shift(line, shift, history.sweeps)
             machine = (f"the machine's speed probe took {probe:.2f}x as long from this sweep on (relative to it "
                        f"the step is {shift.ratio / probe:.3g}x)" if probe is not None else "")
