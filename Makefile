@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 SWEEP ?= size=64,1024,4096 compile=true,false
 # Two test processes, a test file each at a time: one runs its sweep's jobs while the other
 # analyses (jobs still take turns on the device). TEST_WORKERS= runs them one at a time.
-TEST_WORKERS ?= -n 2 --dist loadfile
+TEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: sweep test clean-venv gpu-evidence FORCE
 

@@ -11,9 +11,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -76,11 +76,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             _holding.pop()
 
 
+@pytest.fixture(scope="session")
+def alone() -> Callable[[], AbstractContextManager[None]]:
+    """`with alone():` no other xdist worker's test runs inside: for sweeps whose verdicts need a
+    quiet machine (a change measured on a loaded one is never confirmed). A fixture, not an import:
+    pytest loads this file as `conftest`, and `tests.conftest` imported by a test file is another
+    module, whose hold is empty."""
+    return _alone
+
+
 @contextmanager
-def alone() -> Iterator[None]:
-    """No other xdist worker's test runs inside: for sweeps whose verdicts need a quiet machine
-    (a change measured on a loaded one is never confirmed). The gate keeps the other worker's next
-    test from starting; this test's shared hold becomes exclusive once the other's test has ended."""
+def _alone() -> Iterator[None]:
+    """The gate keeps the other worker's next test from starting; this test's shared hold becomes
+    exclusive once the other's test has ended."""
     folder = os.environ.get(QUIET)
     if not folder or not _holding:
         yield
@@ -100,13 +108,20 @@ def _flock(path: Path, how: int) -> Iterator[None]:
         yield
 
 
-LONGEST_FIRST = ("test_readme_runs.py",)  # 7-9 minutes on 2 cores: a worker starts it, not ends with it
+# The longest test files, longest first (seconds in a two-worker run on 2 cores, 2026-12-07:
+# 552, 356, 167, 156, 154, 152, 97), so that the two workers, each handed the next file in
+# collection order (make test passes --no-loadscope-reorder: xdist otherwise orders files by
+# their count of tests, which put the README's one test last), finish together. test_history.py
+# stays in its place among the rest: its sweeps run alone (`alone`), which waits for the other
+# worker's test, and by then the README's has ended.
+LONGEST_FIRST = ("test_readme_runs.py", "test_faults.py", "test_sweep_cli.py", "test_custom_workload.py",
+                 "test_api.py", "test_ceilings.py", "test_claims.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest test file first, so that two xdist workers, each handed a file at a time in
-    collection order, finish together (the rest keep their order)."""
-    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
+    """LONGEST_FIRST's files first, in its order; the rest keep theirs."""
+    first = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))
 
 
 _FOOTER = re.compile(r"^Self (CPU|CUDA) time total: ([0-9.]+)(us|ms|s)$", re.MULTILINE)

@@ -23,7 +23,7 @@ pytest.importorskip("duckdb")
 from analysis.history import changes  # noqa: E402
 from analysis.__main__ import main  # noqa: E402
 from analysis.history.engine import judge  # noqa: E402
-from tests.conftest import ROOT, alone, run_cli  # noqa: E402
+from tests.conftest import ROOT, run_cli  # noqa: E402
 from tests.conftest import hand_made_point, processes  # noqa: E402
 
 KEYS = {"workload": "matmul_add", "dtype": "bf16", "compile": False, "warmup": True, "train": False, "device": "cpu",
@@ -575,7 +575,7 @@ def make(*, size, dtype, device, times: int = 1, at: int = 0):
 
 
 @pytest.fixture(scope="module")
-def real_sweeps(tmp_path_factory) -> Path:
+def real_sweeps(tmp_path_factory, alone) -> Path:
     """Eight real CPU sweeps (three repeats each, one thread): four where the last two do 4× the work at size 128,
     and four identical ones. Run alone: another xdist worker's test beside them loads the machine, and a
     change measured on a loaded machine is never confirmed (both seen: 133x the smallest step findable
