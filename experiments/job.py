@@ -371,7 +371,7 @@ def _prepare(config: JobConfig, out: dict[str, Any], quiet: bool = False) -> Pre
     sync = _synchroniser(device)
     with torch.no_grad():
         workload = seam.build(w.target, w.settings, **grid)
-    modules = modules_of(workload.fn)
+    modules = modules_of(workload.fn, workload.args, workload.kwargs)
     _place(config, workload, modules, grid, device, out, quiet)
     if cost is None and workload.cost is not None:
         cost = workload.cost

@@ -8,7 +8,8 @@ training step in three phases.
 
 A training step needs parameters: those of the modules the callable runs (`modules_of`: an
 nn.Module itself, or the modules a lambda, a functools.partial or a bound method closes over,
-and the nn.Parameters such a function closes over outside any module), or, for a plain
+the nn.Parameters such a function closes over outside any module, and modules given as
+arguments), or, for a plain
 function that holds none (matmul_add), its floating-point tensor inputs, which then require
 gradients and are what the optimizer updates (documented in docs/own-model.md). Imported by the job
 only: it imports torch.
@@ -91,7 +92,7 @@ def make_step(workload: Workload, *, train: bool, optimizer: str, name: str,
     """The step of `workload`; `compile_fn` (torch.compile with the job's settings) is applied to
     the model or function, as users do, never to the optimizer."""
     fn, args, kwargs = workload.fn, workload.args, dict(workload.kwargs)
-    modules = modules_of(fn)
+    modules = modules_of(fn, args, kwargs)
     for module in modules:
         module.train(train)
     parameters = _parameters(fn, modules, workload.inputs) if train else []
@@ -162,12 +163,14 @@ REACH_WIDTH = 256  # how many items of one container it looks at
 _LEAVES = (torch.Tensor, str, bytes, int, float, complex, bool, type(None), type, types.ModuleType)
 
 
-def modules_of(fn: Any) -> list[nn.Module]:
-    """The nn.Modules that calling `fn` runs, by public introspection only: `fn` itself when it is
-    a module; else, recursively (REACH_DEPTH levels, REACH_WIDTH items a container), the modules in
-    a function's closure cells, default arguments and the globals its code names, a
-    functools.partial's func, args and keywords, a bound method's `__self__` and function, and
-    the attributes of a callable object. Each module once, in the order found. Parameters found
+def modules_of(fn: Any, args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] | None = None) -> list[nn.Module]:
+    """The nn.Modules that calling `fn(*args, **kwargs)` runs, by public introspection only: `fn`
+    itself when it is a module; else, recursively (REACH_DEPTH levels, REACH_WIDTH items a
+    container), the modules in a function's closure cells, default arguments and the globals its
+    code names, a functools.partial's func, args and keywords, a bound method's `__self__` and
+    function, and the attributes of any other object (`predictor.predict` of a plain class); then
+    the modules among the call's arguments and keyword arguments (`run(model, x)`,
+    `functional_call(model, params, (x,))`). Each module once, in the order found. Parameters found
     the same way outside any of those modules (a function closing over nn.Parameter weights) come
     last as one nn.ParameterList of them, the very tensors: the step trains them and counts their
     bytes, as a module's."""
@@ -188,7 +191,8 @@ def modules_of(fn: Any) -> list[nn.Module]:
         for inner in _reachable(obj):
             visit(inner, depth + 1)
 
-    visit(fn, 0)
+    for obj in (fn, *args, *(kwargs or {}).values()):
+        visit(obj, 0)
     modules = list(found.values())
     owned = {id(t) for m in modules for t in m.parameters()}
     free = [t for i, t in loose.items() if i not in owned]
@@ -217,10 +221,18 @@ def _reachable(obj: Any) -> list[Any]:
         return list(obj.values())[:REACH_WIDTH]
     if isinstance(obj, (list, tuple, set, frozenset)):
         return list(obj)[:REACH_WIDTH]
-    if callable(obj):  # an object with __call__: what it holds
-        held = [getattr(obj, f.name, None) for f in fields(obj)] if is_dataclass(obj) else []
-        return [*held, *list(getattr(obj, "__dict__", {}).values())[:REACH_WIDTH]]
-    return []
+    # any other object (one with __call__, or whose bound method is the step): what it holds
+    held = [getattr(obj, f.name, None) for f in fields(obj)] if is_dataclass(obj) else []
+    slots = [getattr(obj, name, None) for cls in type(obj).__mro__
+             for name in _slot_names(cls) if name not in ("__dict__", "__weakref__")]
+    attributes = getattr(obj, "__dict__", {})
+    return [*held, *slots[:REACH_WIDTH], *(list(attributes.values())[:REACH_WIDTH] if isinstance(attributes, Mapping)
+                                             else [])]
+
+
+def _slot_names(cls: type) -> tuple[str, ...]:
+    names = cls.__dict__.get("__slots__", ())
+    return (names,) if isinstance(names, str) else tuple(names)
 
 
 def _optimizer(name: str, parameters: list[torch.Tensor]) -> Any:

@@ -142,6 +142,66 @@ def test_a_function_closing_over_parameters_trains_them_not_its_input():
     assert modules_of(lambda x: linear(x) @ linear.weight) == [linear]
 
 
+class _Predictor:
+    """A plain wrapper class, no __call__: its bound method is the step."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def predict(self, x):
+        return self.model(x)
+
+
+class _Slotted:
+    __slots__ = ("model",)
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, x):
+        return self.model(x)
+
+
+def _run(model, x):
+    return model(x)
+
+
+@pytest.mark.parametrize("wrap", ["method of a plain object", "callable with __slots__", "model as an argument",
+                                  "model as a keyword argument", "functional_call"])
+def test_a_model_reached_through_arguments_or_plain_objects_is_the_one_evaluated_and_trained(wrap):
+    """helper-44: a model given as an argument (`run(model, x)`), in a keyword argument, or held by
+    a plain object whose method is the step was not found: inference ran it in train mode (dropout
+    on, batch norm's running statistics updated) and train=true trained the input instead."""
+    torch.manual_seed(0)
+
+    def build():
+        model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 2))
+        x = torch.randn(16, 8)
+        return model, {
+            "method of a plain object": lambda: Workload(_Predictor(model).predict, (x,)),
+            "callable with __slots__": lambda: Workload(_Slotted(model), (x,)),
+            "model as an argument": lambda: Workload(_run, (model, x)),
+            "model as a keyword argument": lambda: Workload(_run, kwargs={"model": model, "x": x}),
+            "functional_call": lambda: Workload(torch.func.functional_call,
+                                                (model, dict(model.named_parameters()), (x,))),
+        }[wrap](), x
+
+    model, workload, x = build()
+    model.train()
+    running = model[1].running_mean.clone()
+    step = make_step(workload, train=False, optimizer="sgd", name="m")
+    assert not model.training and torch.equal(step.call(), step.call())  # eval: dropout off
+    assert torch.equal(model[1].running_mean, running)  # eval: batch norm's statistics untouched
+    model, workload, x = build()
+    before, x_before = [p.detach().clone() for p in model.parameters()], x.clone()
+    step = make_step(workload, train=True, optimizer="sgd", name="m")
+    assert sorted(map(id, step.parameters)) == sorted(map(id, model.parameters()))
+    step.call()
+    # the last layer moved (a summed output gives the layers before batch norm no gradient)
+    assert not torch.equal(before[-2], model[3].weight.detach())
+    assert torch.equal(x, x_before) and not x.requires_grad  # the input is not what is trained
+
+
 def test_autograds_words_for_the_workloads_own_mistakes_get_what_to_change():
     """A forward under no_grad, a loss that is not a scalar, an in-place op on an input that
     trains: autograd's words came raw (helper-37); the record adds what to change, from autograd's
