@@ -576,18 +576,19 @@ def set_regime(row: dict[str, Any], d: Decision, source: str) -> None:
     the band; and where the roofline says which, `regime_at_ridge` when the arithmetic intensity
     is within the band of the ridge or its range (the one rule on intensity / ridge): compute- and
     memory-bound are alike within what the ceilings' measurement can tell."""
-    flops, moved = row.get("flops_per_call"), row.get("bytes_per_call")
+    flops, moved = stats.number(row.get("flops_per_call")), stats.number(row.get("bytes_per_call"))
     ridge = stats.number(row.get("ridge_flops_per_byte"))
     row["regime_at_ridge"] = None
     if d.ratio is not None and d.ratio < 1:
         row["regime"] = "overhead-bound"
-    elif flops and moved and ridge:  # the work dominates: the roofline says which limit it meets
+    elif flops is not None and flops >= 0 and moved and ridge:  # the work dominates: the roofline says which
+        # limit it meets (no FLOPs at all, an embedding's lookup: memory)
         intensity = flops / moved
         row["regime"] = "compute-bound" if intensity >= ridge else "memory-bound"
         low = stats.number(row.get("ridge_flops_per_byte_low")) or ridge
         high = stats.number(row.get("ridge_flops_per_byte_high")) or ridge
         at_ridge = decide(intensity / ridge, intensity / high, intensity / low, band=d.band or current_band())
-        row["regime_at_ridge"] = at_ridge.outcome not in (ABOVE, BELOW)
+        row["regime_at_ridge"] = intensity > 0 and at_ridge.outcome not in (ABOVE, BELOW)
     else:  # the work dominates, judged by measured time as the article does
         row["regime"] = "compute-bound"
     row["regime_uncertain"] = not d.decided or d.outcome == SAME

@@ -100,6 +100,9 @@ def test_the_ridge_has_the_range_its_measurement_leaves_and_a_point_at_it_is_nei
     assert (clear["regime"], clear["regime_at_ridge"], clear["regime_uncertain"]) == ("compute-bound", False, False)
     low = regime(8.0 * 1e6, 1e6)  # 8: below 9.5 / 1.05
     assert (low["regime"], low["regime_at_ridge"]) == ("memory-bound", False)
+    lookup = regime(0.0, 1e6)  # no FLOPs at all (an embedding's lookup): memory, not compute (helper-44)
+    assert (lookup["regime"], lookup["regime_at_ridge"]) == ("memory-bound", False)
+    assert regime(12.0 * 1e6, 1e6)["regime"] == regime(float("nan"), 1e6)["regime"] == "compute-bound"  # unknown FLOPs: by time
     for intensity in (9.3, 10.0, 11.5):  # within the range, or within 5% of its ends
         at = regime(intensity * 1e6, 1e6)
         assert at["regime_at_ridge"] is True and at["regime_uncertain"] is False, intensity
