@@ -101,6 +101,8 @@ AUTOGRAD_HINTS = (
     ("does not require grad and does not have a grad_fn",
      "the loss does not depend on anything that trains: the model's forward runs under torch.no_grad() or "
      "detaches its output, or its parameters are frozen"),
+    ("grad can be implicitly created only for real scalar outputs",
+     "the loss is complex: Workload(loss=...) must return a real number (e.g. out.abs().sum())"),
     ("grad can be implicitly created only for scalar outputs",
      "the loss is not a scalar: Workload(loss=...) must return one number (e.g. .sum() or .mean() of the output)"),
     ("a leaf Variable that requires grad is being used in an in-place operation",

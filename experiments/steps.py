@@ -53,7 +53,9 @@ class Step:
 def default_loss(output: Any) -> torch.Tensor:
     """The output's own loss when it has one: a scalar tensor, a `.loss` (Hugging Face models given
     `labels=`), a mapping's "loss", a tuple's or list's first tensor when it is a scalar; otherwise
-    the sum of the output (of the first tensor of a tuple, list, mapping or dataclass output)."""
+    the sum of the output (of the first floating-point or complex tensor of a tuple, list, mapping
+    or dataclass output: an integer one, `argmax`'s, carries no gradient). A complex tensor's loss
+    sums its real and imaginary parts (backward needs a real one)."""
     if isinstance(output, torch.Tensor):
         return _as_loss(output)
     loss = getattr(output, "loss", None)
@@ -67,9 +69,9 @@ def default_loss(output: Any) -> torch.Tensor:
         values = (getattr(output, f.name, None) for f in fields(output))
     else:
         values = output if isinstance(output, (tuple, list)) else ()
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            return _as_loss(value)
+    tensors = [value for value in values if isinstance(value, torch.Tensor)]
+    for value in [t for t in tensors if t.is_floating_point() or t.is_complex()] or tensors:
+        return _as_loss(value)
     if output is None or isinstance(output, (bool, int, float, complex, str, bytes)):
         raise StepError(f"train=true: the step returned {_kind(output)}, which carries no gradient: its forward "
                         "must return a tensor (or an output holding one) that the loss is made from, not a Python "
@@ -83,8 +85,23 @@ def _kind(value: Any) -> str:
 
 
 def _as_loss(tensor: torch.Tensor) -> torch.Tensor:
-    """A scalar is a loss already; anything else is summed into one."""
+    """A real scalar is a loss already; anything else is summed into one (a complex tensor's real
+    and imaginary parts, as real numbers)."""
+    if tensor.is_complex():
+        return torch.view_as_real(tensor).sum()
     return tensor if tensor.dim() == 0 else tensor.sum()
+
+
+def _checked_loss(loss_of: Callable[[Any], Any]) -> Callable[[Any], torch.Tensor]:
+    """A factory's own loss (Workload.loss), its result checked as default_loss's is: a tensor."""
+    def loss(output: Any) -> torch.Tensor:
+        value = loss_of(output)
+        if not isinstance(value, torch.Tensor):
+            raise StepError(f"train=true: Workload(loss=...) returned {_kind(value)}, which carries no gradient: "
+                            "return a scalar tensor made from the output (e.g. out.sum(), not float(out.sum()))")
+        return value
+
+    return loss
 
 
 def make_step(workload: Workload, *, train: bool, optimizer: str, name: str,
@@ -113,7 +130,7 @@ def make_step(workload: Workload, *, train: bool, optimizer: str, name: str,
     if not train:
         return Step(call=lambda: model(*args, **kwargs), eager=lambda: fn(*args, **kwargs), parameters=[])
     opt = _optimizer(optimizer, parameters)
-    loss_of = workload.loss or default_loss
+    loss_of = _checked_loss(workload.loss) if workload.loss is not None else default_loss
     return Step(call=_training(model, args, kwargs, loss_of, opt), eager=_training(fn, args, kwargs, loss_of, opt),
                 parameters=parameters, optimizer=opt, loss_given=workload.loss is not None,
                 unreached=lambda: _unreached(fn, args, kwargs, loss_of, parameters))

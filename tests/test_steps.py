@@ -72,6 +72,29 @@ def test_the_default_loss_of_each_output_shape(output, expected):
     assert float(default_loss(output)) == expected
 
 
+def test_the_default_loss_skips_integer_tensors_and_makes_a_complex_output_real():
+    """helper-44: `(logits.argmax(-1), logits)` took the integer argmax as the loss (then blamed
+    no_grad), and a complex output failed backward ('only for real scalar outputs')."""
+    logits = torch.ones(2, 3, requires_grad=True)
+    assert default_loss((logits.argmax(-1), logits)).requires_grad
+    z = torch.complex(torch.ones(2, requires_grad=True), torch.full((2,), 2.0))
+    loss = default_loss(z)
+    assert not loss.is_complex() and float(loss) == 6.0
+    loss.backward()  # a real scalar: backward runs
+    model = nn.Linear(4, 4).to(torch.complex64)
+    make_step(Workload(model, (torch.randn(2, 4, dtype=torch.complex64),)), train=True, optimizer="sgd",
+              name="m").call()
+
+
+@pytest.mark.parametrize("returned, said", [(lambda out: float(out.sum()), "a Python float"),
+                                            (lambda out: None, "None")])
+def test_a_factorys_loss_that_returns_no_tensor_is_refused_in_words(returned, said):
+    step = make_step(Workload(nn.Linear(4, 1), (torch.randn(8, 4),), loss=returned), train=True, optimizer="sgd",
+                     name="m")
+    with pytest.raises(StepError, match=f"Workload\\(loss=...\\) returned {said}, which carries no gradient"):
+        step.call()
+
+
 def test_a_loss_that_reaches_only_part_of_the_model_is_counted():
     """An output mapping without a "loss": the default loss sums its first tensor, so the head that
     makes the second gets no gradient (a reviewer's model); the count leaves every .grad alone."""
