@@ -33,7 +33,7 @@ import os
 import sys
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from profsweep.contract import first_line, without_address
 
@@ -367,11 +367,10 @@ def build(target: str, settings: Mapping[str, Any], **grid: Any) -> Workload:
     elif isinstance(made, (tuple, list)) and len(made) == 2:
         workload = Workload(made[0], made[1])
     else:
-        raise WorkloadError(f"{target} returned a value of type {type(made).__name__}: a workload factory returns "
+        items = f" of {len(made)} items" if isinstance(made, (tuple, list)) else ""
+        raise WorkloadError(f"{target} returned a {type(made).__name__}{items}: a workload factory returns "
                             "(fn, args) or experiments.seam.Workload(fn, args, kwargs=..., loss=..., cost=...)")
-    args = workload.args
-    if not isinstance(args, (tuple, list)):
-        args = (args,)  # one argument, given bare
+    args = _arguments(target, workload.args)
     if not callable(workload.fn):
         raise WorkloadError(f"{target} returned {type(workload.fn).__name__} as the step's callable")
     kwargs = workload.kwargs if workload.kwargs is not None else {}
@@ -383,6 +382,26 @@ def build(target: str, settings: Mapping[str, Any], **grid: Any) -> Workload:
                             "step's output that returns a scalar tensor, loss(output)")
     cost = checked_cost(f"{target}'s Workload(cost=...)", workload.cost) if workload.cost is not None else None
     return Workload(workload.fn, tuple(args), workload.loss, cost, dict(kwargs))
+
+
+def _arguments(target: str, args: Any) -> tuple[Any, ...]:
+    """The step's positional arguments: a tuple, or one argument given bare (a tensor, an object).
+    A list, a mapping, None or an iterator is refused: each reads as something else (one list
+    argument or several, keyword inputs, no arguments, arguments used up by the first step)."""
+    if isinstance(args, tuple):
+        return args
+    said = f"{target} returned args={_shown(args)}"
+    if isinstance(args, list):
+        raise WorkloadError(f"{said}, a list: give the step's arguments as a tuple, (fn, (a, b)), or one list "
+                            "argument as (fn, ([a, b],))")
+    if isinstance(args, Mapping):
+        raise WorkloadError(f"{said}, a mapping: give keyword inputs as experiments.seam.Workload(fn, kwargs={{...}}), "
+                            "or one mapping argument as (fn, (mapping,))")
+    if args is None:
+        raise WorkloadError(f"{said}: give () for a step without arguments, or (None,) for one None argument")
+    if isinstance(args, Iterator):
+        raise WorkloadError(f"{said}, an iterator: the first step would use it up; give the arguments as a tuple")
+    return (args,)  # one argument, given bare
 
 
 def _shown(value: Any) -> str:

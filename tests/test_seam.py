@@ -119,8 +119,30 @@ def test_build_accepts_a_pair_or_a_workload_and_refuses_anything_else(user_modul
     import mybench.blocks
 
     monkeypatch.setattr(mybench.blocks, "make_block", lambda **kw: torch.ones(1), raising=True)
-    with pytest.raises(seam.WorkloadError, match="returned a value of type Tensor: a workload factory returns"):
+    with pytest.raises(seam.WorkloadError, match="returned a Tensor: a workload factory returns"):
         seam.build("mybench.blocks:make_block", {}, size=3, dtype=torch.float32, device=CPU)
+    monkeypatch.setattr(mybench.blocks, "make_block", lambda **kw: (len, (), {}), raising=True)
+    with pytest.raises(seam.WorkloadError, match="returned a tuple of 3 items: a workload factory returns"):
+        seam.build("mybench.blocks:make_block", {}, size=3, dtype=torch.float32, device=CPU)
+
+
+@pytest.mark.parametrize("args, needle", [
+    ([torch.ones(1), torch.ones(1)], r"a list: give the step's arguments as a tuple, \(fn, \(a, b\)\), or one list"),
+    ({"input": torch.ones(1)}, r"a mapping: give keyword inputs as experiments.seam.Workload\(fn, kwargs="),
+    (None, r"args=None: give \(\) for a step without arguments"),
+    (iter([torch.ones(1)]), r"an iterator: the first step would use it up"),
+])
+def test_args_that_read_as_something_else_are_refused_with_what_to_write(user_module, monkeypatch, args, needle):
+    """helper-44: a list was spread into arguments (a detection model's list of images), a dict
+    given as one positional argument, None called fn(None), a generator used up by the first step."""
+    import mybench.blocks
+
+    monkeypatch.setattr(mybench.blocks, "make_block", lambda **kw: (len, args), raising=True)
+    with pytest.raises(seam.WorkloadError, match=needle):
+        seam.build("mybench.blocks:make_block", {}, size=3, dtype=torch.float32, device=CPU)
+    bare = torch.ones(2)  # one argument given bare still works
+    monkeypatch.setattr(mybench.blocks, "make_block", lambda **kw: (len, bare), raising=True)
+    assert seam.build("mybench.blocks:make_block", {}, size=3, dtype=torch.float32, device=CPU).args == (bare,)
 
 
 
