@@ -12,7 +12,8 @@ softmax, norms and copies are not counted.
 
 An operator that does matrix products but has no formula (by a word of its name: mm, linear,
 conv, attention, rnn, lstm, transformer, ...; e.g. the LSTM's mkldnn_rnn_layer on the CPU, or
-nn.TransformerEncoder's fused inference path) would count as 0: where one ran, the count is
+nn.TransformerEncoder's fused inference path), an FFT, or an operator outside aten's namespace
+(quantized::linear_dynamic, a custom op) would count as 0: where one ran, the count is
 incomplete and not given (`count_flops` names them; the job records no FLOPs, and says why).
 
 Bytes: inputs read and the output written once; of the weights what one eager call reads
@@ -109,10 +110,31 @@ def _attention_backward_flop(grad_out: Any, query: Any, key: Any, value: Any, *a
     return math.prod(batch) * 2 * l * s * (3 * e + 2 * ev)
 
 
-# A word of an operator's name that says it does matrix products (conv also as conv1d/2d/3d).
+# A word of an operator's name that says it does matrix products (conv also as conv1d/2d/3d), or
+# other arithmetic no formula counts (fft: the FFTs' _fft_r2c, _fft_c2c, _fft_c2r).
 PRODUCT_WORDS = frozenset(
     "mm bmm addmm baddbmm addbmm addmv mv dot vdot matmul linear bilinear einsum tensordot outer ger "
-    "conv convolution attention transformer rnn lstm gru trilinear cdist".split())
+    "conv convolution attention transformer rnn lstm gru trilinear cdist fft".split())
+
+# Operator namespaces whose ops the count knows: aten's (formulas, pointwise, or no FLOPs counted by
+# the rule above), and those that do no arithmetic (record_function's, collectives). An op of any
+# other namespace (quantized::linear_dynamic, a torch.library custom op) may do any amount of work
+# that no formula counts: where one runs, the count is incomplete, as for a product without formula.
+KNOWN_NAMESPACES = frozenset({"aten", "prims", "profiler", "c10d", "_c10d_functional", "_c10d_functional_autograd",
+                              "_dtensor"})
+
+
+class _OtherOps(TorchDispatchMode):
+    """Notes the ops outside KNOWN_NAMESPACES that a call dispatches (`ns::name`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func.namespace not in KNOWN_NAMESPACES:
+            self.seen.add(f"{func.namespace}::{func.__name__.split('.')[0]}")
+        return func(*args, **(kwargs or {}))
 
 
 def does_products(name: str) -> bool:
@@ -187,12 +209,12 @@ def count_flops(call: Callable[[], Any]) -> tuple[int, list[str]]:
         mapping = {p: _noting(p, seen) for p in products}
         mapping.update({p: _pointwise_flop for p in packets})
         mapping.update(own)
-        counter = FlopCounterMode(display=False, custom_mapping=mapping)
-        with counter:
+        counter, other = FlopCounterMode(display=False, custom_mapping=mapping), _OtherOps()
+        with counter, other:
             call()
         both = packets | products
         if both <= known or not ((_pointwise_packets() - packets) or (_product_packets(formulas) - products)):
-            return int(counter.get_total_flops()), sorted(seen)
+            return int(counter.get_total_flops()), sorted(seen | other.seen)
         known = both
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from experiments.counting import count_flops, moved_bytes, storage_bytes, tensors, weight_reads
@@ -59,6 +61,35 @@ def test_operators_whose_matrix_products_no_formula_counts_are_named_not_counted
     encoder.train()
     _, uncounted = count_flops(lambda: encoder(torch.randn(2, 6, 32)))
     assert uncounted == []
+
+
+@torch.library.custom_op("profsweep_test::linear_gelu", mutates_args=())
+def _linear_gelu(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.gelu(x @ w)
+
+
+def test_ffts_and_ops_outside_atens_namespace_are_named_not_counted_as_zero():
+    """helper-44: a custom op's matrix product, torch.fft.fft2 and a dynamically quantized Linear
+    (quantized::linear_dynamic) counted 0 FLOPs, given as counted; record_function's own ops
+    (profiler::) in a training step are not work."""
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    assert count_flops(lambda: _linear_gelu(x, w)) == (0, ["profsweep_test::linear_gelu"])
+    assert count_flops(lambda: torch.fft.fft2(x))[1] == ["aten::_fft_c2c"]
+    assert count_flops(lambda: torch.fft.rfft(x))[1] == ["aten::_fft_r2c"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation
+        quantized = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(8, 8)),
+                                                           {torch.nn.Linear}, dtype=torch.qint8)
+    assert count_flops(lambda: quantized(x))[1] == ["quantized::linear_dynamic"]
+    linear = torch.nn.Linear(8, 8)
+
+    def step():
+        with torch.profiler.record_function("forward"):
+            loss = linear(x).sum()
+        loss.backward()
+
+    # the forward's product and bias add, the weight's gradient (x needs none, the bias's is a sum)
+    assert count_flops(step) == (2 * 8 * 8 * 8 + 8 * 8 + 2 * 8 * 8 * 8, [])
 
 
 def test_names_that_say_matrix_products():

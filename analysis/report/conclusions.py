@@ -207,7 +207,7 @@ def _uncounted(rows: list[dict[str, Any]]) -> list[Conclusion]:
     if not ops:
         return []
     return [Conclusion("flops", f"{series_name(rows[0])}: FLOPs not counted: {', '.join(ops)} ran, and torch's "
-                       "FLOP counter has no formula for the matrix products inside "
+                       "FLOP counter has no formula for the arithmetic (matrix products, FFTs, a custom or quantized op's) inside "
                        f"{'it' if len(ops) == 1 else 'them'}, so no achieved FLOP/s or arithmetic intensity is "
                        "given and the series' model uses the bytes moved; a cost model gives the FLOPs "
                        "(docs/own-model.md).", "summary")]
