@@ -221,6 +221,10 @@ def check(target: str, settings: Mapping[str, Any]) -> Callable[..., Any]:
             raise WorkloadError(f"{target} needs a setting {key!r} that no override can give it: workload.{key} is "
                                 f"profsweep's own ({_RESERVED_MEANING[key]}), never passed to the factory; give that "
                                 "argument another name (e.g. model_name)")
+    for key in GRID_ARGUMENTS:
+        if key in settings:
+            raise WorkloadError(f"workload.{key}={settings[key]!r} is not allowed: {key} is a grid key, which every "
+                                f"factory is given; set it as {key}=... (without workload.)")
     try:
         signature.bind(**{name: None for name in GRID_ARGUMENTS}, **settings)
     except TypeError as exc:

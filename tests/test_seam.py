@@ -85,6 +85,9 @@ def test_targets_are_found_by_colon_or_dotted_path(user_module):
         ("torch:relu", {}, ["workload._target_='torch:relu' is a builtin_function_or_method whose arguments cannot "
                             "be read", "to profile an operator, return it from one"]),
         ("experiments.workloads.bmm", {"batch": 0}, ["workload.batch=0 is not allowed", "> 0"]),
+        # a grid key given as a setting: said as that, not as the factory rejecting its arguments (helper-44)
+        ("mybench.blocks:make_block", {"size": 4}, ["workload.size=4 is not allowed: size is a grid key",
+                                                    "set it as size=... (without workload.)"]),
         ("experiments.workloads.attention", {"backend": "fast"}, ["workload.backend='fast'",
                                                                   "auto, math, flash, efficient, cudnn"]),
     ],
