@@ -371,8 +371,15 @@ def _prepare(config: JobConfig, out: dict[str, Any], quiet: bool = False) -> Pre
     _add_cost(out, cost, config)
     _check_memory(out, config, device, free)
     sync = _synchroniser(device)
-    with torch.no_grad():
-        workload = seam.build(w.target, w.settings, **grid)
+    with torch.no_grad():  # the weights and inputs it makes carry no autograd graph into the steps
+        try:
+            workload = seam.build(w.target, w.settings, **grid)
+        except RuntimeError as exc:
+            if "does not require grad" not in str(exc):
+                raise
+            raise seam.WorkloadError(f"{w.target} raised {type(exc).__name__}: {first_line(exc)} (profsweep calls the "
+                                     "factory under torch.no_grad(): code in it that trains or takes gradients "
+                                     "runs inside `with torch.enable_grad():`)") from exc
     modules = modules_of(workload.fn, workload.args, workload.kwargs)
     _place(config, workload, modules, grid, device, out, quiet)
     if cost is None and workload.cost is not None:

@@ -87,6 +87,31 @@ def test_a_raising_workload_is_recorded_not_raised(tmp_path):
     assert record["status"] == "failed" and "no_such_backend" in record["error"]
 
 
+PRETRAINED = """
+import torch
+
+
+def make(*, size, dtype, device):
+    model = torch.nn.Linear(4, 1)
+    loss = model(torch.randn(8, 4)).pow(2).mean()  # a fit before returning it
+    loss.backward()
+    return model, (torch.randn(size, 4),)
+"""
+
+
+def test_a_factory_that_takes_gradients_is_told_it_runs_under_no_grad(tmp_path, monkeypatch):
+    """helper-44: a factory that fits its model before returning it failed with autograd's
+    'element 0 of tensors does not require grad', no word of profsweep's torch.no_grad()."""
+    (tmp_path / "pretrained_bench.py").write_text(PRETRAINED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = JobConfig(size=8, dtype="fp32", device="cpu", run=IN_PROCESS,
+                       workload=WorkloadConfig(name="custom", target="pretrained_bench:make"))
+    record = run_job(config, tmp_path / "job")
+    assert record["status"] == "failed", record
+    assert "does not require grad" in record["error"] and "under torch.no_grad()" in record["error"]
+    assert "with torch.enable_grad():" in record["error"]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_job_device_total_equals_table_footer(tmp_path):
     config = JobConfig(size=256, device="cuda", run=IN_PROCESS)
