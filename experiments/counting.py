@@ -367,6 +367,10 @@ class _StorageReads(TorchDispatchMode):
                 read = min(_extent(t), sparse * t.element_size()) if touched else _extent(t)  # (touched: sparse)
                 self.spans[key] = max(self.spans.get(key, 0), read)
 
+    def seen(self, storage: int) -> bool:
+        """Whether an op was seen reading `storage` (and the reading saw every op)."""
+        return not self.failed and (storage in self.spans or storage in self.rows)
+
     def read(self, storage: int, whole: int) -> int:
         """The bytes read of one storage of `whole` bytes: all of it when no op was seen reading it
         (a kernel this mode does not see may)."""
@@ -380,6 +384,7 @@ class _StorageReads(TorchDispatchMode):
 class Reads:
     """What one call read and wrote (`weight_reads`)."""
     weights: int  # bytes read of the weights
+    unseen: int  # of them, counted whole because no op was seen reading them (or the reading failed)
     trained: int  # bytes of the trained weights' gradients (a sparse one: the rows it holds; none: 0)
     graded: int  # bytes of the trained weights that got a gradient, whole (what an optimizer keeps state for)
     output: Any
@@ -413,6 +418,7 @@ def weight_reads(call: Callable[[], Any], weights: Iterable[torch.Tensor], train
         for h in handles:
             h.remove()
     return Reads(weights=sum(reads.read(key, size) for key, size in whole.items()),
+                 unseen=sum(size for key, size in whole.items() if not reads.seen(key)),
                  trained=round(sum(size * share for size, share in shares.values())),
                  graded=sum(size for size, _ in shares.values()),
                  output=output, wrote_inputs=reads.written)

@@ -675,6 +675,12 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
             # known, a gradient for those that got one (a sparse one's rows), state for each of them
             guessed = counting.storage_bytes(step.parameters) * (1 + slots)
             out["memory_estimate_bytes"] += reads.trained + slots * reads.graded - guessed
+        if reads.unseen and reads.unseen >= 0.05 * out["bytes_per_call"]:
+            _warn(out, f"bytes_per_call counts {reads.unseen:,} bytes of weights whole that no op was seen reading "
+                       f"({reads.unseen / out['bytes_per_call']:.0%} of it): a submodule the step does not call, experts "
+                       "not routed to, or a kernel outside torch's dispatcher (Triton, a pybind extension) that reads "
+                       "them; where the step does not read them, bandwidth and intensity from it are overstated "
+                       "(a cost model gives the bytes: docs/own-model.md)")
         if reads.wrote_inputs:
             _warn(out, f"the step writes into its own inputs ({', '.join(reads.wrote_inputs[:3])}): every step runs on "
                        "what the one before left, so the steps timed are not one step repeated (a value that grows "

@@ -134,7 +134,8 @@ def test_an_embedding_is_read_as_the_distinct_rows_looked_up_and_other_weights_w
     # a buffer sliced before use: the slice; one no op was seen reading: whole (a kernel the reading
     # does not see may read it)
     mask, unused = torch.ones(100, 100), torch.ones(7)
-    assert weight_reads(lambda: torch.zeros(5, 5) + mask[:5, :5], [mask, unused]).weights == 25 * 4 + 7 * 4
+    reads = weight_reads(lambda: torch.zeros(5, 5) + mask[:5, :5], [mask, unused])
+    assert reads.weights == 25 * 4 + 7 * 4 and reads.unseen == 7 * 4  # the whole one, said (helper-44)
 
 
 def _trains(model, optimizer, call):

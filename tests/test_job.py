@@ -102,14 +102,49 @@ def make(*, size, dtype, device):
 def test_a_factory_that_takes_gradients_is_told_it_runs_under_no_grad(tmp_path, monkeypatch):
     """helper-44: a factory that fits its model before returning it failed with autograd's
     'element 0 of tensors does not require grad', no word of profsweep's torch.no_grad()."""
-    (tmp_path / "pretrained_bench.py").write_text(PRETRAINED)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "pretrained_bench.py").write_text(PRETRAINED)
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
     config = JobConfig(size=8, dtype="fp32", device="cpu", run=IN_PROCESS,
                        workload=WorkloadConfig(name="custom", target="pretrained_bench:make"))
-    record = run_job(config, tmp_path / "job")
+    record = run_job(config, tmp_path)
     assert record["status"] == "failed", record
     assert "does not require grad" in record["error"] and "under torch.no_grad()" in record["error"]
     assert "with torch.enable_grad():" in record["error"]
+
+
+HEADLESS = """
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(16, 16)
+        self.head = torch.nn.Linear(16, 4096)  # never called by the step
+
+    def features(self, x):
+        return self.body(x)
+
+
+def make(*, size, dtype, device):
+    return Net().features, (torch.randn(size, 16),)
+"""
+
+
+def test_weights_no_op_was_seen_reading_are_said_to_be_counted_whole(tmp_path, monkeypatch):
+    """helper-44: a backbone's step that never calls its 4096-way head counted the head whole in
+    bytes_per_call (bandwidth 12.6x the machine's measured ceiling), with no word of it."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "headless_bench.py").write_text(HEADLESS)
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    config = JobConfig(size=8, dtype="fp32", device="cpu", run=IN_PROCESS,
+                       workload=WorkloadConfig(name="custom", target="headless_bench:make"))
+    record = run_job(config, tmp_path)
+    assert record["status"] == "ok", record
+    head = (16 * 4096 + 4096) * 4
+    said = [w for w in record["warnings"] if "no op was seen reading" in w]
+    assert len(said) == 1 and f"{head:,} bytes of weights whole" in said[0], record["warnings"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
