@@ -87,7 +87,7 @@ def run_job(config: JobConfig, job_dir: Path, own_process: bool = False) -> dict
         said = message(exc)[:ERROR_CHARS]  # the whole traceback is in job.log
         record["error"] = (f"{records.DISK_FULL}: {said}" if records.disk_full(exc)
                            else f"{'JobError' if type(exc) is records.Refusal else type(exc).__name__}: {said}"
-                           + autograd_hint(said, config))
+                           + ("" if isinstance(exc, seam.WorkloadError) else autograd_hint(said, config)))
         record[FINAL] = final_failure(exc)
     record["finished_at"] = records.now_iso()
     records.write_json(job_dir / records.METRICS_FILE, record)
@@ -114,11 +114,15 @@ AUTOGRAD_HINTS = (
 )
 
 
+INFERENCE_GRAD_HINT = ("profsweep runs an inference step under torch.no_grad(): a forward that takes gradients "
+                      "itself (forces from an energy, torch.autograd.grad) wraps that in torch.enable_grad()")
+
+
 def autograd_hint(said: str, config: JobConfig) -> str:
-    """` (profsweep: what to change)`, where a training step failed in autograd for a reason of the
+    """` (profsweep: what to change)`, where a step failed in autograd for a reason of the
     workload's own code ('' otherwise)."""
     if not config.train:
-        return ""
+        return f" (profsweep: {INFERENCE_GRAD_HINT})" if "does not require grad" in said else ""
     return next((f" (profsweep: {hint})" for words, hint in AUTOGRAD_HINTS if words in said), "")
 
 

@@ -251,5 +251,12 @@ def test_autograds_words_for_the_workloads_own_mistakes_get_what_to_change():
     training, inference = JobConfig(train=True), JobConfig()
     for hint, said in cases.items():
         assert hint in autograd_hint(said, training), said
-        assert autograd_hint(said, inference) == ""
+        # inference: only a forward that takes gradients itself is told of no_grad (helper-44: an ML
+        # potential's forces, torch.autograd.grad in its forward, failed with autograd's words alone)
+        assert ("wraps that in torch.enable_grad()" in autograd_hint(said, inference)) == ("does not require grad" in said)
+    x = torch.ones(3, requires_grad=True)
+    with torch.no_grad():
+        energy = (x * x).sum()
+    forces = raised(lambda: torch.autograd.grad(energy, x))
+    assert "under torch.no_grad()" in autograd_hint(forces, inference)
     assert autograd_hint("RuntimeError: boom", training) == ""
