@@ -333,6 +333,10 @@ def _mismatch(value: Any, hint: Any) -> str | None:
 def estimate(target: str, settings: Mapping[str, Any], **grid: Any) -> Cost | None:
     """The factory's cost model for this grid point, when it has one (nothing is allocated)."""
     model = getattr(locate(target), "cost", None)
+    if isinstance(model, Cost):  # one count for every grid point: said, not ignored
+        raise WorkloadError(f"{target}.cost is a Cost, not a function: a cost model takes the grid point "
+                            f"(size, dtype, device and the settings) and returns its Cost: "
+                            f"{short_name(target)}.cost = lambda **point: Cost(...)")
     if not callable(model):
         return None
     try:

@@ -154,6 +154,8 @@ def test_args_that_read_as_something_else_are_refused_with_what_to_write(user_mo
     (lambda **kw: {"flops": 1}, r"make_block.cost returned \{'flops': 1\}: a cost model returns experiments.seam.Cost"),
     (lambda **kw: seam.Cost(-5, -1, -1), r"returned Cost\(flops=-5\): each count is a finite number of 0 or more"),
     (lambda **kw: seam.Cost(float("nan"), float("inf"), 1), r"returned Cost\(flops=nan\)"),
+    # a Cost itself, not a function of the grid point: it was ignored, the FLOPs counted instead (helper-44)
+    (seam.Cost(123, 4, 5), r"make_block.cost is a Cost, not a function: a cost model takes the grid point"),
 ])
 def test_a_cost_model_that_fails_or_says_nonsense_is_named(user_module, monkeypatch, cost, needle):
     """A cost model's exception was the job's ("ZeroDivisionError: division by zero", no word of the
