@@ -315,7 +315,8 @@ def _history(args: argparse.Namespace) -> int:
             if not (pair_key_of(key) in PAIR_KEYS or pair_key_of(key).startswith(PAIR_PREFIXES)):
                 raise StoreError(f"--ignore {key!r} is not a key that pairs jobs: choose from "
                                  f"{', '.join(PAIR_KEYS)} or a workload., profiler. or compiler. setting")
-        sweeps = find_sweeps(args.sweeps, lambda line: print(line, file=sys.stderr))
+        unanalysed: list = []
+        sweeps = find_sweeps(args.sweeps, lambda line: print(line, file=sys.stderr), unanalysed)
         settings = [pair_key_of(k) for k in args.ignore if pair_key_of(k) not in PAIR_KEYS]
         if settings:  # a setting no sweep has: refused before the store is made or written
             from analysis.store import summary_columns
@@ -360,6 +361,15 @@ def _history(args: argparse.Namespace) -> int:
     print(f"  -> {', '.join(str(p) for p in written)}")
     if args.fail_on_change is not None:
         newest = found.sweeps[-1]
+        # a sweep below the folders given, newer than every one taken, left without its analysis (killed
+        # before it: the OOM killer, a reboot): the night's results are missing, as a broken build's
+        last = max(s.started_at for s in sweeps)
+        later = [folder for folder, started in unanalysed if started is None or started > last]
+        if later:
+            print(f"failed in the newest sweep: {later[-1]} is not analysed (stopped before its analysis: killed, or "
+                  f"the machine went down), so nothing of it was compared; python -m analysis {later[-1]} analyses "
+                  "what its jobs recorded")
+            return 1
         if history.broken(found):  # a broken build, or a sweep stopped early, is the first regression
             unrun = history.unrun_jobs(newest)[0]
             lost = []

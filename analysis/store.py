@@ -153,6 +153,18 @@ def _utc(text: Any) -> datetime.datetime | None:
     return (t.astimezone(datetime.timezone.utc) if t.tzinfo else t).replace(tzinfo=None)
 
 
+def _plan_start(folder: Path) -> datetime.datetime | None:
+    """When a sweep started, by its sweep.json or environment.json (None: neither says)."""
+    for name in (PLAN_FILE, ENVIRONMENT_FILE):
+        try:
+            found = _utc(json.loads((folder / name).read_text(encoding="utf-8")).get("created_at"))
+        except (OSError, ValueError, AttributeError):
+            continue
+        if found is not None:
+            return found
+    return None
+
+
 def start_time(folder: Path, summary: Path) -> tuple[datetime.datetime, str]:
     """When the sweep started, and which file said so."""
     for name in (PLAN_FILE, ENVIRONMENT_FILE):
@@ -166,12 +178,15 @@ def start_time(folder: Path, summary: Path) -> tuple[datetime.datetime, str]:
     return stamp.replace(tzinfo=None), f"{summary.name} modified"
 
 
-def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[SweepFolder]:
+def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None],
+                unanalysed: list[tuple[Path, datetime.datetime | None]] | None = None) -> list[SweepFolder]:
     """The analysed sweeps named, or found in the folders named (up to DEPTH levels below, not
     inside a sweep), each once. A named sweep that is not analysed, that a live sweep still
     writes, or that cannot be read, is refused; one found below a folder is skipped with a
-    warning. A sweep whose analysis is older than some of its job records (a job rerun since)
-    is taken as analysed, with a warning that says so."""
+    warning (and, where it is not analysed, added to `unanalysed` with when it started, from its
+    sweep.json: a sweep killed before its analysis, which the gate must not pass over). A sweep
+    whose analysis is older than some of its job records (a job rerun since) is taken as
+    analysed, with a warning that says so."""
     from analysis.tables import job_folders, unreadable
     from profsweep.contract import live_sweep
 
@@ -278,6 +293,9 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None]) -> list[Swee
             said = problem(sweep)
             if said:
                 warn(f"warning: skipped: {said}")
+                if unanalysed is not None and summary_file(sweep) is None and (sweep / PLAN_FILE).is_file() \
+                        and not live_sweep(sweep):
+                    unanalysed.append((sweep.resolve(), _plan_start(sweep)))
             else:
                 add(sweep)
     return list(found.values())

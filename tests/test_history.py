@@ -349,6 +349,24 @@ def test_a_newest_sweep_whose_jobs_failed_is_named_and_fails_the_gate(tmp_path, 
     assert code == 1 and "failed in the newest sweep: 3 planned jobs never ran in s3, 1 grid points" in out
 
 
+def test_a_newest_sweep_killed_before_its_analysis_fails_the_gate(tmp_path, capsys):
+    """helper-45: a nightly SIGKILLed before its analysis (no summary.csv: one job recorded,
+    sweep.json planned six) was skipped with a warning, and the gate passed on the night before."""
+    rng = np.random.default_rng(5)
+    for i in range(3):
+        write_sweep(tmp_path / "n" / f"s{i}", i + 1, {16: noisy(160, rng)})
+    killed = tmp_path / "n" / "s3"
+    (killed / "0_matmul_add_16_bf16_warm_eager").mkdir(parents=True)
+    (killed / "0_matmul_add_16_bf16_warm_eager" / "metrics.json").write_text(json.dumps({"status": "unfinished"}))
+    (killed / "sweep.json").write_text(json.dumps({"created_at": "2026-12-04T02:00:00+00:00", "jobs": 6}))
+    code, out, err = history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)
+    assert f"skipped: {killed} is not analysed" in err
+    assert code == 1 and f"failed in the newest sweep: {killed.resolve()} is not analysed" in out, out
+    # an unanalysed sweep older than the newest taken is skipped as before: the gate judges the newest
+    (killed / "sweep.json").write_text(json.dumps({"created_at": "2026-12-02T12:00:00+00:00", "jobs": 6}))
+    assert history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)[0] == 0
+
+
 # --- the store ------------------------------------------------------------------------------------------
 
 
