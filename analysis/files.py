@@ -68,8 +68,11 @@ def read_csv_rows(path: Path, text: Collection[str] = (), counts: Collection[str
     `text_prefixes`, stay text (a job named `7`, a setting "007"); those in `counts` are integers
     where pandas wrote them as floats (a column with an empty cell: `8.0`)."""
     with open(path, newline="", encoding="utf-8") as f:
-        rows = [{k: (v or None) if k in text or k.startswith(text_prefixes) else typed(v) for k, v in row.items()}
-                for row in csv.DictReader(f)]
+        read = list(csv.DictReader(f))
+    if any(None in row for row in read):  # more cells than the header names: not a table the analysis wrote
+        raise ValueError(f"{path}: a row has more cells than its header")
+    rows = [{k: (v or None) if k in text or k.startswith(text_prefixes) else typed(v) for k, v in row.items()}
+            for row in read]
     for row in rows:
         for key in counts:
             value = row.get(key)

@@ -664,6 +664,35 @@ def test_a_table_edited_or_damaged_after_the_analysis_is_not_read(tmp_path, tabl
     assert [p.get("timed_us_per_step") for p in side.points] == [p.get("timed_us_per_step") for p in traces.points]
 
 
+@pytest.mark.parametrize("table, edit", [
+    ("ops", "a cell more"), ("summary", "a cell more"), ("repeats", "a cell more"),
+    ("summary", "no job"),
+])
+def test_a_row_longer_than_its_header_or_a_point_without_its_job_is_not_read(tmp_path, table, edit, capsys):
+    """helper-45: a row with a cell more than the header (or a table linked to /etc/passwd)
+    raised AttributeError ('NoneType' object has no attribute 'startswith'), and a summary row
+    without its job AttributeError in the page, both exit 1, the gate's code."""
+    from analysis.compare.side import load_side
+
+    for side in ("base", "new"):
+        hand_made_point(tmp_path / side, 0, processes(100))
+        write_analysis_tables(tmp_path / side)
+    path = tmp_path / "new" / f"{table}.csv"
+    stamp = path.stat().st_mtime
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if edit == "a cell more":
+        rows[1].append("x")
+    else:
+        rows[1][rows[0].index("job")] = ""
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    os.utime(path, (stamp, stamp))
+    assert load_side(tmp_path / "new").read_from == "traces"
+    code, out, err = compare(tmp_path / "base", tmp_path / "new", "--out", tmp_path / "out", capsys=capsys)
+    assert code == 0 and "Traceback" not in err and "1 pair" in out, out + err
+
+
 def test_job_folders_and_settings_that_read_as_numbers_give_the_same_verdicts_by_both_routes(tmp_path, capsys):
     """A sweep whose job folders are numbers (hydra.sweep.subdir=${hydra.job.num}), and a text
     setting "007": read back from the CSVs they stay what they were, and pair as before."""

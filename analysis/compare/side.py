@@ -23,7 +23,7 @@ TABLES = ("summary", "repeats", "steps", "ops", "kernels", "timed_samples")  # w
 # What each table's rows must hold for compare to read it: text columns, and numbers at or above 0
 # (the un-profiled samples above it). A table edited or cut short otherwise is not read: the sweep
 # is analysed from its records and traces instead.
-SHAPE = {"summary": (("status",), ()), "repeats": (("job", "status"), ()), "steps": (("job",), ("host_us",)),
+SHAPE = {"summary": (("job", "status"), ()), "repeats": (("job", "status"), ()), "steps": (("job",), ("host_us",)),
          "ops": (("job", "name"), ("calls", "self_host_us")), "kernels": (("job", "name"), ("calls", "total_us")),
          "timed_samples": (("job",), ("us",))}
 
