@@ -379,8 +379,11 @@ def _damaged(summary: Path, tables: Sequence[Path]) -> str | None:
             pass
         except Exception as exc:  # pyarrow's errors: ArrowInvalid, OSError
             return f"{summary} cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-    for table in tables:
+    for table in [*([summary] if summary.suffix == ".csv" else []), *tables]:
         try:
+            if table.name == REPEATS_FILE and not (table.is_file() and any(_header(table))):
+                # every analysis writes it: without it every job of the sweep would read as never run
+                return f"{table} is missing or empty"
             if table.is_file():
                 _header(table)
                 if table.suffix == ".csv" and not _ends_a_line(table):

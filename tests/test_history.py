@@ -349,6 +349,25 @@ def test_a_newest_sweep_whose_jobs_failed_is_named_and_fails_the_gate(tmp_path, 
     assert code == 1 and "failed in the newest sweep: 3 planned jobs never ran in s3, 1 grid points" in out
 
 
+@pytest.mark.parametrize("damage", ["repeats.csv deleted", "repeats.csv emptied", "summary.csv not UTF-8"])
+def test_a_sweep_whose_tables_are_damaged_is_named_not_read_as_jobs_that_never_ran(tmp_path, capsys, damage):
+    """helper-45: repeats.csv deleted or emptied read as 'in h3: 6 of the 6 planned never ran', the
+    gate failing a sweep whose jobs all ran; a summary.csv header that is not UTF-8 raised
+    UnicodeDecodeError (a traceback, exit 1)."""
+    rng = np.random.default_rng(5)
+    folders = [write_sweep(tmp_path / "n" / f"s{i}", i + 1, {16: noisy(160, rng)}) for i in range(3)]
+    (folders[2] / "sweep.json").write_text(json.dumps({"created_at": "2026-12-03T02:00:00+00:00", "jobs": 3}))
+    if damage == "repeats.csv deleted":
+        (folders[2] / "repeats.csv").unlink()
+    elif damage == "repeats.csv emptied":
+        (folders[2] / "repeats.csv").write_text("")
+    else:
+        (folders[2] / "summary.csv").write_bytes(b"\xff\xfe" + (folders[2] / "summary.csv").read_bytes())
+    code, out, err = history(*folders, capsys=capsys)
+    assert code == 2 and "never ran" not in out and "Traceback" not in err, out + err
+    assert str(folders[2]) in err and ("is missing or empty" in err or "cannot be read" in err), err
+
+
 def test_a_newest_sweep_killed_before_its_analysis_fails_the_gate(tmp_path, capsys):
     """helper-45: a nightly SIGKILLed before its analysis (no summary.csv: one job recorded,
     sweep.json planned six) was skipped with a warning, and the gate passed on the night before."""
