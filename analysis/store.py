@@ -153,20 +153,8 @@ def _utc(text: Any) -> datetime.datetime | None:
     return (t.astimezone(datetime.timezone.utc) if t.tzinfo else t).replace(tzinfo=None)
 
 
-def _plan_start(folder: Path) -> datetime.datetime | None:
-    """When a sweep started, by its sweep.json or environment.json (None: neither says)."""
-    for name in (PLAN_FILE, ENVIRONMENT_FILE):
-        try:
-            found = _utc(json.loads((folder / name).read_text(encoding="utf-8")).get("created_at"))
-        except (OSError, ValueError, AttributeError):
-            continue
-        if found is not None:
-            return found
-    return None
-
-
-def start_time(folder: Path, summary: Path) -> tuple[datetime.datetime, str]:
-    """When the sweep started, and which file said so."""
+def _plan_start(folder: Path) -> tuple[datetime.datetime, str] | None:
+    """When a sweep started, by its sweep.json or environment.json, and which said so (None: neither)."""
     for name in (PLAN_FILE, ENVIRONMENT_FILE):
         try:
             found = _utc(json.loads((folder / name).read_text(encoding="utf-8")).get("created_at"))
@@ -174,6 +162,14 @@ def start_time(folder: Path, summary: Path) -> tuple[datetime.datetime, str]:
             continue
         if found is not None:
             return found, name
+    return None
+
+
+def start_time(folder: Path, summary: Path) -> tuple[datetime.datetime, str]:
+    """When the sweep started, and which file said so."""
+    found = _plan_start(folder)
+    if found is not None:
+        return found
     stamp = datetime.datetime.fromtimestamp(summary.stat().st_mtime, datetime.timezone.utc)
     return stamp.replace(tzinfo=None), f"{summary.name} modified"
 
@@ -295,7 +291,7 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None],
                 warn(f"warning: skipped: {said}")
                 if unanalysed is not None and summary_file(sweep) is None and (sweep / PLAN_FILE).is_file() \
                         and not live_sweep(sweep):
-                    unanalysed.append((sweep.resolve(), _plan_start(sweep)))
+                    unanalysed.append((sweep.resolve(), (_plan_start(sweep) or (None,))[0]))
             else:
                 add(sweep)
     return list(found.values())

@@ -99,15 +99,20 @@ def make(*, size, dtype, device):
 """
 
 
+def _custom_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, module: str) -> dict:
+    """One CPU job of `source`'s factory `make`, saved as `module`, in this process."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    config = JobConfig(size=8, dtype="fp32", device="cpu", run=IN_PROCESS,
+                       workload=WorkloadConfig(name="custom", target=f"{module}:make"))
+    return run_job(config, tmp_path)
+
+
 def test_a_factory_that_takes_gradients_is_told_it_runs_under_no_grad(tmp_path, monkeypatch):
     """helper-44: a factory that fits its model before returning it failed with autograd's
     'element 0 of tensors does not require grad', no word of profsweep's torch.no_grad()."""
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "pretrained_bench.py").write_text(PRETRAINED)
-    monkeypatch.syspath_prepend(str(tmp_path / "src"))
-    config = JobConfig(size=8, dtype="fp32", device="cpu", run=IN_PROCESS,
-                       workload=WorkloadConfig(name="custom", target="pretrained_bench:make"))
-    record = run_job(config, tmp_path)
+    record = _custom_job(tmp_path, monkeypatch, PRETRAINED, "pretrained_bench")
     assert record["status"] == "failed", record
     assert "does not require grad" in record["error"] and "under torch.no_grad()" in record["error"]
     assert "with torch.enable_grad():" in record["error"]
@@ -135,12 +140,7 @@ def make(*, size, dtype, device):
 def test_weights_no_op_was_seen_reading_are_said_to_be_counted_whole(tmp_path, monkeypatch):
     """helper-44: a backbone's step that never calls its 4096-way head counted the head whole in
     bytes_per_call (bandwidth 12.6x the machine's measured ceiling), with no word of it."""
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "headless_bench.py").write_text(HEADLESS)
-    monkeypatch.syspath_prepend(str(tmp_path / "src"))
-    config = JobConfig(size=8, dtype="fp32", device="cpu", run=IN_PROCESS,
-                       workload=WorkloadConfig(name="custom", target="headless_bench:make"))
-    record = run_job(config, tmp_path)
+    record = _custom_job(tmp_path, monkeypatch, HEADLESS, "headless_bench")
     assert record["status"] == "ok", record
     head = (16 * 4096 + 4096) * 4
     said = [w for w in record["warnings"] if "no op was seen reading" in w]
