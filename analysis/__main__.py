@@ -338,8 +338,9 @@ def _history(args: argparse.Namespace) -> int:
             copies = store.copies([ids[s] for s in chosen])
             named = {ids[s]: s.folder for s in chosen}
             for copy, original in copies.items():  # two of one sweep would confirm any change it shows
-                print(f"warning: {named[copy]} is a copy of {named[original]} (the same start and job start times): "
-                      "counted once", file=sys.stderr)
+                print(f"warning: {named[copy]} and {named[original]} hold the same measurements (the same start and "
+                      f"job start times: a folder copied, perhaps resumed since): counted once, as {named[original]}",
+                      file=sys.stderr)
             chosen = [s for s in chosen if ids[s] not in copies]
             if len(sweeps) > 1 and len(chosen) == 1:
                 raise StoreError(f"the {len(sweeps)} sweeps given are copies of one: nothing to follow over time")

@@ -722,22 +722,31 @@ class Store:
     # --- reading -----------------------------------------------------------------------------------
 
     def copies(self, ids: Sequence[int]) -> dict[int, int]:
-        """Each sweep of `ids` that is a copy of one before it in `ids` (the same start and the same
-        jobs' start times, to the millisecond: a folder copied, not a sweep run again) -> that one."""
+        """Each sweep of `ids` that is a copy of another (the same start, and jobs' start times it
+        shares with it, to the millisecond: a folder copied, perhaps resumed since with more
+        repeats, not a sweep run again) -> the one kept: of sweeps sharing jobs, the one with the
+        most (the first in `ids` among equals)."""
         if not ids or "started_at" not in self.columns("repeats"):
             return {}
         found = self.con.execute(
             "SELECT s.sweep_id, CAST(s.started_at AS VARCHAR), string_agg(CAST(r.started_at AS VARCHAR), ',' "
             "ORDER BY CAST(r.started_at AS VARCHAR)) FROM sweeps s LEFT JOIN repeats r USING (sweep_id) "
             f"WHERE s.sweep_id IN ({', '.join(str(int(i)) for i in ids)}) GROUP BY ALL").fetchall()
-        prints = {sweep: (start, jobs) for sweep, start, jobs in found if jobs}  # no job's start: nothing to tell by
-        first: dict[tuple[str, str], int] = {}
+        jobs = {sweep: set(starts.split(",")) for sweep, _, starts in found if starts}  # no job's start: nothing to tell by
+        groups: dict[str, list[int]] = {}
+        for sweep, start, _ in found:
+            if sweep in jobs:
+                groups.setdefault(start, []).append(sweep)
+        position = {sweep: n for n, sweep in enumerate(ids)}
         out = {}
-        for sweep in ids:
-            if sweep in prints:
-                out_of = first.setdefault(prints[sweep], sweep)
-                if out_of != sweep:
-                    out[sweep] = out_of
+        for members in groups.values():
+            kept: list[int] = []
+            for sweep in sorted(members, key=lambda s: (-len(jobs[s]), position[s])):
+                original = next((k for k in kept if jobs[k] & jobs[sweep]), None)
+                if original is None:
+                    kept.append(sweep)
+                else:
+                    out[sweep] = original
         return out
 
     def rows(self, query: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:

@@ -1232,10 +1232,23 @@ def test_a_copy_of_a_sweep_is_counted_once(tmp_path, capsys):
     shutil.copytree(root / "s03", root / "s04")
     code, out, err = history(*(root / f"s0{d}" for d in (1, 2, 3, 4)), "--order", "given", "--fail-on-change", "1.1",
                              "--out", tmp_path / "h", capsys=capsys)
-    assert f"warning: {root / 's04'} is a copy of {root / 's03'} (the same start and job start times): counted once" in err
+    assert f"warning: {root / 's04'} and {root / 's03'} hold the same measurements (the same start and job start " \
+        f"times: a folder copied, perhaps resumed since): counted once, as {root / 's03'}" in err
     assert code == 0 and "history: 3 sweeps" in out
     changes = pd.read_csv(tmp_path / "h" / "regressions.csv")
     assert "regression" not in set(changes["status"])  # one sweep shows the step: not confirmed
+    # a copy resumed since with a fourth process (helper-45: it confirmed the step, exit 1): the
+    # one with more processes is kept, once
+    shutil.rmtree(root / "s04")
+    shutil.copytree(root / "s03", root / "s04")
+    repeats = pd.read_csv(root / "s04" / "repeats.csv")
+    extra = repeats.iloc[[0]].assign(job="9_matmul_add_8_bf16_warm_eager_r4", repeat=4,
+                                     started_at="2026-12-05T02:00:09.123+00:00")
+    pd.concat([repeats, extra]).to_csv(root / "s04" / "repeats.csv", index=False)
+    code, out, err = history(*(root / f"s0{d}" for d in (1, 2, 3, 4)), "--order", "given", "--fail-on-change", "1.1",
+                             "--out", tmp_path / "h3", capsys=capsys)
+    assert f"warning: {root / 's03'} and {root / 's04'} hold the same measurements" in err, err
+    assert code == 0 and "history: 3 sweeps" in out, out
     code, _, err = history(root / "s03", root / "s04", "--out", tmp_path / "h2", capsys=capsys)
     assert code == 2 and "the 2 sweeps given are copies of one" in err
 
