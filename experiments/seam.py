@@ -375,8 +375,9 @@ def build(target: str, settings: Mapping[str, Any], **grid: Any) -> Workload:
     elif isinstance(made, (tuple, list)) and len(made) == 2:
         workload = Workload(made[0], made[1])
     else:
-        items = f" of {len(made)} items" if isinstance(made, (tuple, list)) else ""
-        raise WorkloadError(f"{target} returned a {type(made).__name__}{items}: a workload factory returns "
+        what = (f"a {type(made).__name__} of {len(made)} items" if isinstance(made, (tuple, list))
+                else f"a value of type {type(made).__name__}")
+        raise WorkloadError(f"{target} returned {what}: a workload factory returns "
                             "(fn, args) or experiments.seam.Workload(fn, args, kwargs=..., loss=..., cost=...)")
     args = _arguments(target, workload.args)
     if not callable(workload.fn):

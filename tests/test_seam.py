@@ -122,7 +122,7 @@ def test_build_accepts_a_pair_or_a_workload_and_refuses_anything_else(user_modul
     import mybench.blocks
 
     monkeypatch.setattr(mybench.blocks, "make_block", lambda **kw: torch.ones(1), raising=True)
-    with pytest.raises(seam.WorkloadError, match="returned a Tensor: a workload factory returns"):
+    with pytest.raises(seam.WorkloadError, match="returned a value of type Tensor: a workload factory returns"):
         seam.build("mybench.blocks:make_block", {}, size=3, dtype=torch.float32, device=CPU)
     monkeypatch.setattr(mybench.blocks, "make_block", lambda **kw: (len, (), {}), raising=True)
     with pytest.raises(seam.WorkloadError, match="returned a tuple of 3 items: a workload factory returns"):
