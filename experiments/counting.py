@@ -8,7 +8,9 @@ hand cost models do, 1 FLOP per output element of every op torch tags `pointwise
 gelu, where, ...) and the bias add of addmm and baddbmm (and of _addmm_activation, with its
 activation), and count the CPU's fused attention (_scaled_dot_product_flash_attention_for_cpu and
 its backward) as torch counts the other fused attentions: its matrix products. Reductions,
-softmax, norms and copies are not counted.
+softmax, norms and copies are not counted. Complex tensors are counted in real FLOPs: a complex
+multiply-add is 8 (4 multiplies, 2 adds for the product, 2 for the sum) where torch counts 2, and
+an elementwise op counts 2 per complex element.
 
 An operator that does matrix products but has no formula (by a word of its name: mm, linear,
 conv, attention, rnn, lstm, transformer, ...; e.g. the LSTM's mkldnn_rnn_layer on the CPU, or
@@ -73,7 +75,7 @@ def _pointwise_flop(*args: Any, out_val: Any = None, out_shape: Any = None, **kw
         return max(_stored(t) for t in sparse)
     if out_val is None:  # a torch whose counter gives every formula shapes: no layouts to see
         return _elements(out_shape)
-    return sum(_stored(t) for t in tensors([out_val]))
+    return sum(_stored(t) * (COMPLEX_POINTWISE if t.is_complex() else 1) for t in tensors([out_val]))
 
 
 # FlopCounterMode passes this formula the tensors, not their shapes (torch's own formulas for
@@ -81,16 +83,45 @@ def _pointwise_flop(*args: Any, out_val: Any = None, out_shape: Any = None, **kw
 _pointwise_flop._get_raw = True  # type: ignore[attr-defined]
 
 
-def _addmm_flop(bias: Any, a: Any, b: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
-    """mm's 2·m·k·n, plus the bias added to each output element (the hand models count it)."""
-    *batch, m, k = a
-    n = b[-1]
-    return math.prod(batch) * 2 * m * k * n + _elements(out_shape)
+def _is_complex(*items: Any) -> bool:
+    return any(t.is_complex() for t in tensors(items))
 
 
-def _addmm_activation_flop(bias: Any, a: Any, b: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+# A complex number is two real ones: a complex multiply-add is 8 real FLOPs (4 multiplies, 4 adds)
+# where torch's formulas count 2, and an elementwise op on a complex element counts as on two reals.
+COMPLEX_PRODUCT, COMPLEX_POINTWISE = 4, 2
+
+
+def _complex_aware(formula: Callable[..., int], raw: bool) -> Callable[..., int]:
+    """`formula` (a matrix-product count; `raw`: it takes the tensors, as FlopCounterMode's own
+    registry does, else shapes) counted in real FLOPs: times COMPLEX_PRODUCT where a tensor it
+    reads or writes is complex."""
+    shaped = formula if raw else flop_counter.shape_wrapper(formula)
+
+    def counted(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
+        flops = shaped(*args, out_val=out_val, **kwargs)
+        return flops * COMPLEX_PRODUCT if _is_complex(args, kwargs, out_val) else flops
+    counted._get_raw = True  # type: ignore[attr-defined]
+    return counted
+
+
+def _addmm_flop(bias: Any, a: Any, b: Any, *args: Any, out_val: Any = None, **kwargs: Any) -> int:
+    """mm's 2·m·k·n, plus the bias added to each output element (the hand models count it); in
+    real FLOPs where the tensors are complex (8·m·k·n, 2 per element)."""
+    *batch, m, k = a.shape
+    n = b.shape[-1]
+    product, added = math.prod(batch) * 2 * m * k * n, sum(t.numel() for t in tensors([out_val]))
+    if _is_complex(bias, a, b, out_val):
+        return product * COMPLEX_PRODUCT + added * COMPLEX_POINTWISE
+    return product + added
+
+
+def _addmm_activation_flop(bias: Any, a: Any, b: Any, *args: Any, out_val: Any = None, **kwargs: Any) -> int:
     """addmm's count, plus the activation applied to each output element."""
-    return _addmm_flop(bias, a, b, out_shape=out_shape) + _elements(out_shape)
+    return _addmm_flop(bias, a, b, out_val=out_val) + sum(t.numel() for t in tensors([out_val]))
+
+
+_addmm_flop._get_raw = _addmm_activation_flop._get_raw = True  # type: ignore[attr-defined]
 
 
 def _attention_flop(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
@@ -201,7 +232,9 @@ def count_flops(call: Callable[[], Any]) -> tuple[int, list[str]]:
     for name, formula in (("_scaled_dot_product_flash_attention_for_cpu", _attention_flop),
                           ("_scaled_dot_product_flash_attention_for_cpu_backward", _attention_backward_flop)):
         if hasattr(aten, name):  # torch >= 2.3
-            own[getattr(aten, name)] = formula
+            own[getattr(aten, name)] = _complex_aware(formula, raw=False)
+    # torch's own product formulas (mm, bmm, convolutions, attention), in real FLOPs for complex
+    own = {**{p: _complex_aware(f, raw=True) for p, f in flop_counter.flop_registry.items()}, **own}
     formulas = {**flop_counter.flop_registry, **own}
     while True:
         packets, products = _pointwise_packets(), _product_packets(formulas)

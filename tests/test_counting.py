@@ -23,6 +23,19 @@ def test_a_matmul_plus_bias_counts_2mnk_plus_mn():
     assert count_flops(lambda: torch.addbmm(bias, batch_a, batch_b)) == (3 * 2 * 8 * 16 * 4 + 8 * 4, [])
 
 
+def test_complex_products_and_elementwise_ops_count_real_flops():
+    """A complex multiply-add is 8 real FLOPs (torch's formulas count 2), an elementwise op on a
+    complex element 2; a real workload's count is unchanged."""
+    a, b = torch.randn(8, 16, dtype=torch.complex64), torch.randn(16, 4, dtype=torch.complex64)
+    bias = torch.randn(8, 4, dtype=torch.complex64)
+    assert count_flops(lambda: a @ b) == (8 * 8 * 16 * 4, [])
+    assert count_flops(lambda: a @ b + bias) == (8 * 8 * 16 * 4 + 2 * 8 * 4, [])
+    assert count_flops(lambda: torch.addmm(bias, a, b)) == (8 * 8 * 16 * 4 + 2 * 8 * 4, [])
+    assert count_flops(lambda: torch.bmm(a[None], b[None])) == (8 * 8 * 16 * 4, [])
+    real_a, real_b = a.real.contiguous(), b.real.contiguous()
+    assert count_flops(lambda: real_a @ real_b) == (2 * 8 * 16 * 4, [])
+
+
 def test_attention_on_the_cpu_counts_its_two_matrix_products():
     """F.scaled_dot_product_attention on the CPU runs _scaled_dot_product_flash_attention_for_cpu,
     which torch's counter has no formula for: q @ k^T and p @ v, 2·b·h·l·s·e each (and five such
