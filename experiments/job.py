@@ -17,6 +17,7 @@ metrics.json. Every file is written atomically.
 
 from __future__ import annotations
 
+import collections.abc
 import faulthandler
 import importlib
 import json
@@ -152,12 +153,18 @@ def _noting_interrupts(signalled: list[int]) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+# Exceptions that say the code is wrong, not the machine or the data: a call with the wrong
+# arguments, a name or attribute that is not there, an import that fails, code left unwritten.
+CODE_ERRORS = (TypeError, AttributeError, NameError, ImportError, SyntaxError, NotImplementedError)
+
+
 def final_failure(exc: BaseException) -> bool:
     """A failure that no other process of the grid point can change: the factory's return value or
     settings (seam.WorkloadError), a step that cannot be made (steps.StepError), a configuration
-    refused (ConfigError), a refusal of what the job was given (records.Refusal). A timeout, running
-    out of memory, a signal, a lost lock or the workload's own exception may change: not final."""
-    return isinstance(exc, (seam.WorkloadError, ConfigError, records.Refusal))
+    refused (ConfigError), a refusal of what the job was given (records.Refusal), or an error in the
+    code itself (CODE_ERRORS: a TypeError repeats in every process). A timeout, running out of
+    memory, a signal, a lost lock or any other exception of the workload may change: not final."""
+    return isinstance(exc, (seam.WorkloadError, ConfigError, records.Refusal, *CODE_ERRORS))
 
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -530,6 +537,13 @@ def _first_call(job: Prepared, out: dict[str, Any]) -> None:
         raise records.Refusal(f"meta tensors are refused: {config.workload.target}'s step returned a tensor on device "
                        "'meta' (no data: nothing ran); build the model and its inputs on the device the "
                        "factory is given")
+    if isinstance(result, (collections.abc.Iterator, collections.abc.Coroutine, collections.abc.AsyncIterator)):
+        kind = "a coroutine" if isinstance(result, collections.abc.Coroutine) else f"a lazy {type(result).__name__}"
+        if isinstance(result, collections.abc.Coroutine):
+            result.close()  # never awaited, by design: no warning for it
+        raise records.Refusal(f"{config.workload.target}'s step returned {kind}: its work runs only when something "
+                              "consumes it, so the step timed nothing; return the results themselves (a tensor, "
+                              "or list(...) of them)")
     inside = job.recompiles()
     job.graphs += inside  # a warm step's recompilations count from here
     if inside and not config.compile:

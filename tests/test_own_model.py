@@ -10,6 +10,8 @@ returns an object with .loss and .logits, as transformers' models do.
 
 from __future__ import annotations
 
+import warnings
+
 import functools
 import json
 from dataclasses import dataclass
@@ -65,6 +67,36 @@ def make_masked_encoder(*, size: int, dtype: torch.dtype, device: torch.device, 
     mask[:, size // 2:] = True
     return seam.Workload(encoder, (torch.randn(2, size, dim, device=device, dtype=dtype),),
                          kwargs={"src_key_padding_mask": mask})
+
+
+def make_lazy(*, size: int, dtype: torch.dtype, device: torch.device, kind: str = "generator") -> seam.Workload:
+    """A step whose work never runs: it returns a generator (or a map, or a coroutine)."""
+    x = torch.randn(size, size, device=device, dtype=dtype)
+
+    def generator(x):
+        yield x @ x
+
+    async def coroutine(x):
+        return x @ x
+
+    return seam.Workload({"generator": generator, "map": lambda x: map(torch.relu, x),
+                          "coroutine": coroutine}[kind], (x,))
+
+
+def make_wrong(*, size: int, dtype: torch.dtype, device: torch.device, kind: str = "typo") -> seam.Workload:
+    """A step whose code is wrong in every process (a TypeError), one whose data may be (a
+    ValueError of its own), and a module torch.compile refuses (torch.jit.script)."""
+    x = torch.randn(size, size, device=device, dtype=dtype)
+    if kind == "scripted":
+        return seam.Workload(torch.jit.script(nn.Linear(size, size).to(device=device, dtype=dtype)), (x,))
+
+    def typo(x):
+        return torch.mm(x)
+
+    def unlucky(x):
+        raise ValueError("the data was unlucky this time")
+
+    return seam.Workload({"typo": typo, "unlucky": unlucky}[kind], (x,))
 
 
 def make_lm(*, size: int, dtype: torch.dtype, device: torch.device, vocab: int = 64, hidden: int = 32,
@@ -312,6 +344,49 @@ def test_a_factory_that_ignores_dtype_is_warned_and_meta_tensors_fail(tmp_path):
     assert m["error"].startswith("JobError: meta tensors are refused: tests.test_own_model:make_meta returned "
                                  "2 of 2 parameters on device 'meta'")
     assert m["ran_device"] == "meta+cpu"  # bf16: 144 bytes of parameters on meta, 128 of input on the CPU
+
+
+@pytest.mark.parametrize("kind, said", [("generator", "a lazy generator"), ("map", "a lazy map"),
+                                         ("coroutine", "a coroutine")])
+def test_a_step_that_returns_lazy_work_is_refused_not_timed(tmp_path, kind, said):
+    """A generator's body runs only when consumed: the step would time nothing (0.8 µs)."""
+    from experiments.config import JobConfig, RunConfig, WorkloadConfig
+    from experiments.job import run_job
+
+    config = JobConfig(workload=WorkloadConfig(target="tests.test_own_model:make_lazy", name="lazy",
+                                               settings={"kind": kind}),
+                       size=8, dtype="fp32", device="cpu", run=RunConfig(isolation="none", compile_cache="shared"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a coroutine is closed, never "never awaited"
+        record = run_job(config, tmp_path)
+    assert record["status"] == "failed"
+    assert record["error"] == (f"JobError: tests.test_own_model:make_lazy's step returned {said}: its work runs only "
+                               "when something consumes it, so the step timed nothing; return the results themselves "
+                               "(a tensor, or list(...) of them)")
+    assert record["failure_is_final"] is True  # the next repeat would return the same
+
+
+@pytest.mark.parametrize("kind, compiled, final, said", [
+    ("typo", False, True, "TypeError: mm() received an invalid combination of arguments"),
+    ("unlucky", False, False, "ValueError: the data was unlucky this time"),
+    ("scripted", True, True, "StepError: torch.compile refused the RecursiveScriptModule that wrong returned: torch.compile "
+                             "does not support compiling torch.jit.script"),
+])
+def test_a_failure_in_the_code_is_final_one_of_the_data_is_not(tmp_path, kind, compiled, final, said):
+    """`failure_is_final` stops the later repeats of a grid point: for an error no other process can
+    change (the code's TypeError, a module torch.compile refuses), not for the workload's own."""
+    from experiments.config import JobConfig, RunConfig, WorkloadConfig
+    from experiments.job import run_job
+
+    config = JobConfig(workload=WorkloadConfig(target="tests.test_own_model:make_wrong", name="wrong",
+                                               settings={"kind": kind}),
+                       size=8, dtype="fp32", device="cpu", compile=compiled,
+                       run=RunConfig(isolation="none", compile_cache="shared"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.script's own
+        record = run_job(config, tmp_path)
+    assert record["status"] == "failed" and record["error"].startswith(said), record["error"]
+    assert record["failure_is_final"] is final
 
 
 def test_a_step_torch_cannot_count_is_measured_and_says_so(tmp_path):
