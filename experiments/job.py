@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from experiments import allocator, provenance, records, seam
 from profsweep import machine
 from experiments.config import AUTO, ConfigError, JobConfig, config_from_dict
-from experiments.lifeline import die_with_parent
+from experiments.lifeline import PARENT_ENV, die_with_parent
 from experiments.records import JobError
 from profsweep.contract import FINAL, first_line, message
 from profsweep.sweep_state import SWEEP
@@ -196,6 +196,13 @@ class Prepared:
         return torch.enable_grad() if self.config.train else torch.no_grad()
 
 
+def _phase(text: str) -> None:
+    """Say in the job's log which part of its work starts (records.PHASE_MARK): a timeout then
+    names it. Only in a job process a sweep launched (its log is a file; never in a measured window)."""
+    if os.environ.get(PARENT_ENV):
+        print(f"{records.PHASE_MARK}{text}", file=sys.stderr, flush=True)
+
+
 def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed: bool = False) -> None:
     """Do the job's work in its parts, each adding its measurements to `out` as soon as they are
     known: prepare, first call, warm-up, the profiled steps, the export, the post-counts, and the
@@ -214,6 +221,7 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
     try:
         # after the twin's fork: the twin compiles as the user's code would, untraced
         traced = provenance.start(config)
+        _phase(f"building the workload ({config.workload.target})")
         job = _prepare(config, out)
         if unheld:
             out["warnings"].append(unheld)
@@ -230,20 +238,26 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
             # first wait step (never recorded); warm, the first of the run.warmup_iters warm-up calls.
             first_in_profiler = not config.warmup and config.profiler.wait >= 1
             if not first_in_profiler:
+                _phase("the first call")
                 _first_call(job, out)
             window_start = None
             if config.warmup:
+                _phase("the warm-up calls, then the un-profiled steps")
                 _warm_up(job, out)
                 window_start = machine.read()
                 _time_unprofiled(job, out, "this process, before the profiler")
+            _phase("the profiled steps" + (" (the first call is the first)" if first_in_profiler else ""))
             session = _profiled_steps(job, job_dir, out, first_in_profiler)
             window_start = window_start or session.window_start
             if not config.warmup and twin is None:
+                _phase("the un-profiled steps, in this process")
                 _time_unprofiled(job, out, AFTER_PROFILER)  # before the export changes the process
             out["recompiles"] = job.recompiles()  # during the profiled (and this process's timed) steps
             # what else the machine did while this process measured (a twin says its own)
             out.update(machine.between(window_start, machine.read()) if window_start else {})
+            _phase("writing the trace")
             session.export()
+            _phase("the extra calls after the profiled steps (peak memory, FLOPs and bytes)")
             _peak_memory(job, out)
             _untrained(job, out)
             if job.cost is None:
@@ -252,6 +266,8 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
         if twin is not None:
             del session  # the profiler's events
             _release(job)
+            _phase("the un-profiled steps in the twin process, which builds the workload a second time "
+                   "(run.job_timeout_s covers both builds)")
             _twin_timing(twin, out)
             twin = None
         _recompiled(job, out)

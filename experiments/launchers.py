@@ -159,7 +159,9 @@ def _record_of(config: JobConfig, job_dir: Path, log_path: Path, end: ProcessEnd
     if end.timed_out and finished_record(config, job_dir) is not None:
         return record  # it had written its ok record: the kill ended only what it left running
     if end.timed_out:
-        record, error = None, f"timeout: still running after run.job_timeout_s={timeout} s, killed"
+        phase = records.last_phase(_tail(log_path, lines=10_000))
+        record, error = None, (f"timeout: still running after run.job_timeout_s={timeout} s, killed"
+                               + (f" during {phase}" if phase else ""))
     elif end.returncode == 0 and record is not None and record.get("status") == "ok":
         return record
     elif record is None:

@@ -31,6 +31,7 @@ CONFIG_FILE = "job_config.json"
 LOG_FILE = "job.log"
 DISK_FULL = "disk full"  # how a job's error starts when a write failed for lack of space
 LOCK_WAIT_ENV = "PROFSWEEP_LOCK_WAIT_S"  # how long the sweep waited for a job's device slot (its record says)
+PHASE_MARK = "profsweep: now "  # a job's log line when it starts a part of its work (what a timeout interrupted)
 EXIT_DISK_FULL = 28  # (ENOSPC) the job process's exit code then (it may not have written metrics.json)
 
 
@@ -191,3 +192,9 @@ def environment_file(command: list[str]) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
     }
+
+
+def last_phase(log_tail: str) -> str | None:
+    """The part of its work a job had last started, by the PHASE_MARK lines of its log's tail."""
+    said = [line[len(PHASE_MARK):].strip() for line in log_tail.splitlines() if line.startswith(PHASE_MARK)]
+    return said[-1] if said else None

@@ -55,6 +55,15 @@ def test_resume_redoes_exactly_the_missing_job(sweep_dir):
     (second / "metrics.json").unlink()
     started = json.loads((sweep_dir / "sweep.json").read_text())["created_at"]
 
+    # each part of a job's work is said in its log as it starts (a timeout names the last)
+    phases = [line for line in (first / "job.log").read_text().splitlines() if line.startswith("profsweep: now ")]
+    assert phases == ["profsweep: now building the workload (experiments.workloads.matmul_add)",
+                      "profsweep: now the profiled steps (the first call is the first)",
+                      "profsweep: now writing the trace",
+                      "profsweep: now the extra calls after the profiled steps (peak memory, FLOPs and bytes)",
+                      "profsweep: now the un-profiled steps in the twin process, which builds the workload a second "
+                      "time (run.job_timeout_s covers both builds)"]
+
     done = run_cli(*args)
     assert done.returncode == 0, done.stdout + done.stderr
     plan = json.loads((sweep_dir / "sweep.json").read_text())  # the same sweep: history's key stays
@@ -78,7 +87,10 @@ def test_a_hung_job_is_killed_at_its_timeout(tmp_path, start, slow_workload):
                    env=slow_workload)
     assert done.returncode == 1
     m = read_metrics(out)
-    assert m["status"] == "failed" and m["error"].startswith("timeout: still running after run.job_timeout_s=2 s")
+    assert m["status"] == "failed"
+    # the part of its work the job was in, from the lines it writes into its log as each starts
+    assert m["error"] == "timeout: still running after run.job_timeout_s=2 s, killed during building the workload " \
+                         "(slowbench:make)"
     assert "timeout" in done.stdout
 
 
