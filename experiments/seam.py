@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import math
 import numbers
 import os
+import re
 import sys
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from profsweep.contract import first_line, without_address
 
@@ -194,9 +196,38 @@ def defaults(target: str) -> dict[str, Any]:
             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
+# Set by a sweep whose factories share a name (a:make, b:make): {target: the name it takes}
+QUALIFIED_ENV = "PROFSWEEP_QUALIFIED_NAMES"
+
+
 def short_name(target: str) -> str:
-    """The factory's own name, which names the workload unless workload.name says otherwise."""
+    """The factory's own name, which names the workload unless workload.name says otherwise; in a
+    sweep of factories with the same name, as `distinct_names` gives it."""
+    qualified = os.environ.get(QUALIFIED_ENV)
+    if qualified:
+        try:
+            return json.loads(qualified)[str(target)]
+        except (ValueError, KeyError, TypeError):
+            pass
     return str(target).replace(":", ".").rsplit(".", 1)[-1]
+
+
+def distinct_names(targets: Iterable[str]) -> dict[str, str]:
+    """For factories whose own names are the same (`a:make`, `b:make`), names that tell them apart:
+    the fewest module parts before each that do (`a.make`, `b.make`; `x.m:make`, `y.m:make` ->
+    `x.m.make`, `y.m.make`). Factories with a name of their own are left out."""
+    by_name: dict[str, set[str]] = {}
+    for target in targets:
+        by_name.setdefault(str(target).replace(":", ".").rsplit(".", 1)[-1], set()).add(str(target))
+    names = {}
+    for same in (sorted(t) for t in by_name.values() if len(t) > 1):
+        parts = {t: [p for p in re.split(r"[.:]", t) if p] for t in same}
+        for keep in range(2, max(len(p) for p in parts.values()) + 1):
+            tried = {t: ".".join(p[-keep:]) for t, p in parts.items()}
+            if len(set(tried.values())) == len(same):
+                break
+        names.update(tried)
+    return names
 
 
 # --- checking a target and its settings before any job runs -----------------------------------

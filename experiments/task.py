@@ -8,13 +8,15 @@ SystemExit with the message already printed.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import forkserver, records, refusals
+from experiments import forkserver, records, refusals, seam
 from experiments.config import ConfigError
 from experiments.point import warm_start
 from experiments.preflight import (
@@ -92,11 +94,25 @@ def refuse_slurm_without_slurm(config: DictConfig) -> None:
                "hydra/launcher=submitit_local for the same code path on this machine")
 
 
+def name_factories_apart(planned: list[Any]) -> None:
+    """Factories of one sweep that share a name (`a:make`, `b:make`), each named by default, get
+    names that tell them apart (`a.make`, `b.make`: seam.distinct_names) in their job folders,
+    progress lines and tables; the jobs' configurations are composed with them from here on."""
+    default = [p.config.workload.target for p in planned
+               if p.config.workload.name == seam.short_name(p.config.workload.target)]
+    names = seam.distinct_names(default)
+    if names:
+        os.environ[seam.QUALIFIED_ENV] = json.dumps(names)
+        said = ", ".join(f"{t} as {n}" for t, n in sorted(names.items()))
+        print(f"note: factories with the same name are named apart: {said}", flush=True)
+
+
 class SweepCallback(Callback):
     """Validates every job of a run or sweep up front and prints the final tally."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         SWEEP.reset()  # a run in a process that ran one before (a notebook, tests) starts clean
+        os.environ.pop(seam.QUALIFIED_ENV, None)
         refuse_deleted_keys(config)
         try:  # the job's own keys first: hydra.run.dir interpolates them (workload._target_ unset: in words)
             job_config(config)
@@ -129,8 +145,10 @@ class SweepCallback(Callback):
         refuse_repeated_values(axes)
         refuse_repeated_keys(config)
         compose = GlobalHydra.instance().config_loader().load_sweep_config
+        os.environ.pop(seam.QUALIFIED_ENV, None)  # an earlier sweep's in this process
         planned = preflight(config, axes if axes is not None else [], compose)
         check_configs([p.config for p in planned], [p.jobs for p in planned])
+        name_factories_apart(planned)
         warn_oversubscribed([p.config for p in planned])
         warn_unused_with_one_process([p.config for p in planned])
         refuse_slurm_without_slurm(config)

@@ -86,6 +86,7 @@ def user_code(tmp_path_factory) -> Path:
     (folder / "mybench").mkdir()
     (folder / "mybench" / "__init__.py").write_text("")
     (folder / "mybench" / "blocks.py").write_text(textwrap.dedent(USER_MODULE))
+    (folder / "mybench" / "other.py").write_text(textwrap.dedent(USER_MODULE))  # the same factories' names
     (folder / "mybench" / "script.py").write_text("import sys\nsys.exit(3)  # a script, not a module\n")
     assert ROOT not in folder.parents
     return folder
@@ -195,6 +196,26 @@ def test_bad_targets_are_refused_before_any_job(user_code, tmp_path, overrides, 
     for needle in needles:
         assert needle in done.stderr
     assert not sweep.exists()  # nothing written
+
+
+@pytest.mark.slow
+def test_two_factories_with_one_name_are_named_apart(user_code, tmp_path):
+    """mybench.blocks:make_geglu and mybench.other:make_geglu: their folders, progress lines and
+    series tell them apart (each once, the same on a resume)."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "workload=custom", "workload._target_=mybench.blocks:make_geglu,mybench.other:make_geglu",
+            "workload.hidden=16", "size=8", "run=fast", f"hydra.sweep.dir={sweep}"]
+    done = run_cli(*args, env={"PYTHONPATH": str(user_code)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ("note: factories with the same name are named apart: mybench.blocks:make_geglu as blocks.make_geglu, "
+            "mybench.other:make_geglu as other.make_geglu") in done.stdout
+    assert [d.name.split("_", 1)[1] for d in job_dirs(sweep)] == [
+        "blocks.make_geglu-hidden16_8_bf16_cold_eager", "other.make_geglu-hidden16_8_bf16_cold_eager"]
+    assert "] blocks.make_geglu hidden=16 size=8" in done.stdout and "] other.make_geglu hidden=16 size=8" in done.stdout
+    summary = pd.read_csv(sweep / "summary.csv")
+    assert sorted(summary["workload"]) == ["blocks.make_geglu", "other.make_geglu"]
+    again = run_cli(*args, env={"PYTHONPATH": str(user_code)})
+    assert "2 of them already ok, not run again (resume)" in again.stdout, again.stdout
 
 
 @pytest.mark.slow

@@ -63,6 +63,15 @@ def test_targets_are_found_by_colon_or_dotted_path(user_module):
                                                             "marker": "<object object>"}
 
 
+def test_factories_with_one_name_are_named_apart_by_the_fewest_module_parts():
+    assert seam.distinct_names(["a:make", "b:make", "c:other"]) == {"a:make": "a.make", "b:make": "b.make"}
+    assert seam.distinct_names(["x.m:make", "y.m:make", "x.m:make"]) == {"x.m:make": "x.m.make", "y.m:make": "y.m.make"}
+    # as many parts for each as the two that need the most
+    assert seam.distinct_names(["p.a:make", "p.b:make", "q.a:make"]) == {
+        "p.a:make": "p.a.make", "p.b:make": "p.b.make", "q.a:make": "q.a.make"}
+    assert seam.distinct_names(["a:make", "b:other"]) == {}
+
+
 @pytest.mark.parametrize(
     "target,settings,needles",
     [
