@@ -230,6 +230,9 @@ def compare_main(argv: list[str]) -> int:
     for side, key in (("BASE", "incomplete_base"), ("NEW", "incomplete_new")):
         if result[key]:
             print(f"  {side} is not a whole sweep: {result[key]}")
+    for side, key in (("BASE", "edited_base"), ("NEW", "edited_new")):
+        if result[key]:
+            print(f"  {side}'s {result[key]}")
     for e in result["environment"]:
         print(f"  environment differs: {e['key']}: {e['base']} -> {e['new']}")
     if args.fail_if_slower is not None:

@@ -98,3 +98,58 @@ def typed(text: str | None) -> Any:
 
 INTEGER = re.compile(r"[-+]?[0-9]+")  # as written: no "1_000", no spaces (a job named 12_34 stays text)
 NUMBER = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?|[-+]?inf")
+
+
+# --- the tables as the analysis wrote them ------------------------------------------------------
+
+CHECKSUMS_FILE = "tables.sha256"  # `sha256sum -c tables.sha256` checks them by hand
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksums(folder: Path, written: Iterable[Path]) -> None:
+    """tables.sha256 (sha256sum's format) of the tables just written: an edit since is then told
+    (`edited_tables`), and the analysis read from the job records instead."""
+    atomic_write_text(folder / CHECKSUMS_FILE, "".join(f"{_sha256(p)}  {p.name}\n" for p in written))
+
+
+def forget_checksums(folder: Path) -> None:
+    """Before the tables are written anew: an analysis stopped halfway leaves none, not old ones."""
+    path = folder / CHECKSUMS_FILE
+    if not path.exists() and not path.is_symlink():
+        return
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise WriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def edited_tables(folder: Path) -> list[str]:
+    """The tables tables.sha256 lists whose bytes are not those the analysis wrote (edited by hand or
+    by another program, or gone), by name; [] without tables.sha256 (an analysis by an older
+    profsweep, or one stopped before its end) or where it cannot be read."""
+    try:
+        lines = (folder / CHECKSUMS_FILE).read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError):
+        return []
+    edited = []
+    for line in lines:
+        digest, _, name = line.partition("  ")
+        if not name or "/" in name or name.startswith("."):
+            continue
+        try:
+            if _sha256(folder / name) != digest:
+                edited.append(name)
+        except OSError:
+            edited.append(name)
+    return edited

@@ -211,6 +211,16 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None],
         """Where job records were written after the analysis (a job rerun, a status changed, a
         record edited), the newest one's time, with a warning: history then reads the records,
         as compare analyses such a side in memory, writing nothing into the sweep; else None."""
+        from analysis.files import CHECKSUMS_FILE, edited_tables
+        from analysis.tables import job_folders
+        from profsweep.contract import METRICS_FILE
+
+        edited = edited_tables(folder)
+        if edited and any((j / METRICS_FILE).is_file() for j in job_folders(folder)):
+            warn(f"warning: {folder}: {', '.join(edited)} changed since its analysis wrote "
+                 f"{'them' if len(edited) > 1 else 'it'} ({CHECKSUMS_FILE} says otherwise); history reads its job "
+                 f"records instead, writing nothing into it (python -m analysis {folder} writes its analysis anew)")
+            return max(_mtime_ns(folder / name) or 0 for name in edited) + 1
         newer, records = newer_records(folder)
         if not newer:
             return None

@@ -855,11 +855,13 @@ def _as_written(table: Any) -> Any:
 
 
 def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
-    """<stem>.csv for every table, and summary.parquet; atomically."""
+    """<stem>.csv for every table, and summary.parquet; atomically; then their checksums
+    (tables.sha256), which tell an edit since."""
     import io
 
-    from analysis.files import atomic_write_bytes, atomic_write_text
+    from analysis.files import atomic_write_bytes, atomic_write_text, forget_checksums, write_checksums
 
+    forget_checksums(folder)
     written = []
     for name, table in tables.items():
         atomic_write_text(folder / f"{name}.csv", _as_written(table).to_csv(index=False))
@@ -867,6 +869,7 @@ def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
     summary = _as_written(tables["summary"])  # integers as integers there too (an empty cell stays one)
     if not len(summary.columns):  # no grid point: a parquet file without columns is one nothing reads
         (folder / "summary.parquet").unlink(missing_ok=True)
+        write_checksums(folder, written)
         return written
     try:
         buffer = io.BytesIO()
@@ -876,4 +879,5 @@ def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
     except ImportError as exc:  # no parquet engine installed: no older one left to be read as this analysis
         (folder / "summary.parquet").unlink(missing_ok=True)
         print(f"warning: summary.parquet not written ({exc})", file=sys.stderr)
+    write_checksums(folder, written)
     return written

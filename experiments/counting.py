@@ -422,17 +422,22 @@ class Reads:
     graded: int  # bytes of the trained weights that got a gradient, whole (what an optimizer keeps state for)
     output: Any
     wrote_inputs: list[str]  # ops that wrote into an input (`aten::mul_`)
+    held: int = 0  # bytes read of the tensors inside input objects (`held=`): those an op was seen reading
 
 
 def weight_reads(call: Callable[[], Any], weights: Iterable[torch.Tensor], trained: Iterable[torch.Tensor] = (),
-                 inputs: Iterable[torch.Tensor] = ()) -> Reads:
+                 inputs: Iterable[torch.Tensor] = (), held: Iterable[torch.Tensor] = ()) -> Reads:
     """The bytes one `call` reads of `weights` (parameters, buffers), each storage once and no more
     than it holds. An embedding table is read as the distinct rows looked up, a buffer sliced
     before use as the slice: counting whole tables would put a language model's traffic at its
     vocabulary's size, hundreds of times what its step can move. Of `trained`, the bytes that got
     a gradient in the call (none for one computed under no_grad; a sparse gradient's rows); the
-    ops that wrote into `inputs`."""
+    ops that wrote into `inputs`. Of `held` (tensors inside the inputs' plain objects: a graph's
+    `Data(x, edge_index)`, or a dataset the call does not read), what an op was seen reading, and
+    nothing of the others."""
     whole = {key: t.untyped_storage().nbytes() for t in weights if (key := storage_key(t)) is not None}
+    inside = {key: t.untyped_storage().nbytes() for t in held
+              if (key := storage_key(t)) is not None and key not in whole}
     watched = {k for k in map(storage_key, inputs) if k is not None} - {
         storage_key(t) for t in trained}  # an optimizer writes what it trains
     shares: dict[int, tuple[int, float]] = {}  # storage -> (its bytes, the share its gradient holds)
@@ -445,7 +450,7 @@ def weight_reads(call: Callable[[], Any], weights: Iterable[torch.Tensor], train
 
     handles = [p.register_post_accumulate_grad_hook(hook) for p in trained if p.requires_grad]
     try:
-        with _StorageReads(set(whole), watched) as reads:
+        with _StorageReads(set(whole) | set(inside), watched) as reads:
             output = call()
     finally:
         for h in handles:
@@ -454,7 +459,8 @@ def weight_reads(call: Callable[[], Any], weights: Iterable[torch.Tensor], train
                  unseen=sum(size for key, size in whole.items() if not reads.seen(key)),
                  trained=round(sum(size * share for size, share in shares.values())),
                  graded=sum(size for size, _ in shares.values()),
-                 output=output, wrote_inputs=reads.written)
+                 output=output, wrote_inputs=reads.written,
+                 held=sum(reads.read(key, size) for key, size in inside.items() if reads.seen(key)))
 
 
 def live_tensor_bytes(device: torch.device) -> int:

@@ -698,12 +698,16 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
     # embedding's rows looked up), and in training also the trained ones' gradients written and
     # read, and their optimizer state read and written.
     inputs = list(counting.tensors(job.workload.inputs))
+    # tensors inside the inputs' own objects (a graph's Data(x, edge_index)): counted where read
+    plain = {counting.storage_key(t) for t in inputs}
+    held = [t for t in counting.tensors(job.workload.inputs, objects=True) if counting.storage_key(t) not in plain]
     try:
         reads = counting.weight_reads(step.eager, [*step.parameters, *_module_tensors(job.modules)],
-                                      trained=step.parameters, inputs=inputs)
+                                      trained=step.parameters, inputs=inputs, held=held)
         slots = optimizer_slots(job.config.optimizer)
         trained = reads.trained * (2 + 2 * slots)
-        out["bytes_per_call"] = counting.moved_bytes(job.workload.inputs, [], reads.output) + reads.weights + trained
+        out["bytes_per_call"] = (counting.moved_bytes(job.workload.inputs, [], reads.output) + reads.weights + trained
+                                 + reads.held)
         if job.config.train and out.get("memory_estimate_bytes") is not None:
             # the estimate before the first call held a gradient and state for every trained weight: now
             # known, a gradient for those that got one (a sparse one's rows), state for each of them

@@ -3,17 +3,33 @@
     python experiments/run.py -m size=64,1024,4096 compile=true,false
 """
 
-import gc
 import signal
-from typing import Any
+import sys
 
-import hydra
-from omegaconf import DictConfig
 
-from experiments import refusals
-from experiments.config import register_configs
-from experiments.sweep_folder import EXIT_INTERRUPTED
-from experiments.task import task
+def _stop_before_the_sweep(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # as Ctrl-C: said below, exit 130, until the sweep's own handler takes over
+
+
+# From here on a stop is said in words, however early (the imports take a second or two): a
+# SIGTERM or SIGHUP before this line ends the interpreter as the signal's default does.
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stop_before_the_sweep)
+    signal.signal(signal.SIGHUP, _stop_before_the_sweep)
+try:
+    import gc
+    from typing import Any
+
+    import hydra
+    from omegaconf import DictConfig
+
+    from experiments import refusals
+    from experiments.config import register_configs
+    from experiments.sweep_folder import EXIT_INTERRUPTED
+    from experiments.task import task
+except KeyboardInterrupt:
+    print("interrupted before the sweep started: nothing was written", flush=True)
+    sys.exit(130)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -28,9 +44,9 @@ def ignore_stops() -> None:
 
 
 if __name__ == "__main__":
-    register_configs()
-    refusals.hold()  # until the sweep has started: Hydra's own refusals are rewritten in ours
     try:
+        register_configs()
+        refusals.hold()  # until the sweep has started: Hydra's own refusals are rewritten in ours
         main()
     except KeyboardInterrupt:
         # a stop that landed where the sweep has no handler of its own yet (making its folder,

@@ -641,6 +641,7 @@ def test_a_table_edited_or_damaged_after_the_analysis_is_not_read(tmp_path, tabl
     hand_made_point(tmp_path / "s", 0, processes(100))
     write_analysis_tables(tmp_path / "s")
     assert load_side(tmp_path / "s").read_from == "tables"
+    (tmp_path / "s" / "tables.sha256").unlink()  # an analysis by an older profsweep: the tables' content is checked
     path = tmp_path / "s" / f"{table}.csv"
     stamp = path.stat().st_mtime
     if text is None:
@@ -662,6 +663,30 @@ def test_a_table_edited_or_damaged_after_the_analysis_is_not_read(tmp_path, tabl
     monkeypatch.setattr(side_module, "written_tables", lambda folder: None)
     traces = load_side(tmp_path / "s")
     assert [p.get("timed_us_per_step") for p in side.points] == [p.get("timed_us_per_step") for p in traces.points]
+
+
+@pytest.mark.parametrize("table", ["summary", "repeats"])
+def test_a_status_edited_by_hand_is_not_believed_over_the_records(tmp_path, table, capsys):
+    """helper's finding: a summary.csv (or repeats.csv) whose status cells were set to `failed` by
+    hand made compare say "failed in NEW", exit 1. The analysis writes tables.sha256: an edited table
+    is not read, the records are, and the terminal and page say so."""
+    for side in ("base", "new"):
+        hand_made_point(tmp_path / side, 0, processes(100))
+        write_analysis_tables(tmp_path / side)
+    path = tmp_path / "new" / f"{table}.csv"
+    stamp = path.stat().st_mtime
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    for row in rows[1:]:
+        row[rows[0].index("status")] = "failed"
+    with open(path, "w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+    os.utime(path, (stamp, stamp))  # its time says nothing: its bytes do
+    code, out, err = compare(tmp_path / "base", tmp_path / "new", "--out", tmp_path / "out", capsys=capsys)
+    assert code == 0 and "failed in NEW" not in out and "(0 slower, 0 faster, 1 same, 0 inconclusive)" in out, out + err
+    assert (f"  NEW's {table}.csv changed since the analysis wrote it (tables.sha256 says otherwise): compared "
+            "from its job records and traces instead") in out
+    assert "<h2>NEW's tables were edited</h2>" in (tmp_path / "out" / "compare.html").read_text()
 
 
 @pytest.mark.parametrize("table, edit", [

@@ -143,6 +143,37 @@ def test_a_stop_between_two_jobs_ends_like_any_stop(sweep_dir, sig):
     assert (sweep_dir / "report.html").is_file() and len(pd.read_csv(sweep_dir / "summary.csv")) >= 2
 
 
+def _catches(pid: int, sig: int) -> bool:
+    """Whether the process has a handler of its own for `sig` (/proc's SigCgt mask)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(mask >> (sig - 1) & 1)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_during_the_imports_is_said_in_words(sweep_dir, sig):
+    """A stop as soon as run.py's first lines have run, while it imports Hydra and torch (a second
+    or two): Ctrl-C printed a raw KeyboardInterrupt traceback, SIGTERM ended the process by the
+    signal (exit 143) with nothing said. Now: exit 130, a line, nothing written."""
+    args = [sys.executable, "experiments/run.py", "-m", "size=16", "device=cpu", f"hydra.sweep.dir={sweep_dir}"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    proc.send_signal(sig)
+    said = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, said
+    assert "Traceback" not in said and "KeyboardInterrupt" not in said, said
+    # the handler is set before the imports, which take far longer than the poll: it lands in them
+    assert said == "interrupted before the sweep started: nothing was written\n", said
+    assert not (sweep_dir / "environment.json").exists()
+
+
 def test_environment_file(sweep_dir):
     assert run_cli("-m", "size=16", f"hydra.sweep.dir={sweep_dir}").returncode == 0
     env = json.loads((sweep_dir / "environment.json").read_text())

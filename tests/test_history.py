@@ -919,6 +919,25 @@ def test_records_changed_after_the_analysis_are_what_history_judges(tmp_path, ca
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "n").rglob("*") if p.is_file()} == before
 
 
+def test_tables_edited_after_the_analysis_are_not_believed_over_the_records(tmp_path, capsys):
+    """summary.csv and repeats.csv edited by hand in the last two sweeps (every step 1.4x, the
+    parquet twin removed):
+    the bytes differ from what tables.sha256 says the analysis wrote, so history reads the records,
+    says so, and finds no change (before: a confirmed 1.4x regression that no job measured)."""
+    folders = analysed_sweeps(tmp_path / "n", 4)
+    for folder in folders[2:]:
+        for table in ("summary", "repeats"):
+            frame = pd.read_csv(folder / f"{table}.csv")
+            for column in [c for c in frame.columns if c.startswith(("timed_us", "host_us", "median_us"))]:
+                frame[column] = frame[column] * 1.4
+            frame.to_csv(folder / f"{table}.csv", index=False)
+        (folder / "summary.parquet").unlink(missing_ok=True)
+    code, out, err = history(tmp_path / "n", "--fail-on-change", "1.10", "--out", tmp_path / "h", capsys=capsys)
+    assert code == 0 and "no change at 1 grid point" in out, out + err
+    assert re.search(r"s2: summary.csv, repeats.csv, summary.parquet changed since its analysis wrote (it|them) \(tables.sha256 "
+                     r"says otherwise\); history reads its job records instead", err), err
+
+
 def test_ignore_pairs_points_alike_in_the_ignored_key_first(tmp_path, capsys):
     """As compare: --ignore compile over sweeps that number their eager and compiled jobs
     differently is no change (before: a false 3x 'regression' at the renumbered sweeps)."""

@@ -99,6 +99,21 @@ def make_wrong(*, size: int, dtype: torch.dtype, device: torch.device, kind: str
     return seam.Workload({"typo": typo, "unlucky": unlucky}[kind], (x,))
 
 
+class Graph:
+    """An input object of the user's own (torch_geometric's Data is one): tensors as attributes."""
+
+    def __init__(self, x: torch.Tensor, bias: torch.Tensor, unused: torch.Tensor) -> None:
+        self.x, self.bias, self.unused = x, bias, unused
+
+
+def make_graph(*, size: int, dtype: torch.dtype, device: torch.device, hidden: int = 16) -> seam.Workload:
+    """A step given one Graph: it reads x and bias, never `unused` (a dataset the object holds)."""
+    lin = nn.Linear(hidden, hidden).to(device=device, dtype=dtype)
+    made = dict(device=device, dtype=dtype)
+    graph = Graph(torch.randn(size, hidden, **made), torch.randn(hidden, **made), torch.randn(4096, hidden, **made))
+    return seam.Workload(lambda g: lin(g.x) + g.bias, (graph,))
+
+
 def make_lm(*, size: int, dtype: torch.dtype, device: torch.device, vocab: int = 64, hidden: int = 32,
             batch: int = 2) -> seam.Workload:
     """A causal LM with keyword inputs, as a Hugging Face model is called."""
@@ -387,6 +402,20 @@ def test_a_failure_in_the_code_is_final_one_of_the_data_is_not(tmp_path, kind, c
         record = run_job(config, tmp_path)
     assert record["status"] == "failed" and record["error"].startswith(said), record["error"]
     assert record["failure_is_final"] is final
+
+
+def test_tensors_inside_an_input_object_count_as_bytes_where_the_step_reads_them(tmp_path):
+    """A Graph(x, bias, unused) argument: x and bias are read once (they were left out: inputs are
+    not walked into objects), `unused` (64 KiB, a dataset the object holds) is not counted."""
+    from experiments.config import JobConfig, RunConfig, WorkloadConfig
+    from experiments.job import run_job
+
+    config = JobConfig(workload=WorkloadConfig(target="tests.test_own_model:make_graph", name="graph"),
+                       size=8, dtype="fp32", device="cpu", run=RunConfig(isolation="none", compile_cache="shared"))
+    record = run_job(config, tmp_path)
+    assert record["status"] == "ok", record["error"]
+    x, bias, weights, output = 8 * 16 * 4, 16 * 4, (16 * 16 + 16) * 4, 8 * 16 * 4
+    assert record["bytes_per_call"] == x + bias + weights + output
 
 
 def test_a_step_torch_cannot_count_is_measured_and_says_so(tmp_path):

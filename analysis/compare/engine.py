@@ -346,6 +346,7 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
             **{f"damaged_{name}": [{"job": j, "error": e} for j, e in side.damaged]
                for name, side in (("base", base), ("new", new))},
             "incomplete_base": base.incomplete, "incomplete_new": new.incomplete,
+            "edited_base": base.edited, "edited_new": new.edited,
             "environment": environment, "fdr": fdr, "band": band,
             "tested": sum(1 for p in pairs if p.get("p_value") is not None)}
 

@@ -228,6 +228,9 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
     for side, key in (("BASE", "incomplete_base"), ("NEW", "incomplete_new")):
         if result.get(key):
             parts.append(f"<h2>{side} is not a whole sweep</h2><p>{escape(result[key])}</p>")
+    for side, key in (("BASE", "edited_base"), ("NEW", "edited_new")):
+        if result.get(key):
+            parts.append(f"<h2>{side}'s tables were edited</h2><p>{escape(result[key])}</p>")
     parts.append("<h2>What differs in the environment</h2>")
     parts.append(table(["", "base", "new"], ([escape(e["key"]), escape(e["base"]), escape(e["new"])]
                                                for e in result["environment"]))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from analysis.files import CHECKSUMS_FILE, edited_tables
 from analysis.tables import analyse_sweep, environment_of, job_folders, never_ran, read_table, samples_rows, unreadable
 from analysis.trace import is_op
 from profsweep.contract import METRICS_FILE, TIMED_SAMPLES, GridPoint, Job, amount, live_sweep, not_a_folder
@@ -50,6 +51,7 @@ class Side:
     # timed samples that are no sensible times, say): judged without them
     damaged: list[tuple[str, str]] = field(default_factory=list)
     incomplete: str | None = None  # the sweep stopped before jobs it planned (never_ran's words)
+    edited: str | None = None  # its tables were changed since its analysis wrote them: read from its records
 
 
 def op_uses(ops: Iterable[dict[str, Any]]) -> list[tuple[str, float, float]]:
@@ -66,7 +68,9 @@ def load_side(folder: Path) -> Side:
         raise CompareError(not_a_folder(folder))
     if unreadable(folder):
         raise CompareError(unreadable(folder))
-    rows = written_tables(folder.resolve())  # (`.` has no name to find in repeats.csv)
+    edited = edited_tables(folder)
+    # (`.` has no name to find in repeats.csv); an edited table is not read: the records say what ran
+    rows = None if edited else written_tables(folder.resolve())
     read_from = "tables"
     if rows is None:
         rows, read_from = analysed_tables(folder), "traces"
@@ -94,7 +98,9 @@ def load_side(folder: Path) -> Side:
                 {j: kernel_uses(k) for j, k in kernels.items()}, environment if isinstance(environment, dict) else {},
                 {str(j["job"]): j for j in jobs if j.usable}, read_from, failed, lost,
                 [(str(j["job"]), str(j["record_error"])) for j in jobs if j.usable and j.get("record_error")],
-                never_ran(folder, len(jobs)))
+                never_ran(folder, len(jobs)),
+                f"{', '.join(edited)} changed since the analysis wrote {'them' if len(edited) > 1 else 'it'} "
+                f"({CHECKSUMS_FILE} says otherwise): compared from its job records and traces instead" if edited else None)
 
 
 def _by_job(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
