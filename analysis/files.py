@@ -7,6 +7,7 @@ import csv
 import io
 import math
 import numbers
+import os
 import re
 from pathlib import Path
 from typing import Any, Collection, Iterable, Sequence
@@ -105,11 +106,20 @@ NUMBER = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?|[-+]?inf
 CHECKSUMS_FILE = "tables.sha256"  # `sha256sum -c tables.sha256` checks them by hand
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
+TABLE_NAME = re.compile(r"^[A-Za-z0-9_]+\.(csv|parquet)$")  # what the analysis writes into the folder
 
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
+
+def _sha256(path: Path) -> str:
+    """The SHA-256 of a regular file in its folder, never through a link (OSError for a link, a
+    pipe, a device or a folder: a table is none of those)."""
+    import hashlib
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        digest = hashlib.sha256()
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -144,12 +154,13 @@ def edited_tables(folder: Path) -> list[str]:
         return []
     edited = []
     for line in lines:
-        digest, _, name = line.partition("  ")
-        if not name or "/" in name or name.startswith("."):
+        digest, _, name = line.partition(" ")
+        name = name[1:] if name[:1] in " *" else name  # sha256sum's text and binary forms
+        if not TABLE_NAME.match(name):  # only a table of the folder itself is checked
             continue
         try:
             if _sha256(folder / name) != digest:
                 edited.append(name)
-        except OSError:
+        except OSError:  # gone, or no longer a plain file (a link, a pipe): not what the analysis wrote
             edited.append(name)
     return edited

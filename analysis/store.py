@@ -216,10 +216,14 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None],
         from profsweep.contract import METRICS_FILE
 
         edited = edited_tables(folder)
-        if edited and any((j / METRICS_FILE).is_file() for j in job_folders(folder)):
-            warn(f"warning: {folder}: {', '.join(edited)} changed since its analysis wrote "
-                 f"{'them' if len(edited) > 1 else 'it'} ({CHECKSUMS_FILE} says otherwise); history reads its job "
-                 f"records instead, writing nothing into it (python -m analysis {folder} writes its analysis anew)")
+        if edited:
+            said = (f"warning: {folder}: {', '.join(edited)} changed since its analysis wrote "
+                    f"{'them' if len(edited) > 1 else 'it'} ({CHECKSUMS_FILE} says otherwise)")
+            if not any((j / METRICS_FILE).is_file() for j in job_folders(folder)):
+                warn(f"{said}, and it keeps no job records to read instead: history reads the tables as they are")
+                return None
+            warn(f"{said}; history reads its job records instead, writing nothing into it (python -m analysis "
+                 f"{folder} writes its analysis anew)")
             return max(_mtime_ns(folder / name) or 0 for name in edited) + 1
         newer, records = newer_records(folder)
         if not newer:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Mapping, NamedTuple
 
 from experiments import allocator
-from experiments.seam import RESERVED, short_name
+from experiments.seam import RESERVED, short_name, shown_name
 from profsweep.ceilings import MODES
 from profsweep.contract import Job
 
@@ -307,7 +307,8 @@ class JobConfig:
         backend=flash size=512 bf16 warm eager`), the same settings for every job of a sweep."""
         named = [f"{key}={value}" for key, value in named_settings(self.workload.settings, self.run.variant_settings)]
         repeat = [f"repeat {self.run.repeat}"] if self.run.repeat > 1 else []
-        point = {"variant": " ".join([self.workload.name, *named]), "size": self.size, "dtype": self.dtype,
+        shown = shown_name(self.workload.target, self.workload.name)
+        point = {"variant": " ".join([shown, *named]), "size": self.size, "dtype": self.dtype,
                  "warmup": self.warmup, "compile": self.compile, "train": self.train, "optimizer": self.optimizer}
         return " ".join([Job(point).label(), *repeat])
 
@@ -485,7 +486,8 @@ def variant_folder_name(workload: Any, names: str) -> str:
     from omegaconf import OmegaConf
 
     w = WorkloadConfig.from_node(OmegaConf.to_container(workload, resolve=True))
-    return "-".join([w.name, *(folder_word(key, value) for key, value in named_settings(w.settings, str(names)))])
+    return "-".join([shown_name(w.target, w.name),
+                     *(folder_word(key, value) for key, value in named_settings(w.settings, str(names)))])
 
 
 # Launchers that run jobs in other processes (submitit, joblib) resolve each job's folder name

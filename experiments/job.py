@@ -20,12 +20,14 @@ from __future__ import annotations
 import collections.abc
 import faulthandler
 import importlib
+import itertools
 import json
 import math
 import os
 import sys
 import time
 import traceback
+import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -539,6 +541,12 @@ def _guard_memory_of_what_was_built(job: Prepared, out: dict[str, Any]) -> None:
 # --- first call, warm-up, the profiled steps ---------------------------------------------------
 
 
+# What a step returns when its work has not run yet: a generator's body, map's and filter's
+# function, a coroutine's. (Not every iterator: a file object or reversed() of results is done work.)
+LAZY = (types.GeneratorType, map, filter, itertools.starmap, collections.abc.Coroutine,
+        collections.abc.AsyncIterator)
+
+
 def _first_call(job: Prepared, out: dict[str, Any]) -> None:
     """Timed on its own: compilation included, device synchronized before and after."""
     from experiments import counting
@@ -553,7 +561,7 @@ def _first_call(job: Prepared, out: dict[str, Any]) -> None:
         raise records.Refusal(f"meta tensors are refused: {config.workload.target}'s step returned a tensor on device "
                        "'meta' (no data: nothing ran); build the model and its inputs on the device the "
                        "factory is given")
-    if isinstance(result, (collections.abc.Iterator, collections.abc.Coroutine, collections.abc.AsyncIterator)):
+    if isinstance(result, LAZY):
         kind = "a coroutine" if isinstance(result, collections.abc.Coroutine) else f"a lazy {type(result).__name__}"
         if isinstance(result, collections.abc.Coroutine):
             result.close()  # never awaited, by design: no warning for it

@@ -7,16 +7,23 @@ import signal
 import sys
 
 
+_STOPS: list[int] = []  # the stops that came before the sweep's own handler
+
+
 def _stop_before_the_sweep(signum: int, frame: object) -> None:
+    _STOPS.append(signum)  # noted too: C code that imports Python modules may swallow the exception
     raise KeyboardInterrupt  # as Ctrl-C: said below, exit 130, until the sweep's own handler takes over
 
 
 # From here on a stop is said in words, however early (the imports take a second or two): a
 # SIGTERM or SIGHUP before this line ends the interpreter as the signal's default does.
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _stop_before_the_sweep)
-    signal.signal(signal.SIGHUP, _stop_before_the_sweep)
+    for _signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(_signum, _stop_before_the_sweep)
 try:
+    # numpy first, from Python: torch imports it from C, which swallows a KeyboardInterrupt and
+    # leaves numpy half-imported (a stop then lost, or the analysis failing on numpy.matrix)
+    import numpy  # noqa: F401
     import gc
     from typing import Any
 
@@ -28,6 +35,10 @@ try:
     from experiments.sweep_folder import EXIT_INTERRUPTED
     from experiments.task import task
 except KeyboardInterrupt:
+    if __name__ != "__main__":
+        raise
+    _STOPS.append(signal.SIGINT)
+if _STOPS and __name__ == "__main__":
     print("interrupted before the sweep started: nothing was written", flush=True)
     sys.exit(130)
 

@@ -196,37 +196,47 @@ def defaults(target: str) -> dict[str, Any]:
             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
-# Set by a sweep whose factories share a name (a:make, b:make): {target: the name it takes}
-QUALIFIED_ENV = "PROFSWEEP_QUALIFIED_NAMES"
-
-
 def short_name(target: str) -> str:
-    """The factory's own name, which names the workload unless workload.name says otherwise; in a
-    sweep of factories with the same name, as `distinct_names` gives it."""
-    qualified = os.environ.get(QUALIFIED_ENV)
-    if qualified:
+    """The factory's own name, which names the workload unless workload.name says otherwise."""
+    return str(target).replace(":", ".").rsplit(".", 1)[-1]
+
+
+# Set by a sweep whose factories share a name (a:make, b:make): {target: the name it is shown by}
+SHOWN_ENV = "PROFSWEEP_SHOWN_NAMES"
+
+
+def shown_name(target: str, name: str) -> str:
+    """The workload's name in job folders and progress lines: in a sweep of factories that share
+    their name, a factory named by default is shown as `distinct_names` tells it apart
+    (`blocks.make`); its series keep the name (`make`, told apart by `target`), so that they pair
+    with a sweep of one of them alone."""
+    shown = os.environ.get(SHOWN_ENV)
+    if shown and name == short_name(target):
         try:
-            return json.loads(qualified)[str(target)]
+            return str(json.loads(shown)[str(target)])
         except (ValueError, KeyError, TypeError):
             pass
-    return str(target).replace(":", ".").rsplit(".", 1)[-1]
+    return name
 
 
 def distinct_names(targets: Iterable[str]) -> dict[str, str]:
     """For factories whose own names are the same (`a:make`, `b:make`), names that tell them apart:
     the fewest module parts before each that do (`a.make`, `b.make`; `x.m:make`, `y.m:make` ->
-    `x.m.make`, `y.m.make`). Factories with a name of their own are left out."""
-    by_name: dict[str, set[str]] = {}
+    `x.m.make`, `y.m.make`). Factories with a name of their own, one factory written two ways
+    (`a:make`, `a.make`), and ones no module part tells apart, are left out."""
+    by_name: dict[str, dict[str, list[str]]] = {}
     for target in targets:
-        by_name.setdefault(str(target).replace(":", ".").rsplit(".", 1)[-1], set()).add(str(target))
-    names = {}
-    for same in (sorted(t) for t in by_name.values() if len(t) > 1):
-        parts = {t: [p for p in re.split(r"[.:]", t) if p] for t in same}
-        for keep in range(2, max(len(p) for p in parts.values()) + 1):
-            tried = {t: ".".join(p[-keep:]) for t, p in parts.items()}
-            if len(set(tried.values())) == len(same):
+        parts = [p for p in re.split(r"[.:]", str(target)) if p]
+        by_name.setdefault(parts[-1] if parts else str(target), {})[str(target)] = parts
+    names: dict[str, str] = {}
+    for group in by_name.values():
+        if len({tuple(p) for p in group.values()}) < 2:  # one factory, however it is written
+            continue
+        for keep in range(2, max(len(p) for p in group.values()) + 1):
+            tried = {t: ".".join(p[-keep:]) for t, p in group.items()}
+            if len(set(tried.values())) == len({tuple(p) for p in group.values()}):
+                names.update(tried)
                 break
-        names.update(tried)
     return names
 
 

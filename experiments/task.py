@@ -95,16 +95,17 @@ def refuse_slurm_without_slurm(config: DictConfig) -> None:
 
 
 def name_factories_apart(planned: list[Any]) -> None:
-    """Factories of one sweep that share a name (`a:make`, `b:make`), each named by default, get
-    names that tell them apart (`a.make`, `b.make`: seam.distinct_names) in their job folders,
-    progress lines and tables; the jobs' configurations are composed with them from here on."""
+    """Factories of one sweep that share a name (`a:make`, `b:make`), each named by default, are
+    shown apart (`a.make`, `b.make`: seam.distinct_names) in job folders and progress lines, which
+    are made from here on; their series keep the name, told apart by `target`."""
     default = [p.config.workload.target for p in planned
                if p.config.workload.name == seam.short_name(p.config.workload.target)]
     names = seam.distinct_names(default)
     if names:
-        os.environ[seam.QUALIFIED_ENV] = json.dumps(names)
+        os.environ[seam.SHOWN_ENV] = json.dumps(names)
         said = ", ".join(f"{t} as {n}" for t, n in sorted(names.items()))
-        print(f"note: factories with the same name are named apart: {said}", flush=True)
+        print(f"note: factories with the same name are shown apart in job folders and progress lines: {said}",
+              flush=True)
 
 
 class SweepCallback(Callback):
@@ -112,7 +113,7 @@ class SweepCallback(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         SWEEP.reset()  # a run in a process that ran one before (a notebook, tests) starts clean
-        os.environ.pop(seam.QUALIFIED_ENV, None)
+        os.environ.pop(seam.SHOWN_ENV, None)
         refuse_deleted_keys(config)
         try:  # the job's own keys first: hydra.run.dir interpolates them (workload._target_ unset: in words)
             job_config(config)
@@ -145,7 +146,7 @@ class SweepCallback(Callback):
         refuse_repeated_values(axes)
         refuse_repeated_keys(config)
         compose = GlobalHydra.instance().config_loader().load_sweep_config
-        os.environ.pop(seam.QUALIFIED_ENV, None)  # an earlier sweep's in this process
+        os.environ.pop(seam.SHOWN_ENV, None)  # an earlier sweep's in this process
         planned = preflight(config, axes if axes is not None else [], compose)
         check_configs([p.config for p in planned], [p.jobs for p in planned])
         name_factories_apart(planned)

@@ -689,6 +689,31 @@ def test_a_status_edited_by_hand_is_not_believed_over_the_records(tmp_path, tabl
     assert "<h2>NEW's tables were edited</h2>" in (tmp_path / "out" / "compare.html").read_text()
 
 
+def test_tables_sha256_checks_the_folders_own_tables_only_never_through_a_link(tmp_path):
+    """helper-46: a name in tables.sha256 was opened wherever it led: a FIFO hung compare, a link to
+    /dev/zero spun history. Only the folder's own tables are checked, as plain files; a link or a
+    pipe in a table's place is no table the analysis wrote."""
+    from analysis.files import edited_tables
+
+    folder = tmp_path / "s"
+    hand_made_point(folder, 0, processes(100))
+    write_analysis_tables(folder)
+    assert edited_tables(folder) == []
+    checksums = folder / "tables.sha256"
+    written = checksums.read_text()
+    os.mkfifo(folder / "pipe.csv")
+    (folder / "zero.csv").symlink_to("/dev/zero")
+    checksums.write_text(written + "00  pipe.csv\n00  zero.csv\n00  ../../etc/hostname\n00  .hidden.csv\n")
+    assert edited_tables(folder) == ["pipe.csv", "zero.csv"]  # at once: neither was opened to be read
+    checksums.write_text(written.replace("  ", " *"))  # sha256sum -b's form
+    assert edited_tables(folder) == []
+    (folder / "ops.csv").write_text((folder / "ops.csv").read_text() + "\n")
+    assert edited_tables(folder) == ["ops.csv"]
+    os.unlink(folder / "ops.csv")
+    (folder / "ops.csv").symlink_to(folder / "steps.csv")
+    assert edited_tables(folder) == ["ops.csv"]
+
+
 @pytest.mark.parametrize("table, edit", [
     ("ops", "a cell more"), ("summary", "a cell more"), ("repeats", "a cell more"),
     ("summary", "no job"),

@@ -200,20 +200,23 @@ def test_bad_targets_are_refused_before_any_job(user_code, tmp_path, overrides, 
 
 @pytest.mark.slow
 def test_two_factories_with_one_name_are_named_apart(user_code, tmp_path):
-    """mybench.blocks:make_geglu and mybench.other:make_geglu: their folders, progress lines and
-    series tell them apart (each once, the same on a resume)."""
+    """mybench.blocks:make_geglu and mybench.other:make_geglu: their folders and progress lines
+    tell them apart (the same on a resume); their series keep the factory's name, told apart by
+    `target`, so that each pairs with a sweep of it alone."""
     sweep = tmp_path / "sweep"
     args = ["-m", "workload=custom", "workload._target_=mybench.blocks:make_geglu,mybench.other:make_geglu",
             "workload.hidden=16", "size=8", "run=fast", f"hydra.sweep.dir={sweep}"]
     done = run_cli(*args, env={"PYTHONPATH": str(user_code)})
     assert done.returncode == 0, done.stdout + done.stderr
-    assert ("note: factories with the same name are named apart: mybench.blocks:make_geglu as blocks.make_geglu, "
-            "mybench.other:make_geglu as other.make_geglu") in done.stdout
+    assert ("note: factories with the same name are shown apart in job folders and progress lines: "
+            "mybench.blocks:make_geglu as blocks.make_geglu, mybench.other:make_geglu as other.make_geglu") in done.stdout
     assert [d.name.split("_", 1)[1] for d in job_dirs(sweep)] == [
         "blocks.make_geglu-hidden16_8_bf16_cold_eager", "other.make_geglu-hidden16_8_bf16_cold_eager"]
     assert "] blocks.make_geglu hidden=16 size=8" in done.stdout and "] other.make_geglu hidden=16 size=8" in done.stdout
     summary = pd.read_csv(sweep / "summary.csv")
-    assert sorted(summary["workload"]) == ["blocks.make_geglu", "other.make_geglu"]
+    assert list(summary["workload"]) == ["make_geglu"] * 2
+    assert sorted(summary["variant"]) == ["make_geglu hidden=16 target=mybench.blocks:make_geglu",
+                                          "make_geglu hidden=16 target=mybench.other:make_geglu"]
     again = run_cli(*args, env={"PYTHONPATH": str(user_code)})
     assert "2 of them already ok, not run again (resume)" in again.stdout, again.stdout
 

@@ -10,6 +10,7 @@ returns an object with .loss and .logits, as transformers' models do.
 
 from __future__ import annotations
 
+import io
 import warnings
 
 import functools
@@ -79,8 +80,13 @@ def make_lazy(*, size: int, dtype: torch.dtype, device: torch.device, kind: str 
     async def coroutine(x):
         return x @ x
 
-    return seam.Workload({"generator": generator, "map": lambda x: map(torch.relu, x),
-                          "coroutine": coroutine}[kind], (x,))
+    def saved(x):  # done work that happens to be an iterator: a file object, reversed() of results
+        buffer = io.BytesIO()
+        torch.save(x @ x, buffer)
+        return buffer
+
+    return seam.Workload({"generator": generator, "map": lambda x: map(torch.relu, x), "coroutine": coroutine,
+                          "saved": saved, "reversed": lambda x: reversed([x @ x, x + x])}[kind], (x,))
 
 
 def make_wrong(*, size: int, dtype: torch.dtype, device: torch.device, kind: str = "typo") -> seam.Workload:
@@ -359,6 +365,20 @@ def test_a_factory_that_ignores_dtype_is_warned_and_meta_tensors_fail(tmp_path):
     assert m["error"].startswith("JobError: meta tensors are refused: tests.test_own_model:make_meta returned "
                                  "2 of 2 parameters on device 'meta'")
     assert m["ran_device"] == "meta+cpu"  # bf16: 144 bytes of parameters on meta, 128 of input on the CPU
+
+
+@pytest.mark.parametrize("kind", ["saved", "reversed"])
+def test_a_step_whose_result_is_an_iterator_of_done_work_runs(tmp_path, kind):
+    """helper-46: a BytesIO the step saved into, reversed() of its results, are iterators whose work
+    is done: measured, not refused."""
+    from experiments.config import JobConfig, RunConfig, WorkloadConfig
+    from experiments.job import run_job
+
+    config = JobConfig(workload=WorkloadConfig(target="tests.test_own_model:make_lazy", name="lazy",
+                                               settings={"kind": kind}),
+                       size=8, dtype="fp32", device="cpu", run=RunConfig(isolation="none", compile_cache="shared"))
+    record = run_job(config, tmp_path)
+    assert record["status"] == "ok", record["error"]
 
 
 @pytest.mark.parametrize("kind, said", [("generator", "a lazy generator"), ("map", "a lazy map"),

@@ -70,6 +70,10 @@ def test_factories_with_one_name_are_named_apart_by_the_fewest_module_parts():
     assert seam.distinct_names(["p.a:make", "p.b:make", "q.a:make"]) == {
         "p.a:make": "p.a.make", "p.b:make": "p.b.make", "q.a:make": "q.a.make"}
     assert seam.distinct_names(["a:make", "b:other"]) == {}
+    # one factory written two ways is one factory; with another beside it, both ways show alike
+    assert seam.distinct_names(["a:make", "a.make"]) == {}
+    assert seam.distinct_names(["a:make", "a.make", "b:make"]) == {"a:make": "a.make", "a.make": "a.make",
+                                                                   "b:make": "b.make"}
 
 
 @pytest.mark.parametrize(
