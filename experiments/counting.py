@@ -10,7 +10,8 @@ activation), and count the CPU's fused attention (_scaled_dot_product_flash_atte
 its backward) as torch counts the other fused attentions: its matrix products. Reductions,
 softmax, norms and copies are not counted. Complex tensors are counted in real FLOPs: a complex
 multiply-add is 8 (4 multiplies, 2 adds for the product, 2 for the sum) where torch counts 2, and
-an elementwise op counts 2 per complex element.
+an elementwise op counts 2 per complex element. A complex convolution is counted as what runs:
+torch splits it into three real ones (Gauss's trick) before the counter sees it.
 
 An operator that does matrix products but has no formula (by a word of its name: mm, linear,
 conv, attention, rnn, lstm, transformer, ...; e.g. the LSTM's mkldnn_rnn_layer on the CPU, or
@@ -257,9 +258,10 @@ OBJECT_DEPTH = 4  # how many objects' attributes deep `tensors(..., objects=True
 def tensors(items: Iterable[Any], objects: bool = False) -> Iterable[torch.Tensor]:
     """The tensors in `items`, and in the lists, tuples, mappings and dataclasses among them (a
     model's output with `.loss` and `.logits`, keyword inputs), each container once; `objects`: in
-    plain objects' attributes too, up to OBJECT_DEPTH objects deep (an output class of its own: not
-    for inputs, whose objects may hold a dataset or an optimizer that a call does not read), never
-    a module's (its parameters and buffers are counted as such)."""
+    plain objects' attributes (and `__slots__`) too, up to OBJECT_DEPTH objects deep (an output
+    class of its own; an input's, whose tensors count only where a call reads them: its objects
+    may hold a dataset or an optimizer), never a module's (its parameters and buffers are counted
+    as such)."""
     seen: set[int] = set()
 
     def within(items: Iterable[Any], depth: int) -> Iterable[torch.Tensor]:
@@ -279,10 +281,24 @@ def tensors(items: Iterable[Any], objects: bool = False) -> Iterable[torch.Tenso
                 try:
                     attributes = list(vars(obj).values())  # not getattr(obj, "__dict__"): a proxy's __getattr__
                 except TypeError:  # no __dict__ (__slots__, a builtin)
-                    continue
-                yield from within(attributes, depth - 1)
+                    attributes = []
+                yield from within([*attributes, *_slotted(obj)], depth - 1)
 
     yield from within(items, OBJECT_DEPTH)
+
+
+def _slotted(obj: Any) -> list[Any]:
+    """The values an object keeps in its classes' `__slots__` (set ones only)."""
+    values = []
+    for cls in type(obj).__mro__:
+        names = cls.__dict__.get("__slots__", ())
+        for name in (names,) if isinstance(names, str) else names:
+            if name not in ("__dict__", "__weakref__"):
+                try:
+                    values.append(object.__getattribute__(obj, name))
+                except Exception:  # noqa: BLE001 (unset, or a descriptor of its own that raises)
+                    continue
+    return values
 
 
 def storage_bytes(items: Iterable[torch.Tensor]) -> int:

@@ -202,7 +202,11 @@ def _phase(text: str) -> None:
     """Say in the job's log which part of its work starts (records.PHASE_MARK): a timeout then
     names it. Only in a job process a sweep launched (its log is a file; never in a measured window)."""
     if os.environ.get(PARENT_ENV):
-        print(f"{records.PHASE_MARK}{text}", file=sys.stderr, flush=True)
+        sys.stderr.flush()  # after what the workload wrote; to fd 2, whatever it made of sys.stderr
+        try:
+            os.write(2, f"\n{records.PHASE_MARK}{text}\n".encode("utf-8", errors="replace"))
+        except OSError:  # a log that cannot be written: the phase goes unsaid
+            pass
 
 
 def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed: bool = False) -> None:

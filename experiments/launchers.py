@@ -159,7 +159,7 @@ def _record_of(config: JobConfig, job_dir: Path, log_path: Path, end: ProcessEnd
     if end.timed_out and finished_record(config, job_dir) is not None:
         return record  # it had written its ok record: the kill ended only what it left running
     if end.timed_out:
-        phase = records.last_phase(_tail(log_path, lines=10_000))
+        phase = records.last_phase(_whole(log_path))
         record, error = None, (f"timeout: still running after run.job_timeout_s={timeout} s, killed"
                                + (f" during {phase}" if phase else ""))
     elif end.returncode == 0 and record is not None and record.get("status") == "ok":
@@ -329,6 +329,14 @@ def _describe_exit(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+def _whole(path: Path) -> str:
+    """A job's log as text (capped: its first and last MiB at most); "" where it cannot be read."""
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

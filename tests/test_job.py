@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -361,3 +362,20 @@ def test_side_by_side_sizes_its_blocks_by_a_second_eager_call_when_the_first_was
     block = min(SIDE_BLOCK_MAX, round(SIDE_BLOCK_S / 2e-5))
     assert "".join(order[:2 + 2 * block]) == "ee" + "e" * block + "c" * block
     assert found["side_by_side_eager_us"] == pytest.approx(20.0)
+
+
+def test_a_phase_line_reaches_the_log_whatever_the_workload_made_of_sys_stderr(monkeypatch, capfd):
+    """helper-46: a factory that set sys.stderr to os.devnull hid every later phase, and a timeout
+    named the wrong one. The line goes to fd 2 (the job's log), on a line of its own."""
+    import io
+
+    from experiments import job, records
+    from experiments.lifeline import PARENT_ENV
+
+    monkeypatch.setenv(PARENT_ENV, "1")
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    print("a partial line of the workload's", end="", file=sys.__stderr__, flush=True)
+    job._phase("the profiled steps")
+    err = capfd.readouterr().err
+    assert records.last_phase(err) == "the profiled steps"
+    assert "a partial line of the workload's\nprofsweep: now the profiled steps\n" in err

@@ -112,11 +112,20 @@ class Graph:
         self.x, self.bias, self.unused = x, bias, unused
 
 
-def make_graph(*, size: int, dtype: torch.dtype, device: torch.device, hidden: int = 16) -> seam.Workload:
+class SlottedGraph:
+    __slots__ = ("x", "bias", "unused")
+
+    def __init__(self, x: torch.Tensor, bias: torch.Tensor, unused: torch.Tensor) -> None:
+        self.x, self.bias, self.unused = x, bias, unused
+
+
+def make_graph(*, size: int, dtype: torch.dtype, device: torch.device, hidden: int = 16,
+               slots: bool = False) -> seam.Workload:
     """A step given one Graph: it reads x and bias, never `unused` (a dataset the object holds)."""
     lin = nn.Linear(hidden, hidden).to(device=device, dtype=dtype)
     made = dict(device=device, dtype=dtype)
-    graph = Graph(torch.randn(size, hidden, **made), torch.randn(hidden, **made), torch.randn(4096, hidden, **made))
+    graph = (SlottedGraph if slots else Graph)(torch.randn(size, hidden, **made), torch.randn(hidden, **made),
+                                               torch.randn(4096, hidden, **made))
     return seam.Workload(lambda g: lin(g.x) + g.bias, (graph,))
 
 
@@ -424,13 +433,15 @@ def test_a_failure_in_the_code_is_final_one_of_the_data_is_not(tmp_path, kind, c
     assert record["failure_is_final"] is final
 
 
-def test_tensors_inside_an_input_object_count_as_bytes_where_the_step_reads_them(tmp_path):
+@pytest.mark.parametrize("slots", [False, True])
+def test_tensors_inside_an_input_object_count_as_bytes_where_the_step_reads_them(tmp_path, slots):
     """A Graph(x, bias, unused) argument: x and bias are read once (they were left out: inputs are
     not walked into objects), `unused` (64 KiB, a dataset the object holds) is not counted."""
     from experiments.config import JobConfig, RunConfig, WorkloadConfig
     from experiments.job import run_job
 
-    config = JobConfig(workload=WorkloadConfig(target="tests.test_own_model:make_graph", name="graph"),
+    config = JobConfig(workload=WorkloadConfig(target="tests.test_own_model:make_graph", name="graph",
+                                               settings={"slots": slots}),
                        size=8, dtype="fp32", device="cpu", run=RunConfig(isolation="none", compile_cache="shared"))
     record = run_job(config, tmp_path)
     assert record["status"] == "ok", record["error"]
