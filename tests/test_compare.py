@@ -665,23 +665,32 @@ def test_a_table_edited_or_damaged_after_the_analysis_is_not_read(tmp_path, tabl
     assert [p.get("timed_us_per_step") for p in side.points] == [p.get("timed_us_per_step") for p in traces.points]
 
 
+def analysed_pair_rows(tmp_path: Path, table: str) -> list[list[str]]:
+    """BASE and NEW, one grid point each, analysed; the rows of NEW's `table`.csv as written."""
+    for side in ("base", "new"):
+        hand_made_point(tmp_path / side, 0, processes(100))
+        write_analysis_tables(tmp_path / side)
+    with open(tmp_path / "new" / f"{table}.csv", newline="") as f:
+        return list(csv.reader(f))
+
+
+def rewrite_keeping_time(path: Path, rows: list[list[str]]) -> None:
+    """The table with `rows`, its time as before: only its content says it changed."""
+    stamp = path.stat().st_mtime
+    with open(path, "w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+    os.utime(path, (stamp, stamp))
+
+
 @pytest.mark.parametrize("table", ["summary", "repeats"])
 def test_a_status_edited_by_hand_is_not_believed_over_the_records(tmp_path, table, capsys):
     """helper's finding: a summary.csv (or repeats.csv) whose status cells were set to `failed` by
     hand made compare say "failed in NEW", exit 1. The analysis writes tables.sha256: an edited table
     is not read, the records are, and the terminal and page say so."""
-    for side in ("base", "new"):
-        hand_made_point(tmp_path / side, 0, processes(100))
-        write_analysis_tables(tmp_path / side)
-    path = tmp_path / "new" / f"{table}.csv"
-    stamp = path.stat().st_mtime
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+    rows = analysed_pair_rows(tmp_path, table)
     for row in rows[1:]:
         row[rows[0].index("status")] = "failed"
-    with open(path, "w", newline="") as f:
-        csv.writer(f, lineterminator="\n").writerows(rows)
-    os.utime(path, (stamp, stamp))  # its time says nothing: its bytes do
+    rewrite_keeping_time(tmp_path / "new" / f"{table}.csv", rows)  # its time says nothing: its bytes do
     code, out, err = compare(tmp_path / "base", tmp_path / "new", "--out", tmp_path / "out", capsys=capsys)
     assert code == 0 and "failed in NEW" not in out and "(0 slower, 0 faster, 1 same, 0 inconclusive)" in out, out + err
     assert (f"  NEW's {table}.csv changed since the analysis wrote it (tables.sha256 says otherwise): compared "
@@ -724,20 +733,13 @@ def test_a_row_longer_than_its_header_or_a_point_without_its_job_is_not_read(tmp
     without its job AttributeError in the page, both exit 1, the gate's code."""
     from analysis.compare.side import load_side
 
-    for side in ("base", "new"):
-        hand_made_point(tmp_path / side, 0, processes(100))
-        write_analysis_tables(tmp_path / side)
-    path = tmp_path / "new" / f"{table}.csv"
-    stamp = path.stat().st_mtime
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+    rows = analysed_pair_rows(tmp_path, table)
+    (tmp_path / "new" / "tables.sha256").unlink()  # an older analysis's: the rows themselves are checked
     if edit == "a cell more":
         rows[1].append("x")
     else:
         rows[1][rows[0].index("job")] = ""
-    with open(path, "w", newline="") as f:
-        csv.writer(f).writerows(rows)
-    os.utime(path, (stamp, stamp))
+    rewrite_keeping_time(tmp_path / "new" / f"{table}.csv", rows)
     assert load_side(tmp_path / "new").read_from == "traces"
     code, out, err = compare(tmp_path / "base", tmp_path / "new", "--out", tmp_path / "out", capsys=capsys)
     assert code == 0 and "Traceback" not in err and "1 pair" in out, out + err
