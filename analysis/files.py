@@ -144,23 +144,37 @@ def forget_checksums(folder: Path) -> None:
         raise WriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
-def edited_tables(folder: Path) -> list[str]:
-    """The tables tables.sha256 lists whose bytes are not those the analysis wrote (edited by hand or
-    by another program, or gone), by name; [] without tables.sha256 (an analysis by an older
-    profsweep, or one stopped before its end) or where it cannot be read."""
+CHECKSUMS_MAX_BYTES = 1 << 16  # a tables.sha256 the analysis writes is a few hundred bytes
+
+
+def edited_tables(folder: Path, tables: Collection[str] | None = None) -> list[str]:
+    """The tables tables.sha256 lists (of `tables`, where given: the files a reader reads) whose
+    bytes are not those the analysis wrote: `ops.csv` edited by hand or by another program,
+    `ops.csv (removed)`; [] without tables.sha256 (an analysis by an older profsweep, or one stopped
+    before its end) or where it cannot be read as one (a link, a pipe, too large)."""
     try:
-        lines = (folder / CHECKSUMS_FILE).read_text(encoding="utf-8").splitlines()
+        fd = os.open(folder / CHECKSUMS_FILE, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            import stat
+
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return []
+            lines = f.read(CHECKSUMS_MAX_BYTES + 1).decode("utf-8").splitlines()
     except (OSError, ValueError):
+        return []
+    if sum(len(line) + 1 for line in lines) > CHECKSUMS_MAX_BYTES:
         return []
     edited = []
     for line in lines:
         digest, _, name = line.partition(" ")
         name = name[1:] if name[:1] in " *" else name  # sha256sum's text and binary forms
-        if not TABLE_NAME.match(name):  # only a table of the folder itself is checked
-            continue
+        if not TABLE_NAME.match(name) or (tables is not None and name not in tables):
+            continue  # only a table of the folder itself, one the reader reads
         try:
             if _sha256(folder / name) != digest:
                 edited.append(name)
-        except OSError:  # gone, or no longer a plain file (a link, a pipe): not what the analysis wrote
+        except FileNotFoundError:
+            edited.append(f"{name} (removed)")
+        except OSError:  # no longer a plain file (a link, a pipe): not what the analysis wrote
             edited.append(name)
     return edited

@@ -215,17 +215,18 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None],
         from analysis.tables import job_folders
         from profsweep.contract import METRICS_FILE
 
-        edited = edited_tables(folder)
+        edited = edited_tables(folder, [*SUMMARY_FILES, *TABLE_FILES.values()])
+        newer, records = newer_records(folder)
         if edited:
-            said = (f"warning: {folder}: {', '.join(edited)} changed since its analysis wrote "
-                    f"{'them' if len(edited) > 1 else 'it'} ({CHECKSUMS_FILE} says otherwise)")
+            said = f"warning: {folder}: {', '.join(edited)}: not what its analysis wrote ({CHECKSUMS_FILE})"
             if not any((j / METRICS_FILE).is_file() for j in job_folders(folder)):
                 warn(f"{said}, and it keeps no job records to read instead: history reads the tables as they are")
                 return None
             warn(f"{said}; history reads its job records instead, writing nothing into it (python -m analysis "
                  f"{folder} writes its analysis anew)")
-            return max(_mtime_ns(folder / name) or 0 for name in edited) + 1
-        newer, records = newer_records(folder)
+            # the newest of the edits and the records (a record rerun since counts too), plus how many
+            times = [_mtime_ns(folder / name.removesuffix(" (removed)")) or 0 for name in edited]
+            return max([*times, *(ns for _, ns in newer)]) + records + 1
         if not newer:
             return None
         warn(f"warning: {older_than_records(folder, newer)}; history reads its job records instead, writing nothing "

@@ -10,7 +10,8 @@ activation), and count the CPU's fused attention (_scaled_dot_product_flash_atte
 its backward) as torch counts the other fused attentions: its matrix products. Reductions,
 softmax, norms and copies are not counted. Complex tensors are counted in real FLOPs: a complex
 multiply-add is 8 (4 multiplies, 2 adds for the product, 2 for the sum) where torch counts 2, and
-an elementwise op counts 2 per complex element. A complex convolution is counted as what runs:
+an elementwise op counts 2 per complex element it writes (the rule of 1 per output element,
+applied to its two real numbers: `z * z` counts 2, as `x + y` counts 1; `z.abs()` writes reals, 1). A complex convolution is counted as what runs:
 torch splits it into three real ones (Gauss's trick) before the counter sees it.
 
 An operator that does matrix products but has no formula (by a word of its name: mm, linear,

@@ -164,9 +164,30 @@ def final_failure(exc: BaseException) -> bool:
     """A failure that no other process of the grid point can change: the factory's return value or
     settings (seam.WorkloadError), a step that cannot be made (steps.StepError), a configuration
     refused (ConfigError), a refusal of what the job was given (records.Refusal), or an error in the
-    code itself (CODE_ERRORS: a TypeError repeats in every process). A timeout, running out of
-    memory, a signal, a lost lock or any other exception of the workload may change: not final."""
-    return isinstance(exc, (seam.WorkloadError, ConfigError, records.Refusal, *CODE_ERRORS))
+    code itself (CODE_ERRORS: a TypeError repeats in every process; not one raised inside the
+    compiler's or profsweep's own code, MACHINERY). A timeout, running out of memory, a signal, a
+    lost lock or any other exception of the workload may change: not final."""
+    if isinstance(exc, (seam.WorkloadError, ConfigError, records.Refusal)):
+        return True
+    return isinstance(exc, CODE_ERRORS) and not _raised_in(exc, MACHINERY)
+
+
+# Where an error of CODE_ERRORS says nothing certain about the workload's code: the compiler's
+# generated modules and caches (one job may read what another still writes), and profsweep's own.
+MACHINERY = ("torch/_inductor/", "torch/_dynamo/", "triton/", *(f"/{Path(__file__).parent.name}/{name}" for name in
+                                                                 ("job.py", "twin.py", "profiling.py", "counting.py",
+                                                                  "placement.py", "allocator.py", "provenance.py")))
+
+
+def _raised_in(exc: BaseException, places: tuple[str, ...]) -> bool:
+    """Whether the innermost Python frame of the exception's traceback is in one of `places`."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    where = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+    return any(place in where for place in places)
 
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}

@@ -34,11 +34,13 @@ try:
     from experiments.config import register_configs
     from experiments.sweep_folder import EXIT_INTERRUPTED
     from experiments.task import task
-except KeyboardInterrupt:
-    if __name__ != "__main__":
+except BaseException as _exc:  # a stop, or what a stop that C code swallowed left behind (a module half-imported)
+    if __name__ != "__main__" or not (_STOPS or isinstance(_exc, KeyboardInterrupt)):
         raise
     _STOPS.append(signal.SIGINT)
 if _STOPS and __name__ == "__main__":
+    for _signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(_signum, signal.SIG_IGN)  # a second stop does not interrupt the words
     print("interrupted before the sweep started: nothing was written", flush=True)
     sys.exit(130)
 

@@ -130,7 +130,8 @@ def make_step(workload: Workload, *, train: bool, optimizer: str, name: str,
         model = compile_fn(fn) if compile_fn is not None else fn
     except Exception as exc:  # torch.compile refuses what it is given (a torch.jit.script module): every time
         said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StepError(f"torch.compile refused the {type(fn).__name__} that {name} returned: {said}") from exc
+        raise StepError(f"torch.compile failed on the {type(fn).__name__} that {name} returned, before it ran: "
+                        f"{said}") from exc
     if not train:
         return Step(call=lambda: model(*args, **kwargs), eager=lambda: fn(*args, **kwargs), parameters=[])
     opt = _optimizer(optimizer, parameters)

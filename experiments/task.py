@@ -183,6 +183,7 @@ class SweepCallback(Callback):
         tally([job_dir], job_dir, expected=1)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        os.environ.pop(seam.SHOWN_ENV, None)  # this sweep's: no later code of this process shows them
         sweep_dir = Path(str(config.hydra.sweep.dir))
         job_dirs = sorted(p.parent for p in sweep_dir.glob(f"*/{records.METRICS_FILE}"))
         tally(job_dirs, sweep_dir, planned_jobs(sweep_dir))

@@ -693,7 +693,7 @@ def test_a_status_edited_by_hand_is_not_believed_over_the_records(tmp_path, tabl
     rewrite_keeping_time(tmp_path / "new" / f"{table}.csv", rows)  # its time says nothing: its bytes do
     code, out, err = compare(tmp_path / "base", tmp_path / "new", "--out", tmp_path / "out", capsys=capsys)
     assert code == 0 and "failed in NEW" not in out and "(0 slower, 0 faster, 1 same, 0 inconclusive)" in out, out + err
-    assert (f"  NEW's {table}.csv changed since the analysis wrote it (tables.sha256 says otherwise): compared "
+    assert (f"  NEW's {table}.csv: not what the analysis wrote (tables.sha256): compared "
             "from its job records and traces instead") in out
     assert "<h2>NEW's tables were edited</h2>" in (tmp_path / "out" / "compare.html").read_text()
 
@@ -719,8 +719,13 @@ def test_tables_sha256_checks_the_folders_own_tables_only_never_through_a_link(t
     (folder / "ops.csv").write_text((folder / "ops.csv").read_text() + "\n")
     assert edited_tables(folder) == ["ops.csv"]
     os.unlink(folder / "ops.csv")
+    assert edited_tables(folder) == ["ops.csv (removed)"]
+    assert edited_tables(folder, ["steps.csv"]) == []  # a reader that does not read it
     (folder / "ops.csv").symlink_to(folder / "steps.csv")
     assert edited_tables(folder) == ["ops.csv"]
+    checksums.unlink()
+    os.mkfifo(checksums)  # tables.sha256 itself no plain file: not read (it hung compare)
+    assert edited_tables(folder) == []
 
 
 @pytest.mark.parametrize("table, edit", [

@@ -379,3 +379,21 @@ def test_a_phase_line_reaches_the_log_whatever_the_workload_made_of_sys_stderr(m
     err = capfd.readouterr().err
     assert records.last_phase(err) == "the profiled steps"
     assert "a partial line of the workload's\nprofsweep: now the profiled steps\n" in err
+
+
+def test_an_error_of_the_code_raised_in_the_compilers_or_profsweeps_code_may_change():
+    """helper-47: an ImportError of Inductor reading a cache another job still writes is no error of
+    the workload's code: its later repeats run. The same TypeError raised in the user's code is final."""
+    from experiments.job import final_failure
+
+    def raised_in(filename: str) -> BaseException:
+        try:
+            exec(compile("raise ImportError('a module half written')", filename, "exec"), {})
+        except ImportError as exc:
+            return exc
+        raise AssertionError("not raised")
+
+    assert final_failure(raised_in("/home/me/mybench/blocks.py")) is True
+    assert final_failure(raised_in("/venv/lib/python3.12/site-packages/torch/_inductor/codecache.py")) is False
+    assert final_failure(raised_in("/repo/experiments/counting.py")) is False
+    assert final_failure(ValueError("the data was unlucky")) is False

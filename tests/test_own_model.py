@@ -413,8 +413,8 @@ def test_a_step_that_returns_lazy_work_is_refused_not_timed(tmp_path, kind, said
 @pytest.mark.parametrize("kind, compiled, final, said", [
     ("typo", False, True, "TypeError: mm() received an invalid combination of arguments"),
     ("unlucky", False, False, "ValueError: the data was unlucky this time"),
-    ("scripted", True, True, "StepError: torch.compile refused the RecursiveScriptModule that wrong returned: torch.compile "
-                             "does not support compiling torch.jit.script"),
+    ("scripted", True, True, "StepError: torch.compile failed on the RecursiveScriptModule that wrong returned, before "
+                             "it ran: torch.compile does not support compiling torch.jit.script"),
 ])
 def test_a_failure_in_the_code_is_final_one_of_the_data_is_not(tmp_path, kind, compiled, final, said):
     """`failure_is_final` stops the later repeats of a grid point: for an error no other process can

@@ -68,7 +68,7 @@ def load_side(folder: Path) -> Side:
         raise CompareError(not_a_folder(folder))
     if unreadable(folder):
         raise CompareError(unreadable(folder))
-    edited = edited_tables(folder)
+    edited = edited_tables(folder, [f"{name}.csv" for name in TABLES])
     # (`.` has no name to find in repeats.csv); an edited table is not read: the records say what ran
     rows = None if edited else written_tables(folder.resolve())
     read_from = "tables"
@@ -99,8 +99,8 @@ def load_side(folder: Path) -> Side:
                 {str(j["job"]): j for j in jobs if j.usable}, read_from, failed, lost,
                 [(str(j["job"]), str(j["record_error"])) for j in jobs if j.usable and j.get("record_error")],
                 never_ran(folder, len(jobs)),
-                f"{', '.join(edited)} changed since the analysis wrote {'them' if len(edited) > 1 else 'it'} "
-                f"({CHECKSUMS_FILE} says otherwise): compared from its job records and traces instead" if edited else None)
+                f"{', '.join(edited)}: not what the analysis wrote ({CHECKSUMS_FILE}): compared from its job "
+                "records and traces instead" if edited else None)
 
 
 def _by_job(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
