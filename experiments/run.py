@@ -15,9 +15,18 @@ def _stop_before_the_sweep(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # as Ctrl-C: said below, exit 130, until the sweep's own handler takes over
 
 
+def _quiet_when_stopped(unraisable: "sys.UnraisableHookArgs") -> None:
+    """A stop raised where Python cannot raise it (an import lock's callback) is printed as
+    "Exception ignored in ..." with a traceback: the stop is noted (_STOPS) and said once below."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _STOPS:
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 # From here on a stop is said in words, however early (the imports take a second or two): a
 # SIGTERM or SIGHUP before this line ends the interpreter as the signal's default does.
 if __name__ == "__main__":
+    sys.unraisablehook = _quiet_when_stopped
     for _signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(_signum, _stop_before_the_sweep)
 try:
