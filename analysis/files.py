@@ -4,11 +4,13 @@ file."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import math
 import numbers
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Collection, Iterable, Sequence
 
@@ -109,17 +111,21 @@ CHECKSUMS_FILE = "tables.sha256"  # `sha256sum -c tables.sha256` checks them by 
 TABLE_NAME = re.compile(r"^[A-Za-z0-9_]+\.(csv|parquet)$")  # what the analysis writes into the folder
 
 
-def _sha256(path: Path) -> str:
-    """The SHA-256 of a regular file in its folder, never through a link (OSError for a link, a
-    pipe, a device or a folder: a table is none of those)."""
-    import hashlib
-    import stat
-
+def _open_plain(path: Path) -> Any:
+    """A regular file opened for reading, never through a link (OSError for a link, a pipe, a
+    device or a folder: neither a table nor tables.sha256 is one of those)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        digest = hashlib.sha256()
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise OSError(f"{path} is not a regular file")
+    return f
+
+
+def _sha256(path: Path) -> str:
+    """The SHA-256 of a regular file in its folder (`_open_plain`)."""
+    digest = hashlib.sha256()
+    with _open_plain(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -153,12 +159,7 @@ def edited_tables(folder: Path, tables: Collection[str] | None = None) -> list[s
     `ops.csv (removed)`; [] without tables.sha256 (an analysis by an older profsweep, or one stopped
     before its end) or where it cannot be read as one (a link, a pipe, too large)."""
     try:
-        fd = os.open(folder / CHECKSUMS_FILE, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as f:
-            import stat
-
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return []
+        with _open_plain(folder / CHECKSUMS_FILE) as f:
             lines = f.read(CHECKSUMS_MAX_BYTES + 1).decode("utf-8").splitlines()
     except (OSError, ValueError):
         return []

@@ -283,12 +283,12 @@ def tensors(items: Iterable[Any], objects: bool = False) -> Iterable[torch.Tenso
                     attributes = list(vars(obj).values())  # not getattr(obj, "__dict__"): a proxy's __getattr__
                 except TypeError:  # no __dict__ (__slots__, a builtin)
                     attributes = []
-                yield from within([*attributes, *_slotted(obj)], depth - 1)
+                yield from within([*attributes, *slotted(obj)], depth - 1)
 
     yield from within(items, OBJECT_DEPTH)
 
 
-def _slotted(obj: Any) -> list[Any]:
+def slotted(obj: Any) -> list[Any]:
     """The values an object keeps in its classes' `__slots__` (set ones only)."""
     values = []
     for cls in type(obj).__mro__:

@@ -27,6 +27,7 @@ from torch import nn
 from torch.profiler import record_function
 
 from experiments.config import OPTIMIZERS
+from experiments.counting import slotted
 from experiments.records import Refusal
 from experiments.seam import Workload
 
@@ -245,16 +246,10 @@ def _reachable(obj: Any) -> list[Any]:
         return list(obj)[:REACH_WIDTH]
     # any other object (one with __call__, or whose bound method is the step): what it holds
     held = [getattr(obj, f.name, None) for f in fields(obj)] if is_dataclass(obj) else []
-    slots = [getattr(obj, name, None) for cls in type(obj).__mro__
-             for name in _slot_names(cls) if name not in ("__dict__", "__weakref__")]
+    slots = slotted(obj)
     attributes = getattr(obj, "__dict__", {})
     return [*held, *slots[:REACH_WIDTH], *(list(attributes.values())[:REACH_WIDTH] if isinstance(attributes, Mapping)
                                              else [])]
-
-
-def _slot_names(cls: type) -> tuple[str, ...]:
-    names = cls.__dict__.get("__slots__", ())
-    return (names,) if isinstance(names, str) else tuple(names)
 
 
 def _optimizer(name: str, parameters: list[torch.Tensor]) -> Any:
