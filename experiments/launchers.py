@@ -21,8 +21,9 @@ import signal
 import subprocess
 import sys
 import threading
+from collections import deque
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from experiments import forkserver, records
 from experiments.config import JobConfig, config_to_dict
@@ -350,20 +351,46 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+PHASES_KEPT = 16  # the last phase lines of a log's cut middle, kept (a timeout names the last)
+
+
+def _phase_lines(f: BinaryIO, start: int, end: int) -> list[bytes]:
+    """The job's phase lines (records.PHASE_MARK) in bytes start..end of its log, the last
+    PHASES_KEPT of them: what the middle cut out of a long log said of the job's parts."""
+    mark = records.PHASE_MARK.encode()
+    found: deque[bytes] = deque(maxlen=PHASES_KEPT)
+    f.seek(max(0, start - 1))  # from the byte before: a line that starts at `start` follows a newline
+    left = end - f.tell()
+    pending, first = b"", True
+    while left > 0:
+        block = f.read(min(1 << 20, left))
+        if not block:
+            break
+        left -= len(block)
+        lines = (pending + block).split(b"\n")
+        pending = lines.pop()[:1024]  # a line not ended yet: its start is all a phase line needs
+        found.extend(line[:400] for line in lines[1 if first else 0:] if line.startswith(mark))
+        first = first and not lines  # the line it began in, started before `start`, is not one of them
+    return list(found)
+
+
 def cap_log(path: Path, keep: int = LOG_KEEP_BYTES) -> int:
     """Cut the middle out of a job's log longer than 2 * keep bytes (a chatty workload wrote 52 MB
-    in one job), saying so in the log; returns the bytes cut."""
+    in one job), saying so in the log, and keeping the job's phase lines from it (a timeout names
+    the part of the job it interrupted); returns the bytes cut."""
     try:
         size = path.stat().st_size
         if size <= 2 * keep + 4096:  # (the slack: a log cut once, note included, stays as it is)
             return 0
         with open(path, "rb") as f:
             head = f.read(keep)
+            phases = _phase_lines(f, keep, size - keep)
             f.seek(size - keep)
             tail = f.read(keep)
         cut = size - 2 * keep
         note = (f"\n[... {cut:,} bytes of this log cut by profsweep: a job's log keeps its first and last "
-                f"{keep / 2**20:g} MiB ...]\n").encode()
+                f"{keep / 2**20:g} MiB" + (", and the parts of the job it started in between:" if phases else "")
+                + " ...]\n").encode() + b"".join(line + b"\n" for line in phases)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
             f.write(head + note + tail)

@@ -85,6 +85,35 @@ def test_a_long_job_log_keeps_its_first_and_last_part_and_says_what_was_cut(tmp_
     assert cap_log(log, keep=10_000) == 0  # short enough now
 
 
+def test_a_cut_log_keeps_the_parts_the_job_started_in_its_middle(tmp_path):
+    """A timeout names the part of the job it interrupted by the log's last phase line; one in the
+    middle a long log loses was lost with it, and the timeout named an earlier part."""
+    from experiments import records
+    from experiments.launchers import PHASES_KEPT, cap_log
+
+    def phase(text):
+        return f"\n{records.PHASE_MARK}{text}\n".encode()
+
+    log = tmp_path / "job.log"
+    chatter = b"chatter " * 200_000  # 1.6 MB with no newline: a line longer than a block read
+    middle = b"".join(phase(f"part {i}") + b"noise\n" * 1000 for i in range(PHASES_KEPT + 4))
+    log.write_bytes(phase("building the workload") + b"x" * 5_000 + chatter + b"\n" + middle
+                    + b"y" * 30_000 + b"\nnot a phase: " + records.PHASE_MARK.encode() + b"quoted\n"
+                    + b"z" * 10_000 + b"\n")
+    assert cap_log(log, keep=20_000) > 0
+    text = log.read_text()
+    assert records.last_phase(text) == f"part {PHASES_KEPT + 3}"
+    kept = [line for line in text.splitlines() if line.startswith(records.PHASE_MARK)]
+    assert kept == [f"{records.PHASE_MARK}building the workload",
+                    *(f"{records.PHASE_MARK}part {i}" for i in range(4, PHASES_KEPT + 4))]
+    assert "and the parts of the job it started in between:" in text
+
+    plain = tmp_path / "plain.log"
+    plain.write_bytes(b"chatter\n" * 100_000)
+    cap_log(plain, keep=10_000)
+    assert "in between" not in plain.read_text() and records.last_phase(plain.read_text()) is None
+
+
 def test_scratch_folders_a_killed_process_left_are_cleared(tmp_path, monkeypatch):
     """A sweep or job killed by SIGKILL runs no cleanup: its private cache and provenance folders
     stayed in /tmp for good, non-empty after a compiled job (a reviewer's kills)."""
