@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from analysis.points import distinct_keys
 from profsweep.contract import amount, not_a_folder, one_line, point_label
-from profsweep.decide import BAND, check_band, using_band
+from profsweep.decide import BAND, BAND_ALLOWED, check_band, using_band
 
 PROG = "python -m analysis"  # how the commands name themselves (the `profsweep` command sets its own)
 ANALYSE = ""  # the analysis's own subcommand word after PROG (`profsweep analyse`)
@@ -46,8 +48,7 @@ def band_argument(parser: argparse.ArgumentParser) -> None:
         try:
             return check_band(float(text))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text} is not allowed: give a fraction between 0 and 1, "
-                                             "e.g. 0.05 (±5%)") from None
+            raise argparse.ArgumentTypeError(f"{text} is not allowed: {BAND_ALLOWED}") from None
 
     parser.add_argument("--band", type=band, default=BAND, metavar="B",
                         help=f"what counts as the same: a ratio within ±B by two one-sided tests at 5%%, a change "
@@ -167,21 +168,29 @@ def compare_main(argv: list[str]) -> int:
                         help="the false discovery rate controlled across the pairs (Benjamini-Hochberg; default 0.05)")
     band_argument(parser)
     args = parser.parse_args(argv)
+    args.ignore = distinct_keys(args.ignore)
     from analysis.compare.engine import compare_sides, compare_traces, diff_lines
     from analysis.compare.page import write_compare
     from analysis.compare.side import CompareError, load_side
 
+    from profsweep.contract import live_sweep
+
     if any([live(folder, args.strict) for folder in (args.base, args.new) if folder.is_dir()]):
         return 2
+    new_live = args.new.is_dir() and live_sweep(args.new) is not None
     try:
+        if args.fail_if_slower is not None and not args.fail_if_slower >= 1:
+            raise CompareError(f"--fail-if-slower {args.fail_if_slower} is not allowed: give a ratio >= 1, e.g. 1.10")
         if args.base.is_file() and args.new.is_file():
+            if args.fail_if_slower is not None:
+                raise CompareError("--fail-if-slower judges two sweeps (each grid point over its processes); two "
+                                   "traces are one profiled run each, with no interval to judge by: give the "
+                                   "sweep (or run) folders")
             diff = compare_traces(args.base, args.new)
             print(f"host per step NEW/BASE: {diff['host_us_per_step_ratio']:.3f} "
                   f"({diff['steps_base']} and {diff['steps_new']} profiled steps)")
             print("\n".join(diff_lines(diff)))
             return 0
-        if args.fail_if_slower is not None and not args.fail_if_slower >= 1:
-            raise CompareError(f"--fail-if-slower {args.fail_if_slower} is not allowed: give a ratio >= 1, e.g. 1.10")
         if not 0 < args.fdr < 1:
             raise CompareError(f"--fdr {args.fdr} is not allowed: give a false discovery rate between 0 and 1, e.g. 0.05")
         base, new = load_side(args.base), load_side(args.new)
@@ -212,6 +221,9 @@ def compare_main(argv: list[str]) -> int:
     for side, other, key in (("BASE", "NEW", "unmatched_base"), ("NEW", "BASE", "unmatched_new")):
         if result[key]:
             print(f"  measured in {side} only (no such grid point in {other}): {', '.join(result[key])}")
+    for side, key in (("BASE", "twice_base"), ("NEW", "twice_new")):
+        for twin in result[key]:
+            print(f"  not judged, a second grid point in {side} that pairs alike: {twin['job']}: {twin['why']}")
     for side, other, key in (("NEW", "BASE", "failed_new"), ("BASE", "NEW", "failed_base")):
         for f in result[key]:
             print(f"  failed in {side} (measured in {other}, {f['measured_job']}): {f['failed_job']}: {f['error']}")
@@ -248,7 +260,12 @@ def compare_main(argv: list[str]) -> int:
             print(f"failed: {lost['job']} in NEW has no readable record: {lost['error']}")
         if result["incomplete_new"]:
             print(f"failed: NEW is not a whole sweep: {result['incomplete_new']}")
-        if bad or result["failed_new"] or unread or result["incomplete_new"]:
+        if new_live:
+            print(f"failed: NEW ({args.new}) is being written by a sweep that is still running: the jobs it has not "
+                  "finished may be what got slower; gate it once the sweep has ended")
+        for twin in result["twice_new"]:
+            print(f"failed: {twin['job']} in NEW was not judged: {twin['why']}")
+        if bad or result["failed_new"] or unread or result["incomplete_new"] or new_live or result["twice_new"]:
             return 1
     return 0
 
@@ -285,6 +302,7 @@ def history_main(argv: list[str]) -> int:
                         help="the sweeps by their start time (default) or as given on the command line")
     band_argument(parser)
     args = parser.parse_args(argv)
+    args.ignore = distinct_keys(args.ignore)
     with using_band(args.band):
         return _history(args)
 
@@ -581,16 +599,94 @@ def _mismatches(folder: Path) -> list[dict[str, Any]]:
     return wrong
 
 
+class Terminal(io.TextIOBase):
+    """sys.stdout or sys.stderr that never raises: a reader gone (`compare ... | head -n 1`) or a
+    full disk (`> /dev/full`) must not end the command before its gate is decided, nor turn the
+    gate's exit code into a traceback's 1 or a broken pipe's 0. The first error is kept (`error`)
+    and what is written after it goes nowhere; the stream's descriptor then points at /dev/null,
+    so the interpreter's own last flush finds somewhere to write."""
+
+    def __init__(self, stream: Any):
+        super().__init__()
+        self.stream = stream
+        self.error: OSError | None = None
+
+    def write(self, text: str) -> int:
+        if self.error is None:
+            try:
+                self.stream.write(text)
+            except OSError as exc:
+                self._failed(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.error is None:
+            try:
+                self.stream.flush()
+            except OSError as exc:
+                self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        self.error = exc
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+        except (OSError, ValueError, AttributeError):  # a stream without a descriptor (a test's capture)
+            pass
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        try:
+            return self.stream.isatty()
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.stream, "encoding", "utf-8")
+
+
+def _exit_code(code: int, out: Terminal) -> int:
+    """The command's exit code, where writing its output failed: a reader that went away is not
+    an error of the command's (its code stands: the gate's verdict); another failure (a full
+    disk) is one, said on stderr, exit 2, except where the gate had already failed (1)."""
+    out.flush()
+    error = out.error
+    if error is None or isinstance(error, BrokenPipeError):
+        return code
+    print(f"error: cannot write the output: {error.strerror or error}", file=sys.stderr)
+    return code if code == 1 else 2
+
+
 def stoppable(argv: list[str] | None = None) -> int:
     """`main`, stopped by Ctrl-C or SIGTERM with one line and exit 130 (143), no traceback: every
     file these commands write is written whole or not at all, so a stop leaves the last whole
-    ones (and a half-done analysis says so in its folder: see analysis.analyse_folder)."""
+    ones (and a half-done analysis says so in its folder: see analysis.analyse_folder). Its
+    output is written through `Terminal`: the exit code is the command's, whatever became of
+    the stream it prints to."""
     import signal
 
     def terminated(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(signum)
 
+    streams = sys.stdout, sys.stderr
+    out = Terminal(sys.stdout)
+    sys.stdout, sys.stderr = out, Terminal(sys.stderr)
     previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        return _exit_code(_main_or_stopped(argv), out)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        sys.stdout, sys.stderr = streams
+
+
+def _main_or_stopped(argv: list[str] | None) -> int:
+    import signal
+
     try:
         return main(argv)
     except KeyboardInterrupt as exc:
@@ -601,16 +697,9 @@ def stoppable(argv: list[str] | None = None) -> int:
         print(f"interrupted ({by}): {command} stopped; no file it writes is left half-written: run the same "
               "command again", file=sys.stderr, flush=True)
         return 143 if by == "SIGTERM" else 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
-    try:
-        code = stoppable()
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader went away (`... --json | head -c 200`): not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = 0
+    code = stoppable()
     gc.freeze()  # all is written: skip the interpreter's last collection over the parsed events
     sys.exit(code)

@@ -183,6 +183,17 @@ class Comparison:
         return {"BASE": list(self.result.get("unmatched_base", [])), "NEW": list(self.result.get("unmatched_new", []))}
 
     @property
+    def not_judged(self) -> Any:
+        """side, job, judged_job, why: a second grid point of a side that pairs as another of it
+        does (jobs of other settings left in its folder by a rerun), not judged; compare's gate
+        fails on NEW's."""
+        import pandas as pd
+
+        rows = [{"side": side, **t} for side, key in (("BASE", "twice_base"), ("NEW", "twice_new"))
+                for t in self.result.get(key, [])]
+        return pd.DataFrame(rows, columns=["side", "job", "judged_job", "why"])
+
+    @property
     def incomplete(self) -> dict[str, str | None]:
         """{"BASE": ..., "NEW": ...}: why a side is not a whole sweep (stopped before jobs it
         planned), or None; compare's gate fails on NEW's."""
@@ -269,7 +280,9 @@ def _keys(ignore: Sequence[str]) -> list[str]:
     """`ignore` as a list of keys; a plain string is refused (it would be read letter by letter)."""
     if isinstance(ignore, str):
         raise ProfsweepError(f"ignore={ignore!r}: give a list of keys, e.g. [{ignore!r}]")
-    return [str(k) for k in ignore]
+    from analysis.points import distinct_keys
+
+    return distinct_keys([str(k) for k in ignore])
 
 
 def _band(band: float | None) -> float | None:

@@ -77,6 +77,14 @@ def pair_key_of(column: str) -> str:
     return flat_key(column)
 
 
+def distinct_keys(ignore: Sequence[str]) -> list[str]:
+    """--ignore's keys, each once (`threads` and `run.threads` are one key): the first spelling."""
+    seen: dict[str, str] = {}
+    for key in ignore:
+        seen.setdefault(pair_key_of(key), key)
+    return list(seen.values())
+
+
 def series_settings(rows: Iterable[dict[str, Any]]) -> list[str]:
     """The settings beyond the series keys (and size, and the workload's own, which `variant`
     names) whose values differ between these grid points: compile_mode, threads, a profiler

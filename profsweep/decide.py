@@ -50,11 +50,21 @@ def current_band() -> float:
     return _band.get()
 
 
+MAX_BAND = 0.5  # ±50%: past it, a change of 1.5x would count as none
+
+
 def check_band(band: object) -> float:
-    """`band` as a fraction in [0, 1) (0.05: ±5%), or ValueError naming it and what is allowed."""
-    if isinstance(band, bool) or not isinstance(band, (int, float)) or not math.isfinite(band) or not 0 <= band < 1:
-        raise ValueError(f"band={band!r} is not allowed: give a fraction between 0 and 1 (0.05: ±5%)")
+    """`band` as a fraction in (0, MAX_BAND] (0.05: ±5%), or ValueError naming it and what is
+    allowed. Not 0: no interval fits inside a band of nothing, so no two sweeps could ever be the
+    same, and a difference too small to matter would count as a change."""
+    if isinstance(band, bool) or not isinstance(band, (int, float)) or not math.isfinite(band) \
+            or not 0 < band <= MAX_BAND:
+        raise ValueError(f"band={band!r} is not allowed: {BAND_ALLOWED}")
     return float(band)
+
+
+BAND_ALLOWED = (f"give a fraction above 0 and at most {MAX_BAND:g} (0.05: ±5%; with no band no two sweeps could be "
+                f"the same, and past ±{MAX_BAND:.0%} a 1.5x change would count as none)")
 
 
 @contextmanager

@@ -25,6 +25,7 @@ beta function.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -224,7 +225,10 @@ def ratio_test(base: Iterable[Iterable[object] | None], new: Iterable[Iterable[o
     if len(b) < 2 or len(n) < 2:
         return RatioTest(ratio, None, None, None, None,
                          f"{len(b)} vs {len(n)} repeats: one process says nothing of the variation between processes")
-    rb, rn = replicates(b, resamples, seed, log=True), replicates(n, resamples, seed + 1, log=True)
+    # each side's draws seeded by its own samples, not by its place: BASE against NEW is then NEW
+    # against BASE mirrored, the same interval inverted, never another verdict
+    rb = replicates(b, resamples, seed + _content_seed(b), log=True)
+    rn = replicates(n, resamples, seed + _content_seed(n), log=True)
     if not (np.isfinite(rb).all() and np.isfinite(rn).all()):
         return RatioTest(ratio, None, None, None, None, "a value that is not positive")
     vb = float(np.var(rb, ddof=1)) * len(b) / (len(b) - 1)
@@ -244,6 +248,15 @@ def ratio_test(base: Iterable[Iterable[object] | None], new: Iterable[Iterable[o
     p = min(1.0, 2 * (1 - t_cdf((abs(d) - m) / se, df)))
     return RatioTest(ratio, _exp(low), _exp(high), p, df, low90=_exp(min(d - half90, p5)),
                      high90=_exp(max(d + half90, p95)))
+
+
+def _content_seed(groups: Sequence[np.ndarray]) -> int:
+    """A seed of a side's own samples (CRC-32 of them, in their order)."""
+    crc = 0
+    for g in groups:
+        crc = zlib.crc32(np.ascontiguousarray(g, dtype=float).tobytes(), crc)
+        crc = zlib.crc32(b"|", crc)
+    return crc
 
 
 def pairs_by_round(base: dict[int, list[float]], new: dict[int, list[float]]

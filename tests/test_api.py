@@ -202,8 +202,8 @@ def test_compare_and_history_take_the_band_and_refuse_one_out_of_range(tmp_path)
     sweep = profsweep.load(base)
     assert sweep.compare(new).verdicts["same"] == 1
     assert sweep.compare(new, band=0.01).verdicts["slower"] == 1
-    for bad in (2, -0.5):
-        with pytest.raises(ProfsweepError, match=f"band={bad!r} is not allowed: give a fraction between 0 and 1"):
+    for bad in (2, -0.5, 0, 0.6):
+        with pytest.raises(ProfsweepError, match=f"band={bad!r} is not allowed: give a fraction above 0 and at most 0.5"):
             sweep.compare(new, band=bad)
         with pytest.raises(ProfsweepError, match=f"band={bad!r} is not allowed"):
             profsweep.history([base, new], out=tmp_path / "h", band=bad)

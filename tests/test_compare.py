@@ -1080,3 +1080,119 @@ def test_a_side_whose_every_record_is_unreadable_says_why(tmp_path, capsys):
         record.write_text('{"status": "o')
     code, _, err = compare(base, new, capsys=capsys)
     assert code == 2 and "no job finished with a readable trace (3 jobs; " in err and "metrics.json: unreadable" in err
+
+
+def test_a_second_grid_point_that_pairs_alike_is_named_not_judged_and_fails_the_gate(tmp_path, capsys):
+    """A rerun into NEW with profiler.active=5 (a setting that does not pair) left a second grid
+    point 3x slower beside the first: it read "measured in NEW only (no such grid point in BASE)",
+    unjudged, and the gate passed (a reviewer's finding)."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    hand_made_point(base, 0, processes(100))
+    hand_made_point(new, 0, processes(100))
+    hand_made_point(new, 1, processes(300), profiler_active=5)
+    code, out, _ = compare(base, new, "--fail-if-slower", "1.10", capsys=capsys)
+    assert code == 1, out
+    assert "no such grid point" not in out
+    said = ("not judged, a second grid point in NEW that pairs alike: 1_matmul_add_8_bf16_cold_eager: it pairs with "
+            "0_matmul_add_8_bf16_cold_eager as 0_matmul_add_8_bf16_cold_eager does, which was judged in its place; "
+            "they differ in profiler_active None vs 5")
+    assert said in out
+    assert "failed: 1_matmul_add_8_bf16_cold_eager in NEW was not judged: " in out
+    assert "a second grid point in NEW that pairs alike</h2>" in (new / "compare" / "compare.html").read_text()
+    from analysis.api import load
+    assert load(base).compare(new).not_judged[["side", "job"]].values.tolist() == [
+        ["NEW", "1_matmul_add_8_bf16_cold_eager"]]
+    code, out, _ = compare(new, base, "--out", tmp_path / "back", "--fail-if-slower", "1.10", capsys=capsys)
+    assert code == 0 and "a second grid point in BASE that pairs alike: 1_matmul_add_8" in out  # said, no gate
+
+
+def test_a_new_sweep_still_running_fails_the_gate(tmp_path, capsys):
+    """What a live NEW has not finished may be what got slower: the gate passed it (exit 0) while
+    the same folder stopped was "not a whole sweep" (a reviewer's finding)."""
+    import subprocess
+    import sys
+
+    from profsweep.contract import SWEEP_LOCK_FILE
+
+    base, new = tmp_path / "base", tmp_path / "new"
+    for folder in (base, new):
+        hand_made_point(folder, 0, processes(100))
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); f.write('1'); f.flush(); print('held', flush=True); "
+                               "time.sleep(60)", str(new / SWEEP_LOCK_FILE)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, out, err = compare(base, new, "--out", tmp_path / "c", "--fail-if-slower", "1.10", capsys=capsys)
+        assert code == 1 and "is being written by a sweep that is still running" in err
+        assert f"failed: NEW ({new}) is being written by a sweep that is still running" in out
+        code, out, _ = compare(base, new, "--out", tmp_path / "c", capsys=capsys)
+        assert code == 0  # no gate asked: the jobs finished so far, compared
+        code, out, _ = compare(new, base, "--out", tmp_path / "c", "--fail-if-slower", "1.10", capsys=capsys)
+        assert code == 0 and "failed:" not in out  # a live BASE is no change in NEW
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("slower", [False, True])
+def test_the_exit_code_is_the_gates_whatever_becomes_of_the_terminal(tmp_path, slower):
+    """`compare ... | head -n 1` exited 0 with a slower pair (a broken pipe was "not an error of
+    ours"), `profsweep compare ... | true` 1 with a traceback on an unchanged build, `> /dev/full`
+    1 with a traceback (a reviewer's finding)."""
+    import subprocess
+    import sys
+
+    base, new = tmp_path / "base", tmp_path / "new"
+    hand_made_point(base, 0, processes(100))
+    hand_made_point(new, 0, processes(200 if slower else 100))
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    for entry in (["-m", "analysis"], ["-m", "profsweep.cli"]):
+        command = [sys.executable, *entry, "compare", str(base), str(new), "--out", str(tmp_path / "c"),
+                   "--fail-if-slower", "1.10"]
+        gone = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=root)
+        gone.stdout.close()  # the reader went away before the first line
+        err = gone.stderr.read().decode()
+        assert gone.wait(timeout=120) == (1 if slower else 0), err
+        assert "Traceback" not in err and "Broken pipe" not in err
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, env=env, cwd=root, timeout=120, text=True)
+        assert done.returncode == (1 if slower else 2), done.stderr
+        assert "Traceback" not in done.stderr
+        assert "error: cannot write the output: No space left on device" in done.stderr
+
+
+def test_a_sweep_whose_records_name_another_torch_than_its_environment_says_so(tmp_path, capsys):
+    """environment.json is written anew when a sweep starts, a resume after an upgrade too: a
+    folder whose jobs ran another torch compared as the same torch, and its probe vetoed verdicts
+    as if it were (a reviewer's finding)."""
+    base, new = tmp_path / "base", tmp_path / "new"
+    hand_made_point(base, 0, processes(100), torch_version="2.13.0+cpu")
+    hand_made_point(new, 0, processes(100), torch_version="2.13.0+cpu")
+    hand_made_point(new, 1, processes(100), torch_version="2.14.0+cpu", size=16)
+    for folder in (base, new):
+        (folder / "environment.json").write_text(json.dumps({"torch_version": "2.13.0", "cpu_model": "x"}))
+    code, out, _ = compare(base, new, capsys=capsys)
+    assert code == 0
+    assert ("environment differs: torch_version: 2.13.0 -> mixed: 2.13.0+cpu (3 jobs), 2.14.0+cpu (3 jobs) "
+            "(by the jobs' records; environment.json: 2.13.0)") in out
+    code, out, _ = compare(base, base, "--out", tmp_path / "aa", capsys=capsys)
+    assert "environment differs" not in out  # 2.13.0 and 2.13.0+cpu: one torch
+    # two job folders, neither with an environment.json: nothing to tell apart, nothing said
+    code, out, _ = compare(base / "0_matmul_add_8_bf16_cold_eager", new / "0_matmul_add_8_bf16_cold_eager",
+                           "--out", tmp_path / "jobs", capsys=capsys)
+    assert code == 0 and "environment differs" not in out
+
+
+def test_two_traces_refuse_a_gate_and_ignore_keys_count_once(tmp_path, capsys):
+    base, new = tmp_path / "base", tmp_path / "new"
+    hand_made_point(base, 0, processes(100), threads=2)
+    hand_made_point(new, 0, processes(100), threads=2)
+    trace = next(base.glob("*/t.json"))
+    code, _, err = compare(trace, next(new.glob("*/t.json")), "--fail-if-slower", "0.5", capsys=capsys)
+    assert code == 2 and "--fail-if-slower 0.5 is not allowed" in err
+    code, _, err = compare(trace, next(new.glob("*/t.json")), "--fail-if-slower", "1.1", capsys=capsys)
+    assert code == 2 and "two traces are one profiled run each" in err
+    code, out, _ = compare(base, new, "--ignore", "threads", "--ignore", "run.threads", "--ignore", "threads",
+                           capsys=capsys)
+    assert code == 0 and "(threads 2)" in out and "threads 2; threads" not in out

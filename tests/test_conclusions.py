@@ -475,7 +475,7 @@ def test_the_band_of_the_conclusions_is_the_analysis_commands(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         main([str(folder), "--band", "5"])
     assert refused.value.code == 2
-    assert "--band: 5 is not allowed: give a fraction between 0 and 1" in capsys.readouterr().err
+    assert "--band: 5 is not allowed: give a fraction above 0 and at most 0.5" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("setting", [{}, {"isolation": "none"}, {"compile_cache": "shared"}])

@@ -132,7 +132,7 @@ def test_one_band_for_every_verdict_inside_using_band():
         near = processes_needed(1.04, 1.01, 1.07, 3)  # 3% past the band's edge
     assert current_band() == 0.05 and decide(1.03, 1.02, 1.04, 3).outcome == SAME
     assert near < processes_needed(1.04, 1.01, 1.07, 3)  # 1% inside it: more processes to fit inside
-    for bad in (1.5, -0.1, float("nan"), True):
-        with pytest.raises(ValueError, match="is not allowed: give a fraction between 0 and 1"):
+    for bad in (1.5, -0.1, 0, 0.51, float("nan"), True):
+        with pytest.raises(ValueError, match="is not allowed: give a fraction above 0 and at most 0.5"):
             with using_band(bad):
                 pass

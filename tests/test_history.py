@@ -1277,6 +1277,13 @@ def test_a_copy_of_a_sweep_is_counted_once(tmp_path, capsys):
     assert code == 0 and "history: 3 sweeps" in out, out
     code, _, err = history(root / "s03", root / "s04", "--out", tmp_path / "h2", capsys=capsys)
     assert code == 2 and "the 2 sweeps given are copies of one" in err
+    # a copy whose path sorts first, ordered by time: the one named first is kept (it was the copy)
+    shutil.rmtree(root / "s04")
+    shutil.copytree(root / "s03", tmp_path / "a_copy")
+    code, out, err = history(*(root / f"s0{d}" for d in (1, 2, 3)), tmp_path / "a_copy", "--out", tmp_path / "h4",
+                             capsys=capsys)
+    assert f"warning: {tmp_path / 'a_copy'} and {root / 's03'} hold the same measurements" in err, err
+    assert f"counted once, as {root / 's03'}" in err
 
 
 def test_a_smallest_findable_step_past_10x_is_said_as_more_than_10x(tmp_path, capsys):

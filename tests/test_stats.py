@@ -196,3 +196,24 @@ def test_one_repeats_interval_comes_from_resampling_its_steps():
     test = stats.ratio_test([[90.0, 100.0, 110.0]] * 3, [[180.0, 200.0, 220.0]] * 3)
     assert test.ratio == pytest.approx(2.0)
     assert test.low < 1.9 and test.high > 2.1 and test.p_value is not None and test.p_value > 0
+
+
+def test_swapping_the_sides_mirrors_the_interval_and_never_changes_the_verdict():
+    """compare A B slower means compare B A faster: each side's bootstrap was seeded by its place
+    (BASE `seed`, NEW `seed + 1`), and 1 of 400 simulated pairs read `slower` one way and
+    `inconclusive` the other (a reviewer's)."""
+    from profsweep.decide import ABOVE, BELOW, decide_test
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        effect = 1 + 0.12 * rng.random()
+        a = [list(rng.lognormal(0, 0.02, 20) * rng.lognormal(0, 0.05)) for _ in range(3)]
+        b = [list(rng.lognormal(0, 0.02, 20) * rng.lognormal(0, 0.05) * effect) for _ in range(3)]
+        there, back = stats.ratio_test(a, b), stats.ratio_test(b, a)
+        assert there.low * back.high == pytest.approx(1, abs=1e-9)
+        assert there.high * back.low == pytest.approx(1, abs=1e-9)
+        assert there.low90 * back.high90 == pytest.approx(1, abs=1e-9)
+        assert there.p_value == pytest.approx(back.p_value, abs=1e-12)
+        mirrored = {ABOVE: BELOW, BELOW: ABOVE}
+        one, other = decide_test(there, 3).outcome, decide_test(back, 3).outcome
+        assert other == mirrored.get(one, one)

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from analysis.diff import Use, calls_changed, environment_diff, per_step, same_probe, time_diff
-from analysis.points import ALLOCATOR_REMEDY, allocator_held, faults_apart, pair_key_of, pairing_columns, unkept
+from analysis.points import (ALLOCATOR_REMEDY, NOT_PAIRING, PAIR_KEYS, PAIR_PREFIXES, allocator_held, faults_apart,
+                             pair_key_of, pairing_columns, unkept)
 from analysis.compare.side import CompareError, Side, kernel_uses, op_uses
 from analysis.text import us
 from profsweep import stats
@@ -329,6 +330,10 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
     failed_base = _failed(new.points, unmatched_new, base.failed, columns)
     unmatched_base = [j for j in unmatched_base if j not in {f["measured_job"] for f in failed_new}]
     unmatched_new = [j for j in unmatched_new if j not in {f["measured_job"] for f in failed_base}]
+    twice_base = _twice(base, new, unmatched_base, {b["job"]: n for n, b in partner_of.items()}, columns, ignored)
+    twice_new = _twice(new, base, unmatched_new, {n: b["job"] for n, b in partner_of.items()}, columns, ignored)
+    unmatched_base = [j for j in unmatched_base if j not in {t["job"] for t in twice_base}]
+    unmatched_new = [j for j in unmatched_new if j not in {t["job"] for t in twice_new}]
     if not pairs and not failed_new:
         raise CompareError(f"{base.folder} and {new.folder} have nothing in common: no job of one measured "
                            f"what a job of the other did (paired by {', '.join(columns)}){_apart(base, new, columns)}; "
@@ -337,10 +342,12 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
     pairs.sort(key=lambda p: (VERDICT_ORDER.get(p["verdict"], 9), -(p["step_ratio"] or 0)))
     # a side without a readable environment.json: one entry that says so, not every key as emptied
     said = ["read" if side.environment else "missing or unreadable" for side in (base, new)]
-    environment = ([{"key": ENVIRONMENT_FILE, "base": said[0], "new": said[1]}] if not (base.environment and new.environment)
+    environment = ([] if not (base.environment or new.environment) else  # two job folders: nothing to tell apart
+                   [{"key": ENVIRONMENT_FILE, "base": said[0], "new": said[1]}] if not (base.environment and new.environment)
                    else [{"key": k, "base": a, "new": b} for k, a, b in environment_diff(base.environment, new.environment)])
     return {"columns": columns, "pairs": pairs, "unmatched_base": unmatched_base,
             "unmatched_new": unmatched_new, "failed_new": failed_new, "failed_base": failed_base,
+            "twice_base": twice_base, "twice_new": twice_new,
             **{f"lost_{name}": [{"job": j, "error": e, "point_known": known} for j, e, known in side.lost]
                for name, side in (("base", base), ("new", new))},
             **{f"damaged_{name}": [{"job": j, "error": e} for j, e in side.damaged]
@@ -349,6 +356,38 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
             "edited_base": base.edited, "edited_new": new.edited,
             "environment": environment, "fdr": fdr, "band": band,
             "tested": sum(1 for p in pairs if p.get("p_value") is not None)}
+
+
+def _twice(side: Side, other: Side, unmatched: list[str], partner: dict[str, str],
+           columns: list[str], ignored: list[str]) -> list[dict[str, Any]]:
+    """The points of `side` left without a partner although `other` has their grid point: another
+    point of `side` alike in every key that pairs (and every key --ignore names) took it (a rerun
+    into the folder with a setting that does not pair, profiler.active=5, left the first run's
+    jobs beside its own). Each: job, the point judged in its place (judged_job), and why, with
+    the settings the two differ in."""
+    theirs: dict[tuple, list[str]] = {}
+    for point in other.points:
+        theirs.setdefault(point.pair_identity(columns), []).append(point["job"])
+    mine = {p["job"]: p for p in side.points}
+    by_other = {o: m for m, o in partner.items()}
+    found = []
+    for job in unmatched:
+        point = mine.get(job)
+        if point is None:
+            continue
+        judged = next((mine[by_other[o]] for o in theirs.get(point.pair_identity(columns), []) if o in by_other
+                       and mine[by_other[o]].pair_identity(ignored) == point.pair_identity(ignored)), None)
+        if judged is None:  # (apart in a key --ignore names: the pairing asked for leaves it without a partner)
+            continue
+        keys = sorted({k for r in (point, judged) for k in r
+                       if k in PAIR_KEYS or k.startswith(PAIR_PREFIXES) or k in NOT_PAIRING}
+                      - {"config_hash"})
+        apart = [f"{k} {judged.get(k)} vs {point.get(k)}" for k in keys if repr(judged.get(k)) != repr(point.get(k))]
+        found.append({"job": job, "judged_job": judged["job"], "why": (
+            f"it pairs with {partner[judged['job']]} as {judged['job']} does, which was judged in its place; they "
+            f"differ in {', '.join(apart) if apart else 'their configuration (config_hash)'}: jobs of other settings "
+            f"left in {side.folder} by a rerun into it (python -m analysis {side.folder} names them)")})
+    return found
 
 
 def _failed(measured: list[GridPoint], unmatched: list[str], failed: list[GridPoint],

@@ -225,6 +225,10 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
         if result[key]:
             parts.append(f"<h2>Measured in {side} only (no such grid point in {other})</h2><ul>"
                          + "".join(f"<li>{escape(j)}</li>" for j in result[key]) + "</ul>")
+    for side, key in (("BASE", "twice_base"), ("NEW", "twice_new")):
+        if result.get(key):
+            parts.append(f"<h2>Not judged: a second grid point in {side} that pairs alike</h2><ul>"
+                         + "".join(f"<li>{escape(t['job'])}: {escape(t['why'])}</li>" for t in result[key]) + "</ul>")
     for side, key in (("BASE", "incomplete_base"), ("NEW", "incomplete_new")):
         if result.get(key):
             parts.append(f"<h2>{side} is not a whole sweep</h2><p>{escape(result[key])}</p>")

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import csv
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from analysis.files import CHECKSUMS_FILE, edited_tables
 from analysis.tables import analyse_sweep, environment_of, job_folders, never_ran, read_table, samples_rows, unreadable
@@ -88,7 +89,7 @@ def load_side(folder: Path) -> Side:
     on_cpu = {str(j["job"]) for j in jobs if j.get("platform") == "cpu"}
     # the CPU's "kernels" are its compute ops, already among the ops
     kernels = _by_job(k for k in rows["kernels"] if str(k["job"]) not in on_cpu)
-    environment = environment_of(folder)
+    environment = as_recorded(environment_of(folder), jobs)
     failed = [p for p in every if not p.usable]
     gone = {p.get("config_hash") for p in failed}
     lost = [(str(j["job"]), str(j.get("error") or j.get("trace_error") or j.get("record_error") or j.get("status")
@@ -101,6 +102,24 @@ def load_side(folder: Path) -> Side:
                 never_ran(folder, len(jobs)),
                 f"{', '.join(edited)}: not what the analysis wrote ({CHECKSUMS_FILE}): compared from its job "
                 "records and traces instead" if edited else None)
+
+
+def as_recorded(environment: Any, jobs: Sequence[dict[str, Any]]) -> Any:
+    """The sweep's environment.json, its torch version as the jobs' records have it where they
+    say otherwise: environment.json is written anew when a sweep starts, a resume after an
+    upgrade too, so a folder may hold jobs of two torch versions (`mixed: 2.14.0 (6 jobs),
+    2.13.0 (12 jobs)`), or jobs copied in from another. A version that differs only in its local
+    part (`2.13.0` and `2.13.0+cpu`) is the same."""
+    if not isinstance(environment, dict):
+        return environment
+    versions = Counter(str(j["torch_version"]) for j in jobs if j.get("torch_version"))
+    said = environment.get("torch_version")
+    if not versions or (len(versions) == 1 and said is not None
+                        and str(said).split("+")[0] == next(iter(versions)).split("+")[0]):
+        return environment
+    recorded = (next(iter(versions)) if len(versions) == 1 else
+                "mixed: " + ", ".join(f"{v} ({amount(n, 'job')})" for v, n in versions.most_common()))
+    return {**environment, "torch_version": f"{recorded} (by the jobs' records; environment.json: {said})"}
 
 
 def _by_job(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -91,7 +91,9 @@ class History:
 
 
 def order(sweeps: list[SweepFolder], given: bool) -> list[SweepFolder]:
-    return list(sweeps) if given else sorted(sweeps, key=lambda s: (s.started_at, str(s.folder)))
+    """By start time, those that started together (copies of one sweep) as given: the copy kept
+    (Store.copies) is then the one named first, not the one whose path sorts first."""
+    return list(sweeps) if given else sorted(sweeps, key=lambda s: s.started_at)
 
 
 def load(store: Store, ids: Sequence[int], ignore: Sequence[str]) -> History:
