@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import io
 import json
 import os
 import sys
@@ -25,6 +24,7 @@ from typing import Any, Callable
 
 from analysis.points import distinct_keys
 from profsweep.contract import amount, not_a_folder, one_line, point_label
+from profsweep.terminal import Terminal, guard_streams
 from profsweep.decide import BAND, BAND_ALLOWED, check_band, using_band
 
 PROG = "python -m analysis"  # how the commands name themselves (the `profsweep` command sets its own)
@@ -599,57 +599,6 @@ def _mismatches(folder: Path) -> list[dict[str, Any]]:
     return wrong
 
 
-class Terminal(io.TextIOBase):
-    """sys.stdout or sys.stderr that never raises: a reader gone (`compare ... | head -n 1`) or a
-    full disk (`> /dev/full`) must not end the command before its gate is decided, nor turn the
-    gate's exit code into a traceback's 1 or a broken pipe's 0. The first error is kept (`error`)
-    and what is written after it goes nowhere; the stream's descriptor then points at /dev/null,
-    so the interpreter's own last flush finds somewhere to write."""
-
-    def __init__(self, stream: Any):
-        super().__init__()
-        self.stream = stream
-        self.error: OSError | None = None
-
-    def write(self, text: str) -> int:
-        if self.error is None:
-            try:
-                self.stream.write(text)
-            except OSError as exc:
-                self._failed(exc)
-        return len(text)
-
-    def flush(self) -> None:
-        if self.error is None:
-            try:
-                self.stream.flush()
-            except OSError as exc:
-                self._failed(exc)
-
-    def _failed(self, exc: OSError) -> None:
-        self.error = exc
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
-        except (OSError, ValueError, AttributeError):  # a stream without a descriptor (a test's capture)
-            pass
-
-    def writable(self) -> bool:
-        return True
-
-    def isatty(self) -> bool:
-        try:
-            return self.stream.isatty()
-        except (OSError, ValueError, AttributeError):
-            return False
-
-    def fileno(self) -> int:
-        return self.stream.fileno()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return getattr(self.stream, "encoding", "utf-8")
-
-
 def _exit_code(code: int, out: Terminal) -> int:
     """The command's exit code, where writing its output failed: a reader that went away is not
     an error of the command's (its code stands: the gate's verdict); another failure (a full
@@ -674,8 +623,7 @@ def stoppable(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt(signum)
 
     streams = sys.stdout, sys.stderr
-    out = Terminal(sys.stdout)
-    sys.stdout, sys.stderr = out, Terminal(sys.stderr)
+    out = guard_streams()
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
         return _exit_code(_main_or_stopped(argv), out)

@@ -230,7 +230,9 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
         raise ProfsweepError(str(unreadable(path)))
     if not (path / SUMMARY_FILE).is_file() or not (path / CONCLUSIONS_FILE).is_file():
         if not analyse:
-            raise ProfsweepError(f"{path}: not analysed yet (no {SUMMARY_FILE}): load(folder, analyse=True)")
+            missing = " or ".join(name for name in (SUMMARY_FILE, CONCLUSIONS_FILE) if not (path / name).is_file())
+            whole = "not analysed yet" if not (path / SUMMARY_FILE).is_file() else "its analysis did not finish"
+            raise ProfsweepError(f"{path}: {whole} (no {missing}): load(folder, analyse=True)")
         from analysis import analyse_folder
         from analysis.tables import METRICS_FILE, job_folders
 

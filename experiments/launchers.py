@@ -190,13 +190,29 @@ def failure_record(config: JobConfig, job_dir: Path, error: str, record: dict[st
 
 
 def _save(job_dir: Path, record: dict[str, Any]) -> None:
-    """The sweep's record of a job that failed; on a full disk, said instead of written."""
+    """The sweep's record of a job that failed. On a full disk, the placeholder that said the
+    sweep was killed (unfinished_record) is taken away first, which frees its bytes, and the
+    record tried again: where it still cannot be written, the folder holds no record (a resume
+    redoes the job) and the terminal says why, never "killed"."""
+    path = job_dir / records.METRICS_FILE
     try:
-        records.write_json(job_dir / records.METRICS_FILE, record)
+        records.write_json(path, record)
+        return
     except OSError as exc:
         if not records.disk_full(exc):
             raise
-        print(f"  {records.METRICS_FILE} of {job_dir.name} not written: {records.DISK_FULL} ({exc})", flush=True)
+        error = exc
+    if read_record(job_dir) is None:  # the placeholder, or nothing: never a record the job wrote
+        path.unlink(missing_ok=True)
+        try:
+            records.write_json(path, record)
+            return
+        except OSError as exc:
+            if not records.disk_full(exc):
+                raise
+            error = exc
+            path.unlink(missing_ok=True)
+    print(f"  {records.METRICS_FILE} of {job_dir.name} not written: {records.DISK_FULL} ({error})", flush=True)
 
 
 def _killed(ooms_before: int | None, error: str) -> str:

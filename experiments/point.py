@@ -14,13 +14,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from experiments import records
 from experiments.config import AUTO, JobConfig
-from experiments.launchers import failure_record, finished_record, launcher_for, unfinished_record
-from experiments.slots import CPU_SLOT, held_slot, slots_for, visible_gpus
-from profsweep.progress import duration
+from experiments.launchers import failure_record, finished_record, launcher_for, read_record, unfinished_record
+from experiments.slots import CPU_SLOT, held_slot, say_waiting, slots_for, visible_gpus
 from profsweep.contract import alive, one_line, scratch_pid, untouched_for
 from profsweep.sweep_state import SWEEP
 
@@ -57,21 +56,27 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
     _quiet_sweep()
     start = time.perf_counter()
     holder = f"pid {os.getpid()}, sweep {job_dir.parent if job_dir.parent != job_dir else job_dir}"
+    launched = False
     try:
         try:
             unfinished_record(config, job_dir)
         except OSError:
             (job_dir / records.METRICS_FILE).unlink(missing_ok=True)  # not the earlier run's, then
             raise
-        with held_slot(slots_for(config.device, visible_gpus()), on_wait=_waiting(tag), holder=holder) \
+        with held_slot(slots_for(config.device, visible_gpus()), on_wait=say_waiting(tag), holder=holder) \
                 as (slot, slot_fd), _inductor_cache(config) as env:
             env.update(_job_environment(config, lock_wait_s=time.perf_counter() - start))
             where = "" if slot == CPU_SLOT else f" on GPU {slot}"
             print(f"{tag} ...{where}{SWEEP.progress_line(index, total)}", flush=True)
             start = time.perf_counter()
+            launched = True
             record = launcher_for(config).launch(config, job_dir, env, slot, slot_fd)
     except KeyboardInterrupt:
         SWEEP.stop()
+        if not launched:  # stopped while it waited for its device: it never started, as the jobs after it
+            _never_started(job_dir)
+            print(f"{tag} not started: {SWEEP.why()}", flush=True)
+            return None
         # an ok record written before the stop is final
         record = finished_record(config, job_dir) or failure_record(
             config, job_dir, "interrupted: the sweep was stopped while this job ran")
@@ -87,6 +92,19 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
     return record
 
 
+def _never_started(job_dir: Path) -> None:
+    """Take away the placeholder of a job stopped before it started (unfinished_record: "killed
+    while it ran"), and its folder where that leaves nothing but Hydra's copy of its config: a
+    resume runs it, and the sweep's tally counts it among the jobs not started."""
+    if (job_dir / records.METRICS_FILE).is_file() and read_record(job_dir) is None:
+        (job_dir / records.METRICS_FILE).unlink(missing_ok=True)
+    try:
+        if {p.name for p in job_dir.iterdir()} <= {".hydra"}:  # Hydra's copy of the config, for this start
+            shutil.rmtree(job_dir)
+    except OSError:  # gone, or not ours to remove
+        pass
+
+
 def _skipped(config: JobConfig, job_dir: Path, tag: str, why: str) -> dict[str, Any]:
     """The record of a grid point this machine cannot run (run.unavailable=skip), not run."""
     record = records.base_record(config, job_dir)
@@ -94,18 +112,6 @@ def _skipped(config: JobConfig, job_dir: Path, tag: str, why: str) -> dict[str, 
     records.write_json(job_dir / records.METRICS_FILE, record)
     print(f"{tag} skipped: {why}", flush=True)
     return record
-
-
-def _waiting(tag: str) -> Callable[[list[str], list[str], float], None]:
-    """The progress line of a job waiting for its device slot, held by another job."""
-
-    def waiting(slots: list[str], holders: list[str], waited: float) -> None:
-        device = "the CPU" if slots == [CPU_SLOT] else "GPU " + ", ".join(slots)
-        who = "; ".join(h for h in holders if h) or "another profiling job on this machine"
-        print(f"{tag} waiting for {device} (one job per device), held by {who}"
-              + (f": {duration(waited)} so far" if waited >= 1 else ""), flush=True)
-
-    return waiting
 
 
 def _job_environment(config: JobConfig, lock_wait_s: float) -> dict[str, str]:

@@ -43,6 +43,7 @@ try:
     from experiments.config import register_configs
     from experiments.sweep_folder import EXIT_INTERRUPTED
     from experiments.task import task
+    from profsweep.terminal import guard_streams
 except BaseException as _exc:  # a stop, or what a stop that C code swallowed left behind (a module half-imported)
     if __name__ != "__main__" or not (_STOPS or isinstance(_exc, KeyboardInterrupt)):
         raise
@@ -66,6 +67,9 @@ def ignore_stops() -> None:
 
 
 if __name__ == "__main__":
+    # a reader that went away (`| head`, or `| tee` stopped by the same Ctrl-C) must not end the
+    # sweep with a traceback halfway through a job: what it prints then goes nowhere
+    terminal = guard_streams()
     try:
         register_configs()
         refusals.hold()  # until the sweep has started: Hydra's own refusals are rewritten in ours
@@ -85,6 +89,10 @@ if __name__ == "__main__":
         raise
     finally:
         refusals.release()
+        terminal.flush()
+        if terminal.error is not None and not isinstance(terminal.error, BrokenPipeError):
+            print(f"warning: the sweep's progress could not be written to its output: "
+                  f"{terminal.error.strerror or terminal.error}", file=sys.stderr, flush=True)
         # Everything is written and closed: skip the interpreter's last garbage collection over
         # pandas', matplotlib's and Hydra's objects (about 0.4 s of every sweep's end).
         gc.freeze()

@@ -16,12 +16,15 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 from experiments.records import gpu_inventory
+from profsweep.contract import alive
+from profsweep.progress import duration
 
 CPU_SLOT = "cpu"
 LOCK_DIR_ENV = "PROFSWEEP_LOCK_DIR"
@@ -66,11 +69,31 @@ def _open_lock(path: Path) -> tuple[int, bool]:
 
 
 def holder_of(folder: Path, slot: str) -> str:
-    """What the slot's lock file says of its holder (`pid 123, sweep outputs/...`), or ''."""
+    """What the slot's lock file says of its holder (`pid 123, sweep outputs/...`), or '' where
+    it says nothing that can be true: no pid, this process (which waits, so holds nothing), or
+    a pid no longer alive (a holder that left its name and died; the lock itself is another's,
+    say a `flock` of the file by a program that writes none)."""
     try:
-        return (folder / f"{slot}.lock").read_text(encoding="utf-8", errors="replace").strip()[:300]
+        text = (folder / f"{slot}.lock").read_text(encoding="utf-8", errors="replace").strip()[:300]
     except OSError:
         return ""
+    said = re.match(r"pid (\d+)\b", text)
+    if said is None or int(said.group(1)) == os.getpid() or not alive(int(said.group(1))):
+        return ""
+    return text
+
+
+def say_waiting(tag: str) -> Callable[[list[str], list[str], float], None]:
+    """held_slot's `on_wait` that prints `TAG waiting for the CPU (one job per device), held by
+    WHO: 30 s so far`: a sweep that waits says so, and for whom."""
+
+    def waiting(slots: list[str], holders: list[str], waited: float) -> None:
+        device = "the CPU" if slots == [CPU_SLOT] else "GPU " + ", ".join(slots)
+        who = "; ".join(h for h in holders if h) or "another process on this machine"
+        print(f"{tag} waiting for {device} (one job per device), held by {who}"
+              + (f": {duration(waited)} so far" if waited >= 1 else ""), flush=True)
+
+    return waiting
 
 
 def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
@@ -136,6 +159,11 @@ def held_slot(slots: list[str], folder: Path | None = None, poll_s: float = 0.2,
             try:
                 yield slot, fd
             finally:
+                if writable and holder:  # its name goes with it: a next holder that writes none is not this one
+                    try:
+                        os.ftruncate(fd, 0)
+                    except OSError:
+                        pass
                 os.close(fd)  # not LOCK_UN: that would free the slot of a job still holding it
             return
         now = time.monotonic()

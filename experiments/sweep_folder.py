@@ -69,7 +69,7 @@ def record_ceilings(folder: Path, configs: list[JobConfig], axes: list[Axis] | N
     roofline. Measuring is never a reason to fail a sweep: a ceiling that cannot be measured is
     said and left out (the analysis falls back to datasheet peaks). A stop while measuring stops
     the sweep before its first job, as a stop anywhere does."""
-    from experiments.slots import held_slot, slots_for, visible_gpus
+    from experiments.slots import held_slot, say_waiting, slots_for, visible_gpus
     from profsweep import ceilings
 
     mode = configs[0].run.ceilings if configs else "off"
@@ -82,7 +82,9 @@ def record_ceilings(folder: Path, configs: list[JobConfig], axes: list[Axis] | N
             if ceiling is None:
                 try:
                     slots = slots_for(device, visible_gpus() if device == "cuda" else [])
-                    with held_slot(slots, holder=f"pid {os.getpid()}, sweep {folder} (ceilings)") as (slot, fd):
+                    with held_slot(slots, holder=f"pid {os.getpid()}, sweep {folder} (ceilings)",
+                                   on_wait=say_waiting(f"this machine's {device} {dtype} ceilings (measured before "
+                                                       "the first job):")) as (slot, fd):
                         ceiling = ceilings.cached(device, dtype, count, version)  # another sweep's, while we waited
                         if ceiling is None:
                             ceiling = ceilings.measure(device, dtype, count, visible=None if slot == "cpu" else slot,
@@ -282,13 +284,17 @@ def estimated_job_bytes(config: JobConfig, cuda: bool) -> int:
 
 def warn_if_short_of_space(folder: Path, key: str, planned: list[Planned]) -> None:
     """A warning (not a refusal: the estimate is rough) when the sweep folder's disk has less
-    free space than the jobs may write."""
-    jobs = sum(p.jobs for p in planned)
+    free space than the jobs may write: every process of every grid point (run.repeats, or
+    run.repeats=auto's first rounds)."""
+    if not planned:
+        return
+    processes = grid.first_rounds(planned[0].config.run.repeats)
+    jobs = sum(p.jobs for p in planned) * processes
     if not jobs:
         return
     cuda = any(p.config.device == "cuda" for p in planned) or (
         any(p.config.device == "auto" for p in planned) and cuda_visible())
-    total = sum(p.jobs * estimated_job_bytes(p.config, cuda and p.config.device != "cpu") for p in planned)
+    total = processes * sum(p.jobs * estimated_job_bytes(p.config, cuda and p.config.device != "cpu") for p in planned)
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -327,6 +333,10 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     for job_dir in job_dirs:
         try:
             record = json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            failed.append((job_dir.name, f"no {records.METRICS_FILE}: " + (
+                f"it could not be written ({SWEEP.disk_error})" if SWEEP.disk_error else "the job wrote none")))
+            continue
         except (OSError, ValueError) as exc:
             failed.append((job_dir.name, f"unreadable {records.METRICS_FILE}: {exc}"))
             continue

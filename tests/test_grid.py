@@ -179,15 +179,15 @@ def test_left_out_jobs_are_counted_from_the_grid(hydra_conf, capsys):
 
 
 def test_a_short_disk_is_warned_of(hydra_conf, capsys, monkeypatch, tmp_path):
-    plan = planned(["size=range(1,1001)"])
+    plan = planned(["size=range(1,1001)", "run.repeats=2"])  # 2,000 jobs: each process writes its own
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 0, 1_000_000))
     sweep_folder.warn_if_short_of_space(tmp_path / "not" / "yet", "hydra.sweep.dir", plan)
     err = capsys.readouterr().err
     each = sweep_folder.estimated_job_bytes(plan[0].config, cuda=False)
     assert 40_000 < each < 100_000  # profiler=article: 3 steps
-    assert err == (f"warning: hydra.sweep.dir={tmp_path / 'not' / 'yet'} has 1.0 MB free; this sweep of 1,000 "
-                   f"jobs may write about {sweep_folder._bytes(1000 * each)} (about {sweep_folder._bytes(each)} a job; "
+    assert err == (f"warning: hydra.sweep.dir={tmp_path / 'not' / 'yet'} has 1.0 MB free; this sweep of 2,000 "
+                   f"jobs may write about {sweep_folder._bytes(2000 * each)} (about {sweep_folder._bytes(each)} a job; "
                    "profiler.gzip=true writes traces several times smaller)\n")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 10**11))
     sweep_folder.warn_if_short_of_space(tmp_path, "hydra.sweep.dir", plan)

@@ -181,3 +181,45 @@ def test_resume_keeps_only_an_ok_record_that_says_what_its_job_measures(tmp_path
     path.unlink()
     os.mkfifo(path)  # a pipe where the record was: read, it would block the sweep for ever
     assert finished_record(config, tmp_path) is None
+
+
+def test_a_failure_the_full_disk_kept_from_its_record_never_reads_killed(tmp_path, monkeypatch, capsys):
+    """On a full disk the sweep's failure record was not written and the placeholder stayed: the
+    job's record, the sweep's tally and a later analysis said "the sweep was killed while it ran"
+    (a reviewer's finding). The placeholder is taken away, which frees its bytes, and the record
+    tried again; where that fails too, the folder holds no record at all."""
+    import errno
+
+    from experiments import launchers, records
+    from experiments.config import JobConfig
+
+    config, job_dir = JobConfig(size=8, device="cpu"), tmp_path / "0_job"
+    job_dir.mkdir()
+    real = records.write_json
+    full = {"left": 1}
+
+    def write(path, data):
+        if full["left"] > 0:
+            full["left"] -= 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data)
+
+    launchers.unfinished_record(config, job_dir)
+    monkeypatch.setattr(records, "write_json", write)
+    record = launchers.failure_record(config, job_dir, "disk full: the trace could not be written")
+    saved = json.loads((job_dir / "metrics.json").read_text())
+    assert saved["status"] == "failed" and saved["error"] == record["error"]  # written on the second try
+    monkeypatch.setattr(records, "write_json", real)
+    launchers.unfinished_record(config, job_dir)
+    full["left"] = 2
+    monkeypatch.setattr(records, "write_json", write)
+    launchers.failure_record(config, job_dir, "disk full: the trace could not be written")
+    assert not (job_dir / "metrics.json").exists()  # no record, never the placeholder's "killed"
+    assert "metrics.json of 0_job not written: disk full" in capsys.readouterr().out
+    # a record the job wrote itself is never taken away
+    monkeypatch.setattr(records, "write_json", real)
+    real(job_dir / "metrics.json", {**records.base_record(config, job_dir), "status": "ok"})
+    full["left"] = 2
+    monkeypatch.setattr(records, "write_json", write)
+    launchers.failure_record(config, job_dir, "disk full")
+    assert json.loads((job_dir / "metrics.json").read_text())["status"] == "ok"

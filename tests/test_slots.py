@@ -126,3 +126,26 @@ def test_two_sweeps_with_different_temp_folders_never_profile_at_once(tmp_path):
             assert a1 <= b0 or b1 <= a0, "two jobs profiled on the CPU at the same time"
     said = "\n".join(outputs)
     assert re.search(r"waiting for the CPU \(one job per device\), held by pid \d+, sweep \S+", said), said
+
+
+def test_the_holder_named_is_one_that_can_hold_the_slot(tmp_path):
+    """A waiting sweep named itself as the holder for 30 s: its own earlier job's name stayed in
+    the lock file after it let go, and the slot's holder then (a `flock` of the file by another
+    program) wrote none (a reviewer's finding). A holder's name goes with it, and a name whose pid
+    is this process or a dead one is not said."""
+    import subprocess
+    import sys
+
+    from experiments.slots import held_slot, holder_of
+
+    with held_slot(["cpu"], tmp_path, holder="pid 1, sweep here"):
+        assert (tmp_path / "cpu.lock").read_text() == "pid 1, sweep here\n"
+        assert holder_of(tmp_path, "cpu") == "pid 1, sweep here"  # pid 1 lives
+    assert (tmp_path / "cpu.lock").read_text() == ""  # let go: no name left behind
+    (tmp_path / "cpu.lock").write_text(f"pid {os.getpid()}, sweep mine\n")
+    assert holder_of(tmp_path, "cpu") == ""  # this process waits: it holds nothing
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / "cpu.lock").write_text(f"pid {gone.stdout.strip()}, sweep dead\n")
+    assert holder_of(tmp_path, "cpu") == ""
+    (tmp_path / "cpu.lock").write_text("some other program's words\n")
+    assert holder_of(tmp_path, "cpu") == ""
