@@ -195,15 +195,7 @@ def _save(job_dir: Path, record: dict[str, Any]) -> None:
     record tried again: where it still cannot be written, the folder holds no record (a resume
     redoes the job) and the terminal says why, never "killed"."""
     path = job_dir / records.METRICS_FILE
-    try:
-        records.write_json(path, record)
-        return
-    except OSError as exc:
-        if not records.disk_full(exc):
-            raise
-        error = exc
-    if read_record(job_dir) is None:  # the placeholder, or nothing: never a record the job wrote
-        path.unlink(missing_ok=True)
+    for _ in range(2):  # the second after the placeholder is gone
         try:
             records.write_json(path, record)
             return
@@ -211,7 +203,9 @@ def _save(job_dir: Path, record: dict[str, Any]) -> None:
             if not records.disk_full(exc):
                 raise
             error = exc
-            path.unlink(missing_ok=True)
+        if read_record(job_dir) is not None:  # a record the job wrote itself stays
+            break
+        path.unlink(missing_ok=True)  # the placeholder, or nothing
     print(f"  {records.METRICS_FILE} of {job_dir.name} not written: {records.DISK_FULL} ({error})", flush=True)
 
 

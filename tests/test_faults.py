@@ -736,11 +736,9 @@ def test_a_sweep_whose_reader_went_away_runs_to_its_end(tmp_path):
     assert (tmp_path / "s" / "report.html").is_file()
 
 
-@pytest.mark.slow
-def test_a_stop_while_a_job_waits_for_its_device_leaves_it_not_started(tmp_path):
-    """A stop while the job waited for the CPU another program held was recorded as a job that
-    failed, "interrupted: the sweep was stopped while this job ran" (a reviewer's finding): it
-    never started, as the jobs after it, and its folder is not left behind."""
+def stopped_while_waiting(tmp_path, args, wait_line, env=None) -> str:
+    """A sweep (`args`) started while another program holds the CPU's lock, stopped (SIGINT) once
+    it prints `wait_line`: its whole output, after it exited 130."""
     import signal
     import subprocess
     import sys
@@ -754,15 +752,13 @@ def test_a_stop_while_a_job_waits_for_its_device_leaves_it_not_started(tmp_path)
                                str(locks / "cpu.lock")], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        sweep = subprocess.Popen([sys.executable, "experiments/run.py", "-m", "size=8,16", "run.repeats=1",
-                                  "run.ceilings=off", f"hydra.sweep.dir={tmp_path / 's'}"], cwd=ROOT,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                                 env={**os.environ, "PROFSWEEP_LOCK_DIR": str(locks)})
+        sweep = subprocess.Popen([sys.executable, "experiments/run.py", "-m", *args, f"hydra.sweep.dir={tmp_path / 's'}"],
+                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 text=True, env={**os.environ, "PROFSWEEP_LOCK_DIR": str(locks), **(env or {})})
         lines = []
         for line in sweep.stdout:
             lines.append(line)
-            if "[1/2] matmul_add size=8 bf16 cold eager waiting for the CPU (one job per device), held by another " \
-               "process on this machine" in line:
+            if wait_line in line:
                 sweep.send_signal(signal.SIGINT)
                 break
         out = "".join(lines) + sweep.stdout.read()
@@ -770,6 +766,17 @@ def test_a_stop_while_a_job_waits_for_its_device_leaves_it_not_started(tmp_path)
     finally:
         holder.kill()
         holder.wait()
+    return out
+
+
+@pytest.mark.slow
+def test_a_stop_while_a_job_waits_for_its_device_leaves_it_not_started(tmp_path):
+    """A stop while the job waited for the CPU another program held was recorded as a job that
+    failed, "interrupted: the sweep was stopped while this job ran" (a reviewer's finding): it
+    never started, as the jobs after it, and its folder is not left behind."""
+    out = stopped_while_waiting(tmp_path, ["size=8,16", "run.repeats=1", "run.ceilings=off"],
+                                "[1/2] matmul_add size=8 bf16 cold eager waiting for the CPU (one job per device), "
+                                "held by another process on this machine")
     assert "[1/2] matmul_add size=8 bf16 cold eager not started: the sweep was interrupted" in out, out
     assert "done: 0 jobs (0 ok, 0 failed, 2 missing)" in out, out
     assert "this job ran" not in out and "problem:" not in out, out
@@ -780,34 +787,9 @@ def test_a_stop_while_a_job_waits_for_its_device_leaves_it_not_started(tmp_path)
 def test_a_sweep_that_waits_for_the_device_to_measure_its_ceilings_says_so(tmp_path):
     """The ceilings measured before the first job waited for the CPU without a word: a sweep
     whose device another program held printed its first line and nothing for two minutes."""
-    import signal
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
-    locks, cache = tmp_path / "locks", tmp_path / "cache"
-    locks.mkdir()
-    cache.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)",
-                               str(locks / "cpu.lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        sweep = subprocess.Popen([sys.executable, "experiments/run.py", "-m", "size=8", "run.repeats=1",
-                                  "run.ceilings=measure", f"hydra.sweep.dir={tmp_path / 's'}"], cwd=ROOT,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                                 env={**os.environ, "PROFSWEEP_LOCK_DIR": str(locks), "PROFSWEEP_CACHE_DIR": str(cache)})
-        lines = []
-        for line in sweep.stdout:
-            lines.append(line)
-            if "this machine's cpu bf16 ceilings (measured before the first job): waiting for the CPU (one job per " \
-               "device), held by another process on this machine" in line:
-                sweep.send_signal(signal.SIGINT)
-                break
-        out = "".join(lines) + sweep.stdout.read()
-        assert sweep.wait(timeout=120) == 130, out
-    finally:
-        holder.kill()
-        holder.wait()
+    (tmp_path / "cache").mkdir()
+    out = stopped_while_waiting(tmp_path, ["size=8", "run.repeats=1", "run.ceilings=measure"],
+                                "this machine's cpu bf16 ceilings (measured before the first job): waiting for the "
+                                "CPU (one job per device), held by another process on this machine",
+                                env={"PROFSWEEP_CACHE_DIR": str(tmp_path / "cache")})
     assert "not started: 1 job (the sweep was interrupted)" in out and "done: 0 jobs (0 ok, 0 failed, 1 missing)" in out
