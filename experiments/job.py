@@ -352,7 +352,8 @@ def _time_in_twin(config: JobConfig) -> dict[str, Any]:
         start = machine.read()
         timed = _timed(job.step.call, job.sync)
         timed.update(_side_by_side(job, timed["timed_us_per_step"]))
-        return {**timed, "window": machine.between(start, machine.read()), "timed_recompiles": job.recompiles()}
+        return {**timed, "window": machine.between(start, machine.read()), "timed_recompiles": job.recompiles(),
+                "timed_recompile_limit": int(dynamo_graphs()[1] > job.limits)}
 
 
 def _twin_timing(twin: Any, out: dict[str, Any]) -> None:
@@ -364,6 +365,9 @@ def _twin_timing(twin: Any, out: dict[str, Any]) -> None:
         found = twin.result()
         window = found.pop("window", {})
         out["recompiles"] = (out.get("recompiles") or 0) + int(found.pop("timed_recompiles", 0) or 0)
+        # the twin's timed steps past Dynamo's recompile limit ran eagerly: said as the job's own (_recompiled)
+        if found.pop("timed_recompile_limit", 0):
+            out["recompile_limit"] = 1
         out.update(found, timed_in=TWIN)
         # the machine over both windows: the job's profiled steps and the twin's timed ones
         for key in ("other_cpus", "cpu_pressure"):
@@ -739,8 +743,8 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
                                       trained=step.parameters, inputs=inputs, held=held)
         slots = optimizer_slots(job.config.optimizer)
         trained = reads.trained * (2 + 2 * slots)
-        out["bytes_per_call"] = (counting.moved_bytes(job.workload.inputs, [], reads.output) + reads.weights + trained
-                                 + reads.held)
+        out["bytes_per_call"] = (counting.moved_bytes(job.workload.inputs, [], _written(job, reads.output))
+                                 + reads.weights + trained + reads.held)
         if job.config.train and out.get("memory_estimate_bytes") is not None:
             # the estimate before the first call held a gradient and state for every trained weight: now
             # known, a gradient for those that got one (a sparse one's rows), state for each of them
@@ -755,8 +759,8 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
         if reads.wrote_inputs:
             _warn(out, f"the step writes into its own inputs ({', '.join(reads.wrote_inputs[:3])}): every step runs on "
                        "what the one before left, so the steps timed are not one step repeated (a value that grows "
-                       "reaches inf and NaN, whose paths can be slower or faster); write into a copy, or return "
-                       "fresh inputs from the factory for each call")
+                       "reaches inf and NaN, one that shrinks denormals and zero, whose paths can be slower or "
+                       "faster); write into a copy, or return fresh inputs from the factory for each call")
     except Exception as exc:  # noqa: BLE001 (a tensor whose storage cannot be read, e.g. a nested one)
         out["bytes_per_call"] = None
         _warn(out, f"bytes moved not counted: one more eager call to count them raised ({type(exc).__name__}: "
@@ -946,6 +950,28 @@ def _module_tensors(modules: list[Any]) -> list[Any]:
     return [t for m in modules for t in (*m.parameters(), *m.buffers())]
 
 
+def _written(job: Prepared, returned: Any) -> list[Any]:
+    """What one step writes as its output, each byte once: what it returns; in training also what
+    its forward pass returns (logits, a model's output), written as an inference call's output is
+    (the step returns only its loss, and without these bytes a training step counted less than
+    inference; a cost model's training bytes hold them too), the loss only where that output
+    holds none. The forward is one more call of the workload, without gradients, after every
+    measurement; where it fails, the loss alone."""
+    import torch
+
+    from experiments import counting
+
+    if not job.config.train:
+        return [returned]
+    try:
+        with torch.no_grad():
+            forward = job.workload.fn(*job.workload.args, **job.workload.kwargs)
+    except Exception:  # noqa: BLE001 (the step's own loss then stands for its output)
+        return [returned]
+    has_loss = any(t.numel() == 1 for t in counting.tensors([forward], objects=True))
+    return [forward] if has_loss else [forward, returned]
+
+
 def _add_cost(out: dict[str, Any], cost: seam.Cost | None, config: JobConfig) -> None:
     """The cost model's numbers; a training step adds the backward pass (twice the forward's
     FLOPs), gradients and optimizer state, and activations kept for the backward pass."""
@@ -1000,7 +1026,7 @@ def _recompiled(job: Prepared, out: dict[str, Any]) -> None:
     """Say where the warm step compiled again while it was measured: its times then hold
     compilations, or (past Dynamo's recompile limit) eager code under a compiled label. Counted
     from this job's start: an earlier job of the process (run.isolation=none) is not its."""
-    graphs, limit = out.get("recompiles") or 0, dynamo_graphs()[1] > job.limits
+    graphs, limit = out.get("recompiles") or 0, dynamo_graphs()[1] > job.limits or bool(out.get("recompile_limit"))
     if out.get("compile"):
         out["recompile_limit"] = int(limit)  # 1: some of the step runs eagerly under a compiled label
     if graphs > 0 or (limit and out.get("compile")):

@@ -72,8 +72,8 @@ def make_opaque(*, size, dtype, device):
     return module, (torch.randn(2, size, 8, device=device, dtype=dtype),)
 
 
-def make_counting(*, size, dtype, device, precompiled: bool = False):
-    torch._dynamo.config.recompile_limit = 3  # a user's setting: fewer compilations before it gives up
+def make_counting(*, size, dtype, device, precompiled: bool = False, limit: int = 3):
+    torch._dynamo.config.recompile_limit = limit  # a user's setting: fewer compilations before it gives up
     module = Counting(16).to(device=device, dtype=dtype)
     return (torch.compile(module) if precompiled else module), (torch.randn(size, 16, device=device, dtype=dtype),)
 '''
@@ -285,6 +285,16 @@ def test_a_step_compiled_again_while_measured_is_said_and_noisy(user_code, tmp_p
         assert "triggered by the following guard failure(s)" in (job / "job.log").read_text()  # the reasons are there
     summary = pd.read_csv(sweep / "summary.csv")
     assert summary["noise_reason"].str.contains("compiled again while it was measured").all()
+    # a limit the job's few profiled steps stay under and the twin's many timed steps reach: its steps
+    # past it ran eagerly, said as the job's own (before: recompile_limit 0, a reviewer's finding)
+    twin = tmp_path / "t"
+    done = run_cli("-m", "workload=custom", "workload._target_=mybench.blocks:make_counting", "size=8",
+                   "+workload.limit=12", "compile=true", "warmup=false", f"hydra.sweep.dir={twin}",
+                   env={"PYTHONPATH": str(user_code)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = read_metrics(job_dirs(twin)[0])
+    assert record["timed_in"].startswith("a twin process") and record["recompile_limit"] == 1, record
+    assert any("Dynamo reached its recompile limit and runs the rest eagerly" in w for w in record["warnings"])
     eager = tmp_path / "e"
     done = run_cli("-m", "workload=custom", "workload._target_=mybench.blocks:make_counting", "size=8",
                    "+workload.precompiled=true", "compile=false", "warmup=true", f"hydra.sweep.dir={eager}",

@@ -332,9 +332,9 @@ def test_a_keyword_input_model_runs_inference_and_training_with_its_bytes_counte
             assert _trained_phases(tmp_path / "make_lm" / m["job"], m) == ["backward"] * 3 + ["forward"] * 3 + ["optimizer"] * 3
             # resident inputs and weights, plus a gradient and two AdamW moments per weight
             assert m["memory_estimate_bytes"] == inputs + weights * (2 + ADAMW_SLOTS)
-            # inputs read, the loss written; weights read (the optimizer reads the whole embedding), gradients
-            # written and read, moments read and written
-            assert m["bytes_per_call"] == inputs + LOSS_BYTES + weights * (3 + 2 * ADAMW_SLOTS)
+            # inputs read, the forward's output written (logits and the loss); weights read (the optimizer
+            # reads the whole embedding), gradients written and read, moments read and written
+            assert m["bytes_per_call"] == inputs + logits + LOSS_BYTES + weights * (3 + 2 * ADAMW_SLOTS)
         else:
             assert m["memory_estimate_bytes"] == inputs + weights
             # the embedding's rows looked up, each once; the head's weights whole; labels given: a loss too
@@ -356,7 +356,8 @@ def test_a_lambda_around_a_module_runs_inference_and_training_with_the_modules_b
         if m["train"]:
             assert _trained_phases(tmp_path / "make_wrapped" / m["job"], m) == ["backward"] * 3 + ["forward"] * 3 + ["optimizer"] * 3
             assert m["memory_estimate_bytes"] == rows + weights * (2 + ADAMW_SLOTS)
-            assert m["bytes_per_call"] == rows + LOSS_BYTES + weights * (3 + 2 * ADAMW_SLOTS)
+            # the input read, the forward's output and the loss written, as inference writes its output
+            assert m["bytes_per_call"] == 2 * rows + LOSS_BYTES + weights * (3 + 2 * ADAMW_SLOTS)
         else:
             assert m["memory_estimate_bytes"] == rows + weights
             assert m["bytes_per_call"] == 2 * rows + weights
