@@ -56,7 +56,8 @@ PEAKS: tuple[tuple[str, Peak], ...] = (
 
 def ran_dtype(row: dict[str, Any]) -> Any:
     """The dtype a grid point's step ran in (`ran_dtype`: the most bytes of its parameters and
-    inputs, which a factory that ignores `dtype` decides), else the grid's: the ceiling it is held
+    inputs, which a factory that ignores `dtype` decides, or the dtype every matrix product ran in
+    where that differs: torch.autocast in the step), else the grid's: the ceiling it is held
     against is that dtype's (an fp32 model swept at dtype=bf16 is no fraction of the bf16 peak)."""
     ran = row.get("ran_dtype")
     return ran if isinstance(ran, str) and ran else row.get("dtype")

@@ -357,6 +357,15 @@ def _written(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> lis
             for t in tensors([given.get(a.name)])]
 
 
+# The matrix products whose inputs' dtype says which peak a step is held against (what runs under
+# torch.autocast in a step of fp32 weights: bf16): the CPU's and CUDA's attention kernels too (each
+# where this torch has it).
+PRODUCT_OPS = {getattr(torch.ops.aten, name) for name in (
+    "mm", "addmm", "bmm", "baddbmm", "convolution", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_cudnn_attention") if hasattr(torch.ops.aten, name)}
+
+
 class _StorageReads(TorchDispatchMode):
     """What the ops of a call read of some storages: a lookup (`_gathered_rows`) its distinct
     rows, any other op that is not a view the whole extent of the view it is given. An op it
@@ -372,10 +381,15 @@ class _StorageReads(TorchDispatchMode):
         self.written: list[str] = []  # ops that wrote into an input, `aten::mul_`
         self.spans: dict[int, int] = {}  # storage -> the largest extent an op read
         self.rows: dict[int, tuple[set[int], int]] = {}  # storage -> (distinct rows, bytes a row)
+        self.products: dict[torch.dtype, int] = {}  # the dtype each matrix product ran in -> how many
         self.failed = False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if getattr(func, "overloadpacket", None) in PRODUCT_OPS:  # autocast has cast its inputs by here
+            dtype = next((t.dtype for t in tensors(args) if t.is_floating_point()), None)
+            if dtype is not None:
+                self.products[dtype] = self.products.get(dtype, 0) + 1
         if not hasattr(func, "_schema"):  # a higher-order op: what runs inside it is not seen
             self.failed = True
         elif not self.failed:
@@ -440,6 +454,7 @@ class Reads:
     output: Any
     wrote_inputs: list[str]  # ops that wrote into an input (`aten::mul_`)
     held: int = 0  # bytes read of the tensors inside input objects (`held=`): those an op was seen reading
+    products: dict[torch.dtype, int] = dataclasses.field(default_factory=dict)  # dtype a matrix product ran in -> count
 
 
 def weight_reads(call: Callable[[], Any], weights: Iterable[torch.Tensor], trained: Iterable[torch.Tensor] = (),
@@ -477,7 +492,8 @@ def weight_reads(call: Callable[[], Any], weights: Iterable[torch.Tensor], train
                  trained=round(sum(size * share for size, share in shares.values())),
                  graded=sum(size for size, _ in shares.values()),
                  output=output, wrote_inputs=reads.written,
-                 held=sum(reads.read(key, size) for key, size in inside.items() if reads.seen(key)))
+                 held=sum(reads.read(key, size) for key, size in inside.items() if reads.seen(key)),
+                 products=dict(reads.products))
 
 
 def live_tensor_bytes(device: torch.device) -> int:

@@ -741,6 +741,7 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
     try:
         reads = counting.weight_reads(step.eager, [*step.parameters, *_module_tensors(job.modules)],
                                       trained=step.parameters, inputs=inputs, held=held)
+        _products_ran_in(out, reads.products)
         slots = optimizer_slots(job.config.optimizer)
         trained = reads.trained * (2 + 2 * slots)
         out["bytes_per_call"] = (counting.moved_bytes(job.workload.inputs, [], _written(job, reads.output))
@@ -948,6 +949,23 @@ def _float(text: str | None) -> float | None:
 def _module_tensors(modules: list[Any]) -> list[Any]:
     """The parameters and buffers of the modules a step runs (steps.modules_of)."""
     return [t for m in modules for t in (*m.parameters(), *m.buffers())]
+
+
+def _products_ran_in(out: dict[str, Any], products: dict[Any, int]) -> None:
+    """Where every matrix product of the step ran in one dtype that is not `ran_dtype` (the
+    parameters' and inputs'): torch.autocast in the step, or a cast in it. `ran_dtype` then says
+    the products' dtype, the one whose peak the roofline holds the step against, with a warning
+    (an fp32 model under autocast to bf16 was held against the fp32 peak)."""
+    from experiments.placement import dtype_name
+
+    if len(products) != 1:  # none, or several: the parameters' dtype stands
+        return
+    ran = dtype_name(next(iter(products)))
+    if ran == out.get("ran_dtype"):
+        return
+    _warn(out, f"the step's matrix products ran in {ran} (torch.autocast in the step, or a cast), its parameters "
+               f"and inputs are {out.get('ran_dtype')}: ran_dtype says {ran}, the dtype whose peak it is held against")
+    out["ran_dtype"] = ran
 
 
 def _written(job: Prepared, returned: Any) -> list[Any]:

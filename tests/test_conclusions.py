@@ -517,3 +517,20 @@ def test_a_series_whose_work_does_not_change_with_the_size_is_said_not_to_use_it
     [said] = _size_unused(same)
     assert "the same work at every size (2,000 FLOPs and 4 KiB a call at 64, 1024): its factory seems not to use " \
            "`size`" in said.text, said.text
+
+
+def test_a_fitted_throughput_past_the_machines_peak_is_said_to_be_no_steps():
+    """A line through two noisy sizes put a training step at 12.2 TFLOP/s on a CPU whose measured
+    peak is 247 GFLOP/s, said as the step's throughput (a reviewer's finding)."""
+    from analysis.report.conclusions import _crossing
+
+    rows = [{"size": 64, "peak_flops_per_s": 247e9}, {"size": 128, "peak_flops_per_s": 247e9}]
+    fit = {"fit_work": "flops", "fit_overhead_us": 1320.0, "fit_throughput": 12.2e12, "fit_crossover_size": 11101.1,
+           "fit_check": "2 sizes: the line passes through both, nothing to check it against"}
+    said = _crossing("lm fp32 cold eager", fit, rows, "compute", "overhead")
+    assert "at 12.2 TFLOP/s (49.4× this machine's matmul peak, 247 GFLOP/s, which no step outruns: the line is " \
+           "not this step's throughput" in said, said
+    within = _crossing("lm fp32 cold eager", {**fit, "fit_throughput": 200e9}, rows, "compute", "overhead")
+    assert "outruns" not in within
+    unknown = _crossing("lm fp32 cold eager", fit, [{"size": 64}, {"size": 128}], "compute", "overhead")
+    assert "outruns" not in unknown  # no ceiling recorded: nothing to hold it against

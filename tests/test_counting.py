@@ -254,3 +254,27 @@ def test_a_series_whose_flops_were_not_counted_says_so_before_its_regime():
     assert len(said) == 1 and said[0].topic == "flops"
     assert "FLOPs not counted: aten::_int_mm, aten::mkldnn_rnn_layer ran" in said[0].text
     assert _uncounted([{**row, "flops_uncounted": float("nan")}]) == []  # a summary's empty cell
+
+
+def test_the_dtype_a_steps_matrix_products_ran_in_is_seen_under_autocast():
+    """fp32 Linears under torch.autocast to bf16 ran every matmul in bf16, and the job said fp32
+    (its parameters'), holding the step against the fp32 peak (a reviewer's finding)."""
+    from experiments.job import _products_ran_in
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8))
+    x = torch.randn(4, 8)
+
+    def autocast_step():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(x)
+
+    reads = weight_reads(autocast_step, list(model.parameters()))
+    assert reads.products == {torch.bfloat16: 2}
+    assert weight_reads(lambda: model(x), list(model.parameters())).products == {torch.float32: 2}
+    out = {"ran_dtype": "fp32", "warnings": []}
+    _products_ran_in(out, reads.products)
+    assert out["ran_dtype"] == "bf16" and "matrix products ran in bf16 (torch.autocast" in out["warnings"][0]
+    plain = {"ran_dtype": "fp32", "warnings": []}
+    _products_ran_in(plain, {torch.float32: 2})
+    _products_ran_in(plain, {torch.float32: 1, torch.bfloat16: 1})  # mixed: the parameters' dtype stands
+    assert plain == {"ran_dtype": "fp32", "warnings": []}

@@ -286,7 +286,8 @@ def _crossing(name: str, crossover: dict[str, Any], rows: list[dict[str, Any]], 
         speed = stats.number(crossover.get("fit_throughput"))
         said = (f"{name}: the un-profiled step fits {us(floor)}"
                 f"{interval(crossover, 'fit_overhead_us', us, always=True)} of overhead plus the work at "
-                f"{rate(speed, unit)}{interval(crossover, 'fit_throughput', lambda v: rate(v, unit), always=True)}")
+                f"{rate(speed, unit)}{interval(crossover, 'fit_throughput', lambda v: rate(v, unit), always=True)}"
+                f"{_past_the_peak(speed, unit, rows)}")
         if size is None:
             return said + f"; no overhead floor measurable: {work} dominates at every size."
         where = ("between the sizes swept" if sizes[0] <= size <= sizes[-1] else
@@ -313,6 +314,20 @@ def _crossing(name: str, crossover: dict[str, Any], rows: list[dict[str, Any]], 
         return (f"{name}: no crossover between sizes {sizes[0]} and {sizes[-1]}: {host} exceeds {work} at every "
                 f"size; it would lie above {sizes[-1]}.{misfit}")
     return f"{name}: crossover {status}.{misfit}"
+
+
+def _past_the_peak(speed: float | None, unit: str, rows: list[dict[str, Any]]) -> str:
+    """Where a fitted throughput lies past the ceiling the series is held against (this machine's
+    matmul peak, or its memory bandwidth for a line through bytes): words that say no step runs
+    that fast, so the line is not the step's throughput ('' otherwise). A line through two noisy
+    sizes put a training step at 12.2 TFLOP/s on a CPU whose peak is 247 GFLOP/s."""
+    key = "peak_flops_per_s" if unit == "FLOP/s" else "peak_bytes_per_s"
+    peaks = [p for r in rows if (p := stats.number(r.get(key))) is not None and p > 0]
+    if speed is None or not peaks or speed <= ABOVE_CEILING * max(peaks):
+        return ""
+    what = "matmul peak" if unit == "FLOP/s" else "memory bandwidth"
+    return (f" ({times(speed / max(peaks))} this machine's {what}, {rate(max(peaks), unit)}, which no step "
+            "outruns: the line is not this step's throughput; more sizes, or more processes a size, fit one)")
 
 
 def _samples(point: dict[str, Any], by_job: dict[str, dict[str, Any]]) -> list[list[float]]:
