@@ -381,6 +381,10 @@ def _phase_lines(f: BinaryIO, start: int, end: int) -> list[bytes]:
         pending = lines.pop()[:1024]  # a line not ended yet: its start is all a phase line needs
         found.extend(line[:400] for line in lines[1 if first else 0:] if line.startswith(mark))
         first = first and not lines  # the line it began in, started before `start`, is not one of them
+    if pending and not first and mark.startswith(pending[:len(mark)]):  # a line the cut's end goes through
+        line = (pending + f.read(400)).split(b"\n")[0]  # (the tail keeps its end only, without the mark)
+        if line.startswith(mark):
+            found.append(line[:400])
     return list(found)
 
 

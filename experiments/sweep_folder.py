@@ -329,11 +329,15 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     un-profiled timing (`timed_error`: the analysis names it a problem too, and a rerun redoes it)."""
     failed: list[tuple[str, str]] = []
     untimed: list[tuple[str, str]] = []  # ok, without the un-profiled timing (analysis names it a problem too)
+    unstarted: list[Path] = []  # a folder without a record after a stop (a single run's folder stays)
     ok = skipped = 0
     for job_dir in job_dirs:
         try:
             record = json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
         except FileNotFoundError:
+            if SWEEP.stopped and not SWEEP.disk_error:  # a stop caught it waiting for its device: never started
+                unstarted.append(job_dir)
+                continue
             failed.append((job_dir.name, f"no {records.METRICS_FILE}: " + (
                 f"it could not be written ({SWEEP.disk_error})" if SWEEP.disk_error else "the job wrote none")))
             continue
@@ -349,7 +353,9 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
         else:
             failed.append((job_dir.name, str(record.get("error"))))
     missing = max(0, (expected or 0) - len(job_dirs))
+    job_dirs = [d for d in job_dirs if d not in unstarted]
     counts = (f"{ok} ok, {len(failed)} failed" + (f", {skipped} skipped" if skipped else "")
+              + (f", {len(unstarted)} not started" if unstarted else "")
               + (f", {missing} missing" if missing else "")
               + (f"; {SWEEP.resumed} of them already ok, not run again (resume)" if SWEEP.resumed else ""))
     print(f"done: {amount(len(job_dirs), 'job')} ({counts}) in {folder}", flush=True)

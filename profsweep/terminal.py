@@ -23,13 +23,13 @@ class Terminal(io.TextIOBase):
     def __init__(self, stream: Any):
         super().__init__()
         self.stream = stream
-        self.error: OSError | None = None
+        self.error: Exception | None = None  # an OSError, or ValueError: a stream closed under it
 
     def write(self, text: str) -> int:
         if self.error is None:
             try:
                 self.stream.write(text)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:
                 self._failed(exc)
         return len(text)
 
@@ -37,15 +37,21 @@ class Terminal(io.TextIOBase):
         if self.error is None:
             try:
                 self.stream.flush()
-            except OSError as exc:
+            except (OSError, ValueError) as exc:
                 self._failed(exc)
 
-    def _failed(self, exc: OSError) -> None:
+    def _failed(self, exc: Exception) -> None:
         self.error = exc
         try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+            null = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            return
+        try:
+            os.dup2(null, self.stream.fileno())
         except (OSError, ValueError, AttributeError):  # a stream without a descriptor (a test's capture)
             pass
+        finally:
+            os.close(null)
 
     def writable(self) -> bool:
         return True
@@ -64,11 +70,12 @@ class Terminal(io.TextIOBase):
         return getattr(self.stream, "encoding", "utf-8")
 
 
-def guard_streams() -> Terminal:
+def guard_streams() -> Terminal | None:
     """Put sys.stdout and sys.stderr behind `Terminal`; returns stdout's (its `error` says
-    whether writing it failed). Already guarded: the ones in place."""
-    if not isinstance(sys.stdout, Terminal):
+    whether writing it failed). Already guarded: the ones in place. A stream that is None (the
+    descriptor was closed when Python started: `>&-`) stays None, which print() writes nowhere."""
+    if sys.stdout is not None and not isinstance(sys.stdout, Terminal):
         sys.stdout = Terminal(sys.stdout)
-    if not isinstance(sys.stderr, Terminal):
+    if sys.stderr is not None and not isinstance(sys.stderr, Terminal):
         sys.stderr = Terminal(sys.stderr)
-    return sys.stdout
+    return sys.stdout if isinstance(sys.stdout, Terminal) else None

@@ -734,6 +734,12 @@ def test_a_sweep_whose_reader_went_away_runs_to_its_end(tmp_path):
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
     assert [read_metrics(d)["status"] for d in job_dirs(tmp_path / "s")] == ["ok", "ok"]
     assert (tmp_path / "s" / "report.html").is_file()
+    # stdout closed before Python starts (`>&-`, some cron set-ups): sys.stdout is None (helper-51)
+    closed = subprocess.run(["bash", "-c", f"{sys.executable} experiments/run.py -m size=8 run.repeats=1 "
+                             f"hydra.sweep.dir={tmp_path / 'c'} >&-"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300, stdin=subprocess.DEVNULL)
+    assert closed.returncode == 0 and "Traceback" not in closed.stderr, closed.stderr
+    assert [read_metrics(d)["status"] for d in job_dirs(tmp_path / "c")] == ["ok"]
 
 
 def stopped_while_waiting(tmp_path, args, wait_line, env=None) -> str:
@@ -752,7 +758,8 @@ def stopped_while_waiting(tmp_path, args, wait_line, env=None) -> str:
                                str(locks / "cpu.lock")], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        sweep = subprocess.Popen([sys.executable, "experiments/run.py", "-m", *args, f"hydra.sweep.dir={tmp_path / 's'}"],
+        where = "hydra.sweep.dir" if "-m" in args else "hydra.run.dir"
+        sweep = subprocess.Popen([sys.executable, "experiments/run.py", *args, f"{where}={tmp_path / 's'}"],
                                  cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  text=True, env={**os.environ, "PROFSWEEP_LOCK_DIR": str(locks), **(env or {})})
         lines = []
@@ -774,13 +781,20 @@ def test_a_stop_while_a_job_waits_for_its_device_leaves_it_not_started(tmp_path)
     """A stop while the job waited for the CPU another program held was recorded as a job that
     failed, "interrupted: the sweep was stopped while this job ran" (a reviewer's finding): it
     never started, as the jobs after it, and its folder is not left behind."""
-    out = stopped_while_waiting(tmp_path, ["size=8,16", "run.repeats=1", "run.ceilings=off"],
+    out = stopped_while_waiting(tmp_path, ["-m", "size=8,16", "run.repeats=1", "run.ceilings=off"],
                                 "[1/2] matmul_add size=8 bf16 cold eager waiting for the CPU (one job per device), "
                                 "held by another process on this machine")
     assert "[1/2] matmul_add size=8 bf16 cold eager not started: the sweep was interrupted" in out, out
     assert "done: 0 jobs (0 ok, 0 failed, 2 missing)" in out, out
     assert "this job ran" not in out and "problem:" not in out, out
     assert not list((tmp_path / "s").glob("0_*")), "a folder of a job that never started"
+    assert "not started: 2 jobs (the sweep was interrupted)" in out, out  # the one that waited counted too
+    # a single run (no -m): not started either, never "failed: no metrics.json" (helper-51)
+    single = tmp_path / "single"
+    single.mkdir()
+    out = stopped_while_waiting(single, ["size=8", "run.ceilings=off"],
+                                "matmul_add size=8 bf16 cold eager waiting for the CPU (one job per device)")
+    assert "done: 0 jobs (0 ok, 0 failed, 1 not started)" in out and "failed:" not in out, out
 
 
 @pytest.mark.slow
@@ -788,7 +802,7 @@ def test_a_sweep_that_waits_for_the_device_to_measure_its_ceilings_says_so(tmp_p
     """The ceilings measured before the first job waited for the CPU without a word: a sweep
     whose device another program held printed its first line and nothing for two minutes."""
     (tmp_path / "cache").mkdir()
-    out = stopped_while_waiting(tmp_path, ["size=8", "run.repeats=1", "run.ceilings=measure"],
+    out = stopped_while_waiting(tmp_path, ["-m", "size=8", "run.repeats=1", "run.ceilings=measure"],
                                 "this machine's cpu bf16 ceilings (measured before the first job): waiting for the "
                                 "CPU (one job per device), held by another process on this machine",
                                 env={"PROFSWEEP_CACHE_DIR": str(tmp_path / "cache")})

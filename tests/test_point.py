@@ -108,6 +108,14 @@ def test_a_cut_log_keeps_the_parts_the_job_started_in_its_middle(tmp_path):
                     *(f"{records.PHASE_MARK}part {i}" for i in range(4, PHASES_KEPT + 4))]
     assert "and the parts of the job it started in between:" in text
 
+    # a phase line the cut's end goes through: its start in the middle, its end in the tail
+    straddled = tmp_path / "straddled.log"
+    body = b"x" * 30_000 + b"\n"
+    line = phase("the one the cut goes through")
+    straddled.write_bytes(body + phase("early") + body + line[:10] + b"" + line[10:] + b"y" * (2_000 - len(line) + 10))
+    cap_log(straddled, keep=2_000)
+    assert records.last_phase(straddled.read_text()) == "the one the cut goes through"
+
     plain = tmp_path / "plain.log"
     plain.write_bytes(b"chatter\n" * 100_000)
     cap_log(plain, keep=10_000)

@@ -107,19 +107,17 @@ def load_side(folder: Path) -> Side:
 def as_recorded(environment: Any, jobs: Sequence[dict[str, Any]]) -> Any:
     """The sweep's environment.json, its torch version as the jobs' records have it where they
     say otherwise: environment.json is written anew when a sweep starts, a resume after an
-    upgrade too, so a folder may hold jobs of two torch versions (`mixed: 2.14.0 (6 jobs),
-    2.13.0 (12 jobs)`), or jobs copied in from another. A version that differs only in its local
-    part (`2.13.0` and `2.13.0+cpu`) is the same."""
+    upgrade too, so a folder may hold jobs of two torch versions (`mixed: 2.14.0+cpu (6 jobs),
+    2.13.0+cpu (12 jobs)`: no other sweep ran that, and the speed probes of its jobs are not one
+    thing), or jobs copied in from another; the records say what ran."""
     if not isinstance(environment, dict):
         return environment
     versions = Counter(str(j["torch_version"]) for j in jobs if j.get("torch_version"))
-    said = environment.get("torch_version")
-    if not versions or (len(versions) == 1 and said is not None
-                        and str(said).split("+")[0] == next(iter(versions)).split("+")[0]):
+    if not versions or (len(versions) == 1 and str(environment.get("torch_version")) in versions):
         return environment
-    recorded = (next(iter(versions)) if len(versions) == 1 else
-                "mixed: " + ", ".join(f"{v} ({amount(n, 'job')})" for v, n in versions.most_common()))
-    return {**environment, "torch_version": f"{recorded} (by the jobs' records; environment.json: {said})"}
+    ran = (next(iter(versions)) if len(versions) == 1 else
+           "mixed: " + ", ".join(f"{v} ({amount(n, 'job')})" for v, n in versions.most_common()))
+    return {**environment, "torch_version": ran}
 
 
 def _by_job(rows: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -317,16 +317,14 @@ def _crossing(name: str, crossover: dict[str, Any], rows: list[dict[str, Any]], 
 
 
 def _past_the_peak(speed: float | None, unit: str, rows: list[dict[str, Any]]) -> str:
-    """Where a fitted throughput lies past the ceiling the series is held against (this machine's
-    matmul peak, or its memory bandwidth for a line through bytes): words that say no step runs
-    that fast, so the line is not the step's throughput ('' otherwise). A line through two noisy
-    sizes put a training step at 12.2 TFLOP/s on a CPU whose peak is 247 GFLOP/s."""
-    key = "peak_flops_per_s" if unit == "FLOP/s" else "peak_bytes_per_s"
-    peaks = [p for r in rows if (p := stats.number(r.get(key))) is not None and p > 0]
-    if speed is None or not peaks or speed <= ABOVE_CEILING * max(peaks):
-        return ""
-    what = "matmul peak" if unit == "FLOP/s" else "memory bandwidth"
-    return (f" ({times(speed / max(peaks))} this machine's {what}, {rate(max(peaks), unit)}, which no step "
+    """Where a line through FLOPs puts the step's throughput past this machine's matmul peak: words
+    that say no step runs that fast, so the line is not the step's throughput ('' otherwise). A
+    line through two noisy sizes put a training step at 12.2 TFLOP/s on a CPU whose peak is 247
+    GFLOP/s."""
+    peaks = [p for r in rows if (p := stats.number(r.get("peak_flops_per_s"))) is not None and p > 0]
+    if unit != "FLOP/s" or speed is None or not peaks or speed <= ABOVE_CEILING * max(peaks):
+        return ""  # (bytes: a step whose data stays in the caches does outrun the memory's bandwidth)
+    return (f" ({times(speed / max(peaks))} this machine's matmul peak, {rate(max(peaks), unit)}, which no step "
             "outruns: the line is not this step's throughput; more sizes, or more processes a size, fit one)")
 
 

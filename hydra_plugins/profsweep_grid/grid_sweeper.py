@@ -69,16 +69,20 @@ class GridSweeper(Sweeper):
         repeats = Repeats(run.get("repeats", 1), run.get("precision", 0.025), run.get("max_repeats", 10), sweep_dir,
                           grid.Pairs(axes), grid.Series(axes))
         self.left = len(jobs) * repeats.count
+        self.stopped_waiting = 0  # jobs a stop caught while they waited for their device: not started either
         try:
             self._launch(jobs, target, repeats)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM anywhere between two jobs
             SWEEP.stop()
-            not_started(self.left)
+            self._not_started(self.left)
         finally:
             # the jobs are done: what the job side registered runs now (it stops the fork server:
             # no template, and no thread watching it, for the analysis)
             SWEEP.launching_ended()
         return []
+
+    def _not_started(self, left: int) -> None:
+        not_started(left + self.stopped_waiting)
 
     def _launch(self, jobs: Sequence[List[str]], target: str, repeats: "Repeats") -> None:
         """The grid round by round (run.repeats), each round in its own order; job numbers count
@@ -100,7 +104,7 @@ class GridSweeper(Sweeper):
             for batch in grid.batches(tagged, 1 if one_by_one else self.max_batch_size):
                 self.left = len(tagged) - done + repeats.later(round_number, len(jobs))
                 if SWEEP.stopped:
-                    not_started(self.left)
+                    self._not_started(self.left)
                     return
                 if not one_by_one:  # composed again elsewhere: catch a composition error here first
                     self.validate_batch_is_legal(batch)
@@ -111,15 +115,16 @@ class GridSweeper(Sweeper):
                     if exc.errno not in DISK_FULL:
                         raise
                     disk_full(exc)  # Hydra's own files of the next job (.hydra/*.yaml) did not fit
-                    not_started(len(tagged) - done + repeats.later(round_number, len(jobs)))
+                    self._not_started(len(tagged) - done + repeats.later(round_number, len(jobs)))
                     return
                 except (OmegaConfBaseException, HydraException) as exc:  # composing a job: never a traceback
                     if not SWEEP.stopped:  # (a stop that landed in the composition is a stop, said as one)
                         SWEEP.stop(compose_error=f"job {launched + 1} ({' '.join(batch[0])}) could not be "
                                                  f"composed: {first_line(exc)}")
-                    not_started(len(tagged) - done + repeats.later(round_number, len(jobs)))
+                    self._not_started(len(tagged) - done + repeats.later(round_number, len(jobs)))
                     return
                 for g, result in zip(order[done:done + len(batch)], results):
+                    self.stopped_waiting += result.return_value is None and SWEEP.stopped
                     repeats.add(g, result.return_value)  # re-raises a job's exception, as the basic sweeper does
                 done += len(batch)
                 launched += len(batch)
