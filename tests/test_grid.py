@@ -219,7 +219,8 @@ class Launcher:
             raise self.error
         self.launched.append((initial_job_idx, [list(j) for j in batch]))
         if self.stop_after is not None and initial_job_idx + len(batch) >= self.stop_after:
-            SWEEP.stop()  # Ctrl-C during this job
+            SWEEP.stop()  # Ctrl-C during this job: it ran, and failed (a job a stop caught waiting returns None)
+            return [Result({"status": "failed", "error": "interrupted"}) for _ in batch]
         return [Result(None) for _ in batch]
 
 
@@ -252,6 +253,16 @@ def test_no_job_is_launched_after_an_interrupt(tmp_path, interrupted, capsys):
     sweeper(tmp_path, launcher).sweep(["size=range(1,1001)"])
     assert [i for i, _ in launcher.launched] == [0, 1]
     assert capsys.readouterr().out == "not started: 998 jobs (the sweep was interrupted)\n"
+
+
+def test_a_job_a_stop_caught_waiting_for_its_device_counts_as_not_started(tmp_path, interrupted, capsys):
+    class Waiting(Launcher):
+        def launch(self, batch, initial_job_idx):
+            super().launch(batch, initial_job_idx)
+            return [Result(None) for _ in batch]  # run_task's None: stopped before it started
+
+    sweeper(tmp_path, Waiting(stop_after=2)).sweep(["size=range(1,1001)"])
+    assert capsys.readouterr().out == "not started: 999 jobs (the sweep was interrupted)\n"
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
