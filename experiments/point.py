@@ -65,11 +65,11 @@ def run_task(config: JobConfig, job_dir: Path, index: int, total: int | None,
             raise
         with held_slot(slots_for(config.device, visible_gpus()), on_wait=say_waiting(tag), holder=holder) \
                 as (slot, slot_fd), _inductor_cache(config) as env:
+            launched = True  # its device held, its "..." line next: a stop from here on stops a job that ran
             env.update(_job_environment(config, lock_wait_s=time.perf_counter() - start))
             where = "" if slot == CPU_SLOT else f" on GPU {slot}"
             print(f"{tag} ...{where}{SWEEP.progress_line(index, total)}", flush=True)
             start = time.perf_counter()
-            launched = True
             record = launcher_for(config).launch(config, job_dir, env, slot, slot_fd)
     except KeyboardInterrupt:
         SWEEP.stop()
