@@ -603,13 +603,10 @@ def _exit_code(code: int, out: Terminal | None) -> int:
     """The command's exit code, where writing its output failed: a reader that went away is not
     an error of the command's (its code stands: the gate's verdict); another failure (a full
     disk) is one, said on stderr, exit 2 where the command had nothing else to say (0)."""
-    if out is None:
+    failure = out.failure() if out is not None else None
+    if failure is None:
         return code
-    out.flush()
-    error = out.error
-    if error is None or isinstance(error, BrokenPipeError):
-        return code
-    print(f"error: cannot write the output: {getattr(error, 'strerror', None) or error}", file=sys.stderr)
+    print(f"error: cannot write the output: {failure}", file=sys.stderr)
     return 2 if code == 0 else code
 
 

@@ -89,11 +89,10 @@ if __name__ == "__main__":
         raise
     finally:
         refusals.release()
-        if terminal is not None:
-            terminal.flush()
-            if terminal.error is not None and not isinstance(terminal.error, BrokenPipeError):
-                print(f"warning: the sweep's progress could not be written to its output: "
-                      f"{getattr(terminal.error, 'strerror', None) or terminal.error}", file=sys.stderr, flush=True)
+        failure = terminal.failure() if terminal is not None else None
+        if failure is not None:
+            print(f"warning: the sweep's progress could not be written to its output: {failure}", file=sys.stderr,
+                  flush=True)
         # Everything is written and closed: skip the interpreter's last garbage collection over
         # pandas', matplotlib's and Hydra's objects (about 0.4 s of every sweep's end).
         gc.freeze()

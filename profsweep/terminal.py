@@ -53,6 +53,14 @@ class Terminal(io.TextIOBase):
         finally:
             os.close(null)
 
+    def failure(self) -> str | None:
+        """Why writing failed, in words, once all is flushed; None where it did not, or where the
+        reader went away (a broken pipe: not the writer's failure)."""
+        self.flush()
+        if self.error is None or isinstance(self.error, BrokenPipeError):
+            return None
+        return str(getattr(self.error, "strerror", None) or self.error)
+
     def writable(self) -> bool:
         return True
 
