@@ -250,6 +250,7 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
         traced = provenance.start(config)
         _phase(f"building the workload ({config.workload.target})")
         job = _prepare(config, out)
+        built = _built(job) if twin is not None else None
         if unheld:
             out["warnings"].append(unheld)
         if unforked:
@@ -295,7 +296,7 @@ def _profile(config: JobConfig, job_dir: Path, out: dict[str, Any], twin_allowed
             _release(job)
             _phase("the un-profiled steps in the twin process, which builds the workload a second time "
                    "(run.job_timeout_s covers both builds)")
-            _twin_timing(twin, out)
+            _twin_timing(twin, out, built)
             twin = None
         _recompiled(job, out)
         _threads_changed(out)
@@ -353,16 +354,60 @@ def _time_in_twin(config: JobConfig) -> dict[str, Any]:
         timed = _timed(job.step.call, job.sync)
         timed.update(_side_by_side(job, timed["timed_us_per_step"]))
         return {**timed, "window": machine.between(start, machine.read()), "timed_recompiles": job.recompiles(),
-                "timed_recompile_limit": int(dynamo_graphs()[1] > job.limits)}
+                "timed_recompile_limit": int(dynamo_graphs()[1] > job.limits), "built": _built(job)}
 
 
-def _twin_timing(twin: Any, out: dict[str, Any]) -> None:
-    """The twin's timing into the record; a twin that failed leaves the job ok, without un-profiled
-    timing (`timed_error` says why: the analysis then reads the profiled step)."""
+BUILT_SHOWN = 64  # the input and weight shapes a job and its twin compare one by one (beyond: their hash)
+
+
+def _built(job: Prepared) -> dict[str, Any]:
+    """What a job built, by shape: its inputs' tensors and its weights', each as `(8, 62, 256)
+    fp32`, in the order the factory made them (the first BUILT_SHOWN of each, and a hash of all).
+    A twin that built otherwise timed another workload than the one the job profiled and counted."""
+    import hashlib
+
+    from experiments import counting
+    from experiments.placement import dtype_name
+
+    def shapes(items: Any) -> list[str]:
+        return [f"{tuple(t.shape)} {dtype_name(t.dtype)}" for t in items]
+
+    inputs = shapes(counting.tensors(job.workload.inputs, objects=True))
+    weights = shapes(_module_tensors(job.modules))
+    digest = hashlib.sha256("\n".join([*inputs, "|", *weights]).encode()).hexdigest()
+    return {"inputs": inputs[:BUILT_SHOWN], "weights": weights[:BUILT_SHOWN], "counts": [len(inputs), len(weights)],
+            "hash": digest}
+
+
+def _built_apart(job: dict[str, Any], twin: Any) -> str | None:
+    """How what the twin built differs from what the job built (None: alike, by their hash)."""
+    if not isinstance(twin, dict) or twin.get("hash") == job["hash"]:
+        return None if isinstance(twin, dict) else "the twin did not say what it built"
+    for kind, index in (("inputs", 0), ("weights", 1)):
+        ours, theirs = job[kind], twin.get(kind) or []
+        for n, (a, b) in enumerate(zip(ours, theirs)):
+            if a != b:
+                return f"{kind[:-1]} tensor {n + 1}: {a} in the job, {b} in the twin"
+        if job["counts"][index] != (twin.get("counts") or [None, None])[index]:
+            return f"{job['counts'][index]} {kind[:-1]} tensors in the job, {(twin.get('counts') or [None, None])[index]} in the twin"
+    return f"their shapes differ past the first {BUILT_SHOWN} tensors"
+
+
+def _twin_timing(twin: Any, out: dict[str, Any], built: dict[str, Any] | None = None) -> None:
+    """The twin's timing into the record; a twin that failed, or that built another workload
+    than the job (`built`, the job's), leaves the job ok, without un-profiled timing (`timed_error`
+    says why: the analysis then reads the profiled step)."""
     from experiments.twin import TwinError
 
     try:
         found = twin.result()
+        apart = _built_apart(built, found.pop("built", None)) if built is not None else None
+        if apart is not None:
+            raise TwinError(f"the twin built another workload than the job ({apart}): the factory draws what it "
+                            "builds from something two processes do not share (np.random.default_rng() or "
+                            "random.Random() unseeded, os.urandom, the time, the process id); the un-profiled "
+                            "step would time another workload than the one profiled and counted: seed what it "
+                            "draws (docs/own-model.md)")
         window = found.pop("window", {})
         out["recompiles"] = (out.get("recompiles") or 0) + int(found.pop("timed_recompiles", 0) or 0)
         # the twin's timed steps past Dynamo's recompile limit ran eagerly: said as the job's own (_recompiled)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import random
 import select
 import signal
 import sys
@@ -72,12 +73,17 @@ class Twin:
             parent = os.getpid()
             for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
                 stream.flush()
+            drawn = random.getstate()
             pid = os.fork()
         except OSError:  # no pipe, no process left (EMFILE, EAGAIN, ENOMEM): the job times without a twin
             for fd in opened:
                 os.close(fd)
             return None
         if pid == 0:  # the twin
+            # Python reseeds `random` in a forked child: given the job's state back, a factory that
+            # draws its shapes from it builds in the twin what it built in the job (torch's and
+            # numpy's global generators are copied by the fork as they are)
+            random.setstate(drawn)
             os.close(go_write)
             os.close(results_read)
             _serve(parent, go_read, results_write, work)

@@ -34,7 +34,7 @@ class Unsayable(Exception):
 
 
 def make(*, size, dtype, device, log: str = "", fail_second: bool = False, fail_with: str = "RuntimeError",
-         fail_first: str = "", threads: int = 0):
+         fail_first: str = "", threads: int = 0, draw: str = ""):
     if threads:
         torch.set_num_threads(threads)
     with open(log, "a") as f:
@@ -51,6 +51,11 @@ def make(*, size, dtype, device, log: str = "", fail_second: bool = False, fail_
         if fail_with == "torch memory":  # what torch's CPU allocator raises: a RuntimeError
             torch.empty(2**50, dtype=torch.uint8)
         raise {"RuntimeError": RuntimeError, "MemoryError": MemoryError}[fail_with]("the second build fails")
+    if draw:  # a ragged batch's length drawn from Python's generator, or from what each process has its own
+        import random
+        rows = random.randint(1, 1000) if draw == "random" else os.getpid() % 997 + 1
+        x = torch.ones(rows, size, dtype=dtype, device=device)
+        return torch.mm, (x, torch.ones(size, size, dtype=dtype, device=device))
     x = torch.ones(size, size, dtype=dtype, device=device)
     return torch.mm, (x, x)
 '''
@@ -122,6 +127,26 @@ def test_a_twin_that_runs_out_of_memory_leaves_the_job_ok_without_timing(tmp_pat
     assert record.get("timed_us_per_step") is None
     assert said in record["timed_error"]
     assert record["trace_file"]
+
+
+def test_a_factory_that_draws_from_pythons_random_builds_alike_in_its_twin(tmp_path):
+    """Python reseeds `random` in a forked child: the twin is given the job's state, so a factory
+    that draws a shape from it times the workload it profiled (before: a batch padded to 62 rows
+    profiled and counted, one of 43 timed)."""
+    record, builds, code = _run_job(tmp_path, warmup=False, draw="random")
+    assert code == 0 and record["status"] == "ok", record["error"]
+    assert "timed_error" not in record and record["timed_in"] == TWIN and record["timed_us_per_step"] > 0
+
+
+def test_a_twin_that_built_another_workload_gives_no_unprofiled_timing(tmp_path):
+    """A factory that draws from what two processes do not share (here its process id; a fresh
+    random.Random(), the time) builds another workload in the twin: its timing would be held against the job's counted FLOPs, so
+    the job stays ok without it and says which tensor differed."""
+    record, builds, code = _run_job(tmp_path, warmup=False, draw="pid")
+    assert code == 0 and record["status"] == "ok", record["error"]
+    assert record.get("timed_us_per_step") is None and record["trace_file"]
+    assert record["timed_error"].startswith("the twin built another workload than the job (input tensor 1: (")
+    assert " fp32 in the job, (" in record["timed_error"] and "seed what it draws" in record["timed_error"]
 
 
 def test_a_workload_that_raises_in_its_twin_fails_the_job(tmp_path):
