@@ -144,10 +144,17 @@ def _attention_backward_flop(grad_out: Any, query: Any, key: Any, value: Any, *a
 
 
 # A word of an operator's name that says it does matrix products (conv also as conv1d/2d/3d), or
-# other arithmetic no formula counts (fft: the FFTs' _fft_r2c, _fft_c2c, _fft_c2r).
+# other arithmetic no formula counts: the FFTs' (_fft_r2c, _fft_c2c, _fft_c2r), a factorization's
+# or a solve's (linalg_lu_factor_ex, _linalg_svd, cholesky_solve, triangular_solve, geqrf: O(n^3)
+# each), a sparse product's (smm, hspmm, sspaddmm; _sparse_addmm by addmm). Not `linalg` itself
+# (linalg_vector_norm is a reduction, counted as any) nor `inverse` (slice_inverse is a view).
 PRODUCT_WORDS = frozenset(
     "mm bmm addmm baddbmm addbmm addmv mv dot vdot matmul linear bilinear einsum tensordot outer ger "
-    "conv convolution attention transformer rnn lstm gru trilinear cdist fft".split())
+    "conv convolution attention transformer rnn lstm gru trilinear cdist fft "
+    "lu cholesky ldl qr geqrf orgqr ormqr householder svd eig eigh eigvals eigvalsh solve lstsq inv pinv "
+    "det slogdet logdet triangular smm hspmm sspaddmm spmm".split())
+# Whole names of such operators whose words alone would also name ops that do no arithmetic
+PRODUCT_NAMES = frozenset({"inverse", "cholesky_inverse", "matrix_exp", "linalg_matrix_exp", "matrix_exp_backward"})
 
 # Operator namespaces whose ops the count knows: aten's (formulas, pointwise, or no FLOPs counted by
 # the rule above), and those that do no arithmetic (record_function's, collectives). An op of any
@@ -173,6 +180,8 @@ class _OtherOps(TorchDispatchMode):
 def does_products(name: str) -> bool:
     """Whether an aten operator's name (`mkldnn_rnn_layer`, `_transformer_encoder_layer_fwd`) says
     it does matrix products: one of its words (split at `_`) is a PRODUCT_WORD or conv1d/2d/3d."""
+    if name in PRODUCT_NAMES:
+        return True
     words = [w for w in name.split("_") if w]
     return any(w in PRODUCT_WORDS or (len(w) == 6 and w.startswith("conv") and w[4] in "123" and w[5] == "d")
                for w in words)

@@ -772,7 +772,7 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
     if uncounted:  # a count without their matrix products would make every FLOP figure wrong, not just low
         out["flops_uncounted"] = ", ".join(uncounted)
         said = (f"FLOPs not counted: {', '.join(uncounted)} ran, and torch.utils.flop_counter has no formula for "
-                f"the arithmetic (matrix products, FFTs, a custom or quantized op's) inside {'it' if len(uncounted) == 1 else 'them'} (the other ops count "
+                f"the arithmetic (matrix products, FFTs, factorizations and solves, a custom or quantized op's) inside {'it' if len(uncounted) == 1 else 'them'} (the other ops count "
                 f"{flops:,}); achieved FLOP/s and intensity are left out and the series' model uses the bytes "
                 "moved: a cost model gives the FLOPs (docs/own-model.md)")
         print(f"warning: {said}", file=sys.stderr, flush=True)  # the report says it per series
