@@ -138,6 +138,23 @@ def test_views_share_their_storage_and_are_counted_once():
     assert storage_bytes([x, x[2:], x.t(), torch.zeros(3, dtype=torch.int64)]) == 400 + 24
 
 
+def test_a_sparse_tensor_counts_its_indices_and_values():
+    """helper-53: a sparse adjacency (no storage of its own) counted 0 bytes in bytes_per_call, the
+    memory estimate and the peak. COO: 2 int64 indices and a value per nonzero; CSR: a row pointer
+    per row and one more, a column index and a value per nonzero (its column indices a view of the
+    COO indices it was made from: their own extent, not that storage's)."""
+    dense = torch.zeros(50, 40)
+    dense[torch.arange(50), torch.arange(50) % 40] = 1.0
+    coo = dense.to_sparse()
+    assert coo._nnz() == 50 and storage_bytes([coo]) == 50 * (2 * 8 + 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # CSR's beta warning
+        csr = coo.to_sparse_csr()
+    assert storage_bytes([csr]) == 51 * 8 + 50 * (8 + 4)
+    assert storage_bytes([coo, coo]) == storage_bytes([coo])  # once
+    assert moved_bytes((coo, torch.zeros(40, 8)), [], torch.zeros(50, 8)) == 50 * 20 + 40 * 8 * 4 + 50 * 8 * 4
+
+
 def test_moved_bytes_read_inputs_and_weights_once_and_write_the_output_once():
     x, w = torch.zeros(4, 8), torch.zeros(8, 2)
     out = x @ w
