@@ -207,6 +207,9 @@ class Prepared:
     cost: seam.Cost | None
     sync: Callable[[], None]  # synchronise the device before reading a clock
     graphs: int = 0  # Dynamo's graphs compiled in this process when the step was made, then once it was warm
+    # what the memory estimate before the first call held of the weights: the modules' tensors,
+    # and the trained parameters (whose gradients and state it guessed); lazy ones were not made yet
+    guessed: tuple[int, int] = (0, 0)
     limits: int = 0  # the frames Dynamo had given up recompiling in this process when the step was made
 
     def recompiles(self) -> int:
@@ -345,6 +348,7 @@ def _time_in_twin(config: JobConfig) -> dict[str, Any]:
         inductor_config.compile_threads = 1
         provenance.same_cache_key(config)
     job = _prepare(config, {}, quiet=True)
+    built = _built(job)  # as the job's, before the first call (which makes a lazy module's weights)
     with job.grad_mode():
         for _ in range(TWIN_WARMUP_CALLS):
             job.step.call()
@@ -354,7 +358,7 @@ def _time_in_twin(config: JobConfig) -> dict[str, Any]:
         timed = _timed(job.step.call, job.sync)
         timed.update(_side_by_side(job, timed["timed_us_per_step"]))
         return {**timed, "window": machine.between(start, machine.read()), "timed_recompiles": job.recompiles(),
-                "timed_recompile_limit": int(dynamo_graphs()[1] > job.limits), "built": _built(job)}
+                "timed_recompile_limit": int(dynamo_graphs()[1] > job.limits), "built": built}
 
 
 BUILT_SHOWN = 64  # the input and weight shapes a job and its twin compare one by one (beyond: their hash)
@@ -369,8 +373,10 @@ def _built(job: Prepared) -> dict[str, Any]:
     from experiments import counting
     from experiments.placement import dtype_name
 
-    def shapes(items: Any) -> list[str]:
-        return [f"{tuple(t.shape)} {dtype_name(t.dtype)}" for t in items]
+    from torch.nn.parameter import is_lazy
+
+    def shapes(items: Any) -> list[str]:  # a lazy module's weight has none until the first call
+        return [f"{tuple(t.shape)} {dtype_name(t.dtype)}" if not is_lazy(t) else "lazy" for t in items]
 
     inputs = shapes(counting.tensors(job.workload.inputs, objects=True))
     weights = shapes(_module_tensors(job.modules))
@@ -607,7 +613,9 @@ def _guard_memory_of_what_was_built(job: Prepared, out: dict[str, Any]) -> None:
     config, step = job.config, job.step
     resident = counting.storage_bytes([*counting.tensors(job.workload.inputs), *step.parameters,
                                        *_module_tensors(job.modules)])
-    grads = counting.storage_bytes(step.parameters) * (1 + optimizer_slots(config.optimizer))
+    job.guessed = (counting.storage_bytes([*step.parameters, *_module_tensors(job.modules)]),
+                   counting.storage_bytes(step.parameters))
+    grads = job.guessed[1] * (1 + optimizer_slots(config.optimizer))
     out["memory_estimate_bytes"] = resident + (grads if config.train else 0)
     _check_memory(out, config, job.device, job.free)
 
@@ -791,10 +799,14 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
         trained = reads.trained * (2 + 2 * slots)
         out["bytes_per_call"] = (counting.moved_bytes(job.workload.inputs, [], _written(job, reads.output))
                                  + reads.weights + trained + reads.held)
+        if out.get("memory_estimate_bytes") is not None:
+            # weights the first call made (lazy modules: nn.LazyLinear's), which the estimate missed
+            made = counting.storage_bytes([*step.parameters, *_module_tensors(job.modules)]) - job.guessed[0]
+            out["memory_estimate_bytes"] += max(made, 0)
         if job.config.train and out.get("memory_estimate_bytes") is not None:
             # the estimate before the first call held a gradient and state for every trained weight: now
             # known, a gradient for those that got one (a sparse one's rows), state for each of them
-            guessed = counting.storage_bytes(step.parameters) * (1 + slots)
+            guessed = job.guessed[1] * (1 + slots)
             out["memory_estimate_bytes"] += reads.trained + slots * reads.graded - guessed
         if reads.unseen and reads.unseen >= 0.05 * out["bytes_per_call"]:
             _warn(out, f"bytes_per_call counts {reads.unseen:,} bytes of weights whole that no op was seen reading "

@@ -149,6 +149,12 @@ def make_wrapped(*, size: int, dtype: torch.dtype, device: torch.device, hidden:
     return (lambda x: model(x)), (torch.randn(size, hidden, device=device, dtype=dtype),)
 
 
+def make_lazy_linear(*, size: int, dtype: torch.dtype, device: torch.device, hidden: int = 32):
+    """Lazy modules: their weights are made by the first call (48 inputs -> hidden -> 8)."""
+    model = nn.Sequential(nn.LazyLinear(hidden), nn.ReLU(), nn.LazyLinear(8)).to(device=device, dtype=dtype)
+    return model, (torch.randn(size, 48, device=device, dtype=dtype),)
+
+
 def make_float64(*, size: int, dtype: torch.dtype, device: torch.device):
     """A factory that ignores `dtype`."""
     x = torch.randn(size, size, device=device, dtype=torch.float64)
@@ -361,6 +367,21 @@ def test_a_lambda_around_a_module_runs_inference_and_training_with_the_modules_b
         else:
             assert m["memory_estimate_bytes"] == rows + weights
             assert m["bytes_per_call"] == 2 * rows + weights
+
+
+@pytest.mark.slow
+def test_lazy_modules_weights_are_in_the_memory_estimate(tmp_path):
+    """helper-53: nn.LazyLinear's weights, made by the first call, were left out of the estimate
+    made before it (the input alone, inference and training)."""
+    size, hidden = 16, 32
+    weights = (48 * hidden + hidden + hidden * 8 + 8) * 4
+    inputs = size * 48 * 4
+    records = _sweep(tmp_path, "make_lazy_linear", f"size={size}", "dtype=fp32", "train=false,true")
+    assert len(records) == 2
+    for m in records:
+        assert m["status"] == "ok", m["error"]
+        assert m["memory_estimate_bytes"] == inputs + weights * ((2 + ADAMW_SLOTS) if m["train"] else 1)
+        assert "timed_error" not in m and m["timed_us_per_step"] > 0  # its twin built alike
 
 
 @pytest.mark.slow
