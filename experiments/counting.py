@@ -126,6 +126,20 @@ def _addmm_activation_flop(bias: Any, a: Any, b: Any, *args: Any, out_val: Any =
 _addmm_flop._get_raw = _addmm_activation_flop._get_raw = True  # type: ignore[attr-defined]
 
 
+def _with_conv_bias(formula: Callable[..., int]) -> Callable[..., int]:
+    """A convolution's count (`formula`, torch's: its products alone) plus its bias added to each
+    output element, as addmm's is (a 1x1 convolution counted less than the same Linear)."""
+    def counted(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
+        flops = formula(*args, out_val=out_val, **kwargs)
+        bias = args[2] if len(args) > 2 else kwargs.get("bias")
+        if bias is None:
+            return flops
+        added = sum(t.numel() for t in tensors([out_val]))
+        return flops + added * (COMPLEX_POINTWISE if _is_complex(bias, out_val) else 1)
+    counted._get_raw = True  # type: ignore[attr-defined]
+    return counted
+
+
 def _attention_flop(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
     """The two matrix products of attention, q @ k^T and p @ v: 2·b·h·l·s·(e + ev), as torch's own
     formula for the fused attentions counts them (no discount for a causal mask)."""
@@ -246,6 +260,9 @@ def count_flops(call: Callable[[], Any]) -> tuple[int, list[str]]:
             own[getattr(aten, name)] = _complex_aware(formula, raw=False)
     # torch's own product formulas (mm, bmm, convolutions, attention), in real FLOPs for complex
     own = {**{p: _complex_aware(f, raw=True) for p, f in flop_counter.flop_registry.items()}, **own}
+    for packet in (aten.convolution, aten._convolution):  # (input, weight, bias, ...)
+        if packet in own:
+            own[packet] = _with_conv_bias(own[packet])
     formulas = {**flop_counter.flop_registry, **own}
     while True:
         packets, products = _pointwise_packets(), _product_packets(formulas)

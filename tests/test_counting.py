@@ -118,6 +118,20 @@ def test_factorizations_solves_and_sparse_products_are_named_not_counted_as_zero
     assert count_flops(lambda: torch.linalg.vector_norm(a)) == (0, [])  # a reduction: no product
 
 
+def test_a_convolutions_bias_counts_as_addmms_does():
+    """helper-53: torch's formula counts a convolution's products alone; a 1x1 convolution counted
+    less than the Linear it equals. The bias adds 1 per output element, as addmm's does."""
+    x = torch.randn(2, 8, 16, 16)
+    conv = torch.nn.Conv2d(8, 16, 3, padding=1)
+    products = 2 * 2 * 16 * 16 * 16 * 8 * 9  # 2 per multiply-add: batch, out channels, 16x16 outputs, 8x3x3 each
+    assert count_flops(lambda: conv(x)) == (products + 2 * 16 * 16 * 16, [])
+    conv.bias = None
+    assert count_flops(lambda: conv(x)) == (products, [])
+    pointwise = torch.nn.Conv2d(8, 8, 1)
+    linear = torch.nn.Linear(8, 8)
+    assert count_flops(lambda: pointwise(x[:1, :, :1, :1]))[0] == count_flops(lambda: linear(x[0, :, 0, :1].T))[0]
+
+
 def test_names_that_say_matrix_products():
     from experiments.counting import does_products
 
