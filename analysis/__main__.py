@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -117,7 +118,7 @@ def job_traces(folder: Path) -> list[Path]:
 
     try:
         record = json.loads((folder / METRICS_FILE).read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise TraceError(f"{folder} is not a job's folder (no readable {METRICS_FILE}: {exc}); "
                          "give a trace file, or a job's folder of a sweep") from None
     found = [folder / name for name in trace_files(record if isinstance(record, dict) else {})]
@@ -179,8 +180,9 @@ def compare_main(argv: list[str]) -> int:
         return 2
     new_live = args.new.is_dir() and live_sweep(args.new) is not None
     try:
-        if args.fail_if_slower is not None and not args.fail_if_slower >= 1:
-            raise CompareError(f"--fail-if-slower {args.fail_if_slower} is not allowed: give a ratio >= 1, e.g. 1.10")
+        if args.fail_if_slower is not None and not 1 <= args.fail_if_slower < math.inf:
+            raise CompareError(f"--fail-if-slower {args.fail_if_slower} is not allowed: give a finite ratio >= 1, "
+                               "e.g. 1.10")
         if args.base.is_file() and args.new.is_file():
             if args.fail_if_slower is not None:
                 raise CompareError("--fail-if-slower judges two sweeps (each grid point over its processes); two "
@@ -330,8 +332,9 @@ def _history(args: argparse.Namespace) -> int:
 
     made: Callable[[], None] = lambda: None
     try:
-        if args.fail_on_change is not None and not args.fail_on_change >= 1:
-            raise StoreError(f"--fail-on-change {args.fail_on_change} is not allowed: give a ratio >= 1, e.g. 1.10")
+        if args.fail_on_change is not None and not 1 <= args.fail_on_change < math.inf:
+            raise StoreError(f"--fail-on-change {args.fail_on_change} is not allowed: give a finite ratio >= 1, "
+                             "e.g. 1.10")
         for key in args.ignore:
             if not (pair_key_of(key) in PAIR_KEYS or pair_key_of(key).startswith(PAIR_PREFIXES)):
                 raise StoreError(f"--ignore {key!r} is not a key that pairs jobs: choose from "
@@ -523,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--port", type=int, default=0, help="the port to listen on (default: any free one)")
         parser.add_argument("--no-browser", action="store_true", help="print the URL, open no browser")
         args = parser.parse_args(argv[1:])
+        if not 0 <= args.port <= 65535:
+            parser.error(f"argument --port: {args.port} is not a port: give 1-65535, or 0 for any free one")
         from analysis.serve import serve
 
         if args.folder.is_dir():

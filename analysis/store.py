@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from profsweep.columns import TEXT_COLUMNS
-from profsweep.contract import COPY, ENVIRONMENT_FILE, PLAN_FILE, REPEATS_FILE, SUMMARY_FILE, amount, usable_sql
+from profsweep.contract import (COPY, ENVIRONMENT_FILE, PLAN_FILE, REPEATS_FILE, SUMMARY_FILE, amount, not_a_folder,
+                                usable_sql)
 
 STORE_FILE = "history.duckdb"
 STORE_SCHEMA = 1
@@ -275,7 +276,7 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None],
 
     for path in paths:
         if not path.is_dir():
-            raise StoreError(f"{path}: no such folder")
+            raise StoreError(not_a_folder(path))
         if unreadable(path):
             raise StoreError(str(unreadable(path)))
         if is_sweep(path):

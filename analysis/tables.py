@@ -321,7 +321,7 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
         record = json.loads((job_dir / METRICS_FILE).read_text(encoding="utf-8"))
         if not isinstance(record, dict):
             raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # (nested past Python's limit)
         tables.jobs.append({"job": job_dir.name, "status": "failed", "trace_error": None,
                             "record_error": f"{job_dir / METRICS_FILE}: unreadable ({exc})",
                             "error": f"unreadable {METRICS_FILE}"})

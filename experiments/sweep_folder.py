@@ -341,8 +341,11 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
             failed.append((job_dir.name, f"no {records.METRICS_FILE}: " + (
                 f"it could not be written ({SWEEP.disk_error})" if SWEEP.disk_error else "the job wrote none")))
             continue
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             failed.append((job_dir.name, f"unreadable {records.METRICS_FILE}: {exc}"))
+            continue
+        if not isinstance(record, dict):
+            failed.append((job_dir.name, f"unreadable {records.METRICS_FILE}: not a JSON object"))
             continue
         if record.get("status") == "ok":
             ok += 1
@@ -410,8 +413,8 @@ def _skip_reason(job_dirs: list[Path]) -> str:
     for job_dir in job_dirs:
         try:
             record = json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
-        if record.get("status") == "skipped" and record.get("error"):
+        if isinstance(record, dict) and record.get("status") == "skipped" and record.get("error"):
             return one_line(str(record["error"]))
     return "no reason recorded"

@@ -59,7 +59,7 @@ def reported_from_disk(sweep_dir: Path, numbers: range, every_s: float = 1.0) ->
                 continue
             try:
                 record = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 continue  # not there yet, or not whole: the next look
             if isinstance(record, dict) and record.get(UNFINISHED) is True and not last:
                 continue  # the record from before the job started: its own is to come

@@ -917,6 +917,12 @@ def test_a_job_without_a_readable_record_is_not_said_to_be_a_repeat_of_a_known_p
     code, out, _ = compare(base, new, capsys=capsys)
     assert code == 0 and (f"a job in NEW has no readable record, so its grid point is unknown (left out of every "
                           f"verdict): {lost.parent.name}: unreadable metrics.json") in out
+    # helper-52: nested past Python's recursion limit, it was a RecursionError's traceback (exit 1,
+    # which compare keeps for its gate's verdict)
+    lost.write_text("[" * 100_000 + "]" * 100_000)
+    code, out, _ = compare(base, new, capsys=capsys)
+    assert code == 0 and (f"a job in NEW has no readable record, so its grid point is unknown (left out of every "
+                          f"verdict): {lost.parent.name}: unreadable metrics.json") in out
     assert "a repeat failed" not in out
 
 
@@ -1199,6 +1205,8 @@ def test_two_traces_refuse_a_gate_and_ignore_keys_count_once(tmp_path, capsys):
     trace = next(base.glob("*/t.json"))
     code, _, err = compare(trace, next(new.glob("*/t.json")), "--fail-if-slower", "0.5", capsys=capsys)
     assert code == 2 and "--fail-if-slower 0.5 is not allowed" in err
+    code, _, err = compare(base, new, "--fail-if-slower", "inf", capsys=capsys)  # a gate that never fails
+    assert code == 2 and "--fail-if-slower inf is not allowed: give a finite ratio >= 1" in err
     code, _, err = compare(trace, next(new.glob("*/t.json")), "--fail-if-slower", "1.1", capsys=capsys)
     assert code == 2 and "two traces are one profiled run each" in err
     code, out, _ = compare(base, new, "--ignore", "threads", "--ignore", "run.threads", "--ignore", "threads",

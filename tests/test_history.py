@@ -489,9 +489,14 @@ def test_sql_prints_a_table_or_csv_and_refuses_what_it_cannot_do(tmp_path, capsy
 def test_fail_on_change_below_1_and_other_bad_input_are_refused(tmp_path, capsys):
     history_of(tmp_path / "n", 3, sizes=(8,))
     code, _, err = history(tmp_path / "n", "--fail-on-change", "0.9", capsys=capsys)
-    assert code == 2 and "error: --fail-on-change 0.9 is not allowed: give a ratio >= 1" in err
+    assert code == 2 and "error: --fail-on-change 0.9 is not allowed: give a finite ratio >= 1" in err
+    code, _, err = history(tmp_path / "n", "--fail-on-change", "inf", capsys=capsys)  # a gate that never fails
+    assert code == 2 and "error: --fail-on-change inf is not allowed" in err
     code, _, err = history(tmp_path / "nope", capsys=capsys)
     assert code == 2 and "no such folder" in err
+    (tmp_path / "sweep.json").write_text("{}")
+    code, _, err = history(tmp_path / "sweep.json", capsys=capsys)
+    assert code == 2 and "sweep.json: a file, not a sweep folder" in err
     (tmp_path / "empty").mkdir()
     code, _, err = history(tmp_path / "empty", capsys=capsys)
     assert code == 2 and "neither a sweep nor a folder of sweeps" in err

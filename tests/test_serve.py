@@ -134,6 +134,10 @@ def test_serve_refuses_a_folder_with_no_page(tmp_path, capsys):
     assert main(["serve", str(tmp_path), "--no-browser"]) == 2
     assert "no report.html or compare.html" in capsys.readouterr().err
     assert main(["serve", str(tmp_path / "missing"), "--no-browser"]) == 2
+    for port in ("70000", "-1"):  # helper-52: bind()'s OverflowError, a traceback and exit 1
+        with pytest.raises(SystemExit) as stopped:
+            main(["serve", str(tmp_path), "--no-browser", "--port", port])
+        assert stopped.value.code == 2 and f"--port: {port} is not a port" in capsys.readouterr().err
 
 
 # --- the page's script, in a browser ---------------------------------------------------------------
