@@ -569,6 +569,20 @@ def _analyse(args: argparse.Namespace) -> int:
         print(f"error: {args.folder}: not a sweep or a run: no job folder with a {METRICS_FILE} in it "
               "(give outputs/multirun/<date>/<time> or one job's folder)", file=sys.stderr)
         return 2
+    from profsweep.contract import foreign
+
+    for folder, said in ((args.folder, ""), (args.out, "--out ")):
+        if folder is None or not folder.is_dir():
+            continue
+        wrong = foreign(folder)
+        wrong = f"{folder} {wrong}" if wrong is not None else None
+        if folder is args.out and wrong is None and folder.resolve() != args.folder.resolve() and job_folders(folder):
+            wrong = (f"{folder} holds a sweep or run of its own, whose tables and report would be replaced by "
+                     f"{args.folder}'s (compare and history would then read them as its): give an empty folder, or "
+                     "one an earlier --out wrote")
+        if wrong is not None:
+            print(f"error: {said}{wrong}", file=sys.stderr)
+            return 2
     if live(args.folder, args.strict):
         return 2
     try:

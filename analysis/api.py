@@ -236,8 +236,12 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
         from analysis import analyse_folder
         from analysis.tables import METRICS_FILE, job_folders
 
+        from profsweep.contract import foreign
+
         if not job_folders(path):
             raise ProfsweepError(f"{path}: not a sweep or a run: no job folder with a {METRICS_FILE} in it")
+        if foreign(path) is not None:
+            raise ProfsweepError(f"{path} {foreign(path)}")
         analyse_folder(path, progress=lambda line: None)
         return Sweep(path)
     from analysis.store import newer_records, older_than_records

@@ -26,7 +26,8 @@ from experiments.preflight import Planned, cuda_visible
 from experiments.refusals import refuse
 from hydra_plugins.profsweep_grid import grid
 from hydra_plugins.profsweep_grid.grid import Axis
-from profsweep.contract import ENVIRONMENT_FILE, MISSING, PLAN_FILE, SWEEP_LOCK_FILE, amount, one_line, read_plan
+from profsweep.contract import (ENVIRONMENT_FILE, MISSING, PLAN_FILE, SWEEP_LOCK_FILE, amount, foreign, one_line,
+                                read_plan)
 from profsweep.sweep_state import SWEEP
 
 EXIT_FAILED_JOBS = 1
@@ -184,6 +185,18 @@ def _claim(folder: Path, key: str) -> None:
 
 # The keys a job's folder is named by (conf/config.yaml: hydra.sweep.subdir), and the preset that sets them.
 FOLDER_KEYS = ("workload", "size", "dtype", "warmup", "compile", "train", "experiment")
+
+
+def refuse_what_is_no_sweep(sweep_dir: Path) -> None:
+    """A job's own folder, or a folder of another tool's records, is refused as a sweep's: the new
+    jobs would nest inside the old one, whose record the analysis then reported as the new
+    sweep's (exit 0); another tool's runs would be tallied as failed jobs of it."""
+    if (sweep_dir / records.METRICS_FILE).is_file():
+        refuse(f"hydra.sweep.dir={sweep_dir} is one job's or run's folder (it holds {records.METRICS_FILE}), not a "
+               "sweep's: choose a new folder, or the sweep folder above it to resume that sweep")
+    wrong = foreign(sweep_dir)
+    if wrong is not None:
+        refuse(f"hydra.sweep.dir={sweep_dir} {wrong}: choose another hydra.sweep.dir")
 
 
 def refuse_another_grid(sweep_dir: Path, axes: list[Axis]) -> None:

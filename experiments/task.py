@@ -26,7 +26,8 @@ from experiments.preflight import (
 )
 from experiments.refusals import refuse
 from experiments.sweep_folder import (
-    defer_stops, record_ceilings, refuse_another_grid, start_in, tally, warn_if_short_of_space, write_plan,
+    defer_stops, record_ceilings, refuse_another_grid, refuse_what_is_no_sweep, start_in, tally, warn_if_short_of_space,
+    write_plan,
 )
 from profsweep.progress import planned_jobs
 from profsweep.sweep_state import SWEEP
@@ -156,6 +157,7 @@ class SweepCallback(Callback):
         expect = check_expectations(config)
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if axes is not None:
+            refuse_what_is_no_sweep(sweep_dir)
             refuse_another_grid(sweep_dir, axes)
             warn_if_short_of_space(sweep_dir, "hydra.sweep.dir", planned)
         start_in(sweep_dir, "hydra.sweep.dir", expect)

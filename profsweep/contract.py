@@ -301,6 +301,36 @@ def not_a_folder(path: Path) -> str:
     return f"{path}: no such folder"
 
 
+FOREIGN_LOOKS = 20  # records read to tell a sweep from another tool's folder of metrics.json files
+
+
+def foreign(folder: Path) -> str | None:
+    """Why `folder` is no sweep or run of profsweep's though it holds metrics.json files (another
+    tool's runs: their records have no `schema_version`, which every record of a job has), in
+    words to follow its name; None where it is one, or may be (a sweep.json of ours; no record, or none readable:
+    a sweep whose jobs died says so as problems)."""
+    folder = Path(folder)
+    try:
+        if (folder / PLAN_FILE).is_file():
+            return None
+        paths = [folder / METRICS_FILE] if (folder / METRICS_FILE).is_file() else sorted(folder.glob(f"*/{METRICS_FILE}"))
+    except OSError:
+        return None
+    readable = None
+    for path in paths[:FOREIGN_LOOKS]:
+        try:
+            record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        except (OSError, ValueError, RecursionError):
+            continue
+        if isinstance(record, dict) and "schema_version" in record:
+            return None
+        readable = readable or path
+    if readable is None:
+        return None
+    return (f"is no profsweep sweep or run: {readable.relative_to(folder)} is another tool's record (no "
+            f"schema_version, which every profsweep job writes)")
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temp file in the same folder, fsync it, then rename: a reader never sees half a
     file, and a crash right after leaves the whole file or the old one."""

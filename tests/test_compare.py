@@ -459,6 +459,27 @@ def test_bad_folders_are_refused_with_exit_2_and_nothing_written(tmp_path, capsy
     assert main([str(tmp_path / "empty")]) == 2
     assert "not a sweep or a run" in capsys.readouterr().err
     assert list((tmp_path / "empty").iterdir()) == []
+    # helper-52: another tool's runs were analysed as a sweep of failed jobs (11 files written into
+    # them), and --out into another sweep replaced its tables, which compare then read as its own
+    other = tmp_path / "other"
+    for name in ("run1", "run2"):
+        (other / name).mkdir(parents=True)
+        (other / name / "metrics.json").write_text('{"accuracy": 0.9}')
+    assert main([str(other)]) == 2
+    assert f"error: {other} is no profsweep sweep or run: run1/metrics.json is another tool's record" \
+        in capsys.readouterr().err
+    assert sorted(p.name for p in other.iterdir()) == ["run1", "run2"]
+    hand_made_job(tmp_path / "second", 0, jitter(100, 10))
+    before = {p.name: p.read_bytes() for p in (tmp_path / "second").rglob("*") if p.is_file()}
+    assert main([str(tmp_path / "sweep"), "--out", str(tmp_path / "second")]) == 2
+    assert f"error: --out {tmp_path / 'second'} holds a sweep or run of its own" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "second").rglob("*") if p.is_file()} == before
+    assert main([str(tmp_path / "sweep"), "--out", str(tmp_path / "beside")]) == 0  # a new folder: written
+    assert main([str(tmp_path / "sweep"), "--out", str(tmp_path / "beside")]) == 0  # and again, rewritten
+    from analysis.api import ProfsweepError, load
+
+    with pytest.raises(ProfsweepError, match="is no profsweep sweep or run"):
+        load(other)
 
 
 def test_two_traces_give_the_op_diff_ranked_by_time_per_step(tmp_path, capsys):

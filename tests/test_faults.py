@@ -537,6 +537,29 @@ def test_a_folder_that_holds_a_sweep_of_another_grid_is_refused(tmp_path, capsys
         refuse_another_grid(tmp_path, grid.axes(["dtype=fp32,bf16", "size=16,64"]))
 
 
+def test_a_jobs_folder_or_another_tools_folder_is_refused_as_a_sweeps(tmp_path, capsys):
+    """helper-52: a sweep run into an existing job's folder nested its job inside, and the report
+    gave the old job's numbers as the new sweep's (exit 0); one run into a folder of another
+    tool's runs tallied them as its failed jobs. A sweep's own folder (a resume) is no refusal."""
+    from experiments.sweep_folder import refuse_what_is_no_sweep
+    from tests.conftest import hand_made_job
+
+    job = hand_made_job(tmp_path / "sweep", 0, [100.0])
+    for folder, said in ((job, f"hydra.sweep.dir={job} is one job's or run's folder (it holds metrics.json)"),
+                         (tmp_path / "other", f"hydra.sweep.dir={tmp_path / 'other'} is no profsweep sweep or run: "
+                                              "run1/metrics.json is another tool's record (no schema_version")):
+        if folder.name == "other":
+            for name in ("run1", "run2"):
+                (folder / name).mkdir(parents=True)
+                (folder / name / "metrics.json").write_text('{"accuracy": 0.9}')
+        with pytest.raises(SystemExit) as refused:
+            refuse_what_is_no_sweep(folder)
+        assert refused.value.code == 2 and said in capsys.readouterr().err
+    refuse_what_is_no_sweep(tmp_path / "sweep")  # its jobs are profsweep's
+    refuse_what_is_no_sweep(tmp_path / "new")
+    assert capsys.readouterr().err == ""
+
+
 FORKING_FACTORY = '''
 import os, time, torch
 
