@@ -77,6 +77,25 @@ def resolved_sweep_dir(config: DictConfig, mode: str = "sweep") -> Path:
     return Path(str(given))
 
 
+def refuse_a_subdir_that_shares_or_leaves(config: DictConfig) -> None:
+    """hydra.sweep.subdir must give each job a folder of its own directly inside the sweep's:
+    without ${hydra.job.num} jobs of one sweep overwrote each other's records (one of two kept);
+    an absolute one, or one with `/` or `..`, wrote the jobs outside it, where neither the
+    analysis nor a resume finds them."""
+    import re
+
+    raw = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
+    text = str(raw)
+    literal = re.sub(r"\$\{[^{}]*(\{[^{}]*\}[^{}]*)*\}", "", text)  # what the interpolations leave
+    example = "hydra.sweep.subdir='${hydra.job.num}_${size}'"
+    if "${hydra.job.num}" not in text.replace(" ", ""):
+        refuse(f"hydra.sweep.subdir={text} is not allowed: it must hold ${{hydra.job.num}}, which gives each job a "
+               f"folder of its own (the analysis and a resume find the jobs by it), e.g. {example}")
+    if text.startswith(("/", "~")) or "/" in literal or "\\" in literal or ".." in literal:
+        refuse(f"hydra.sweep.subdir={text} is not allowed: it names one folder inside hydra.sweep.dir (no '/', "
+               f"'..' or absolute path), e.g. {example}")
+
+
 SLURM_COMMANDS = ("sbatch", "srun")  # what submitit's SLURM launcher runs to submit and to detect a job
 
 
@@ -141,6 +160,7 @@ class SweepCallback(Callback):
 
         refuse_deleted_keys(config)
         resolved_sweep_dir(config)
+        refuse_a_subdir_that_shares_or_leaves(config)
         axes = sweep_grid(config)
         refuse_swept_sweep_settings(axes)
         refuse_loose_flags(axes)

@@ -560,6 +560,30 @@ def test_a_jobs_folder_or_another_tools_folder_is_refused_as_a_sweeps(tmp_path, 
     assert capsys.readouterr().err == ""
 
 
+def test_a_subdir_that_jobs_share_or_that_leaves_the_sweep_is_refused(capsys):
+    """helper-52: hydra.sweep.subdir=x gave two jobs one folder (one record of two kept); an
+    absolute or `..` one wrote the jobs where neither the analysis nor a resume finds them."""
+    from omegaconf import OmegaConf
+
+    from experiments.task import refuse_a_subdir_that_shares_or_leaves
+
+    def check(subdir: str) -> str:
+        config = OmegaConf.create({"hydra": {"sweep": {"subdir": subdir}}})
+        try:
+            refuse_a_subdir_that_shares_or_leaves(config)
+        except SystemExit as refused:
+            assert refused.code == 2
+            return capsys.readouterr().err
+        return ""
+
+    assert "it must hold ${hydra.job.num}" in check("x")
+    for bad in ("/tmp/${hydra.job.num}", "../../${hydra.job.num}", "${hydra.job.num}/x"):
+        assert "it names one folder inside hydra.sweep.dir" in check(bad), bad
+    for good in ("${hydra.job.num}_${size}", "run_${hydra.job.num}_${eager_compile:${compile}}",
+                 OmegaConf.load(ROOT / "conf" / "config.yaml").hydra.sweep._get_node("subdir")._value()):
+        assert check(good) == "", good
+
+
 FORKING_FACTORY = '''
 import os, time, torch
 
