@@ -782,8 +782,12 @@ def _common(a: str, b: str) -> str:
     return "VARCHAR"
 
 
+TABLE_ROWS = 10_000  # the rows an aligned table shows (it holds them all to align them); CSV streams every row
+
+
 def print_result(cursor: Any, stream: Any, as_csv: bool = False, widest: int = 60) -> None:
-    """A query's result as CSV (every row, in batches) or as an aligned table (cells cut at `widest`)."""
+    """A query's result as CSV (every row, in batches) or as an aligned table of its first
+    TABLE_ROWS rows (cells cut at `widest`; a result of 10^11 rows was held whole: killed for memory)."""
     import csv
 
     if cursor.description is None:  # a statement without a result
@@ -804,7 +808,9 @@ def print_result(cursor: Any, stream: Any, as_csv: bool = False, widest: int = 6
         text = text.replace("\n", " ")
         return text if len(text) <= widest else text[:widest - 1] + "…"
 
-    raw = cursor.fetchall()
+    raw = cursor.fetchmany(TABLE_ROWS + 1)
+    more = len(raw) > TABLE_ROWS
+    raw = raw[:TABLE_ROWS]
     rows = [[cell(v) for v in row] for row in raw]
     right = [all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in col) and raw
              for col in zip(*raw)] if raw else [False] * len(names)
@@ -817,4 +823,8 @@ def print_result(cursor: Any, stream: Any, as_csv: bool = False, widest: int = 6
     stream.write("  ".join("-" * w for w in widths) + "\n")
     for r in rows:
         stream.write(line(r))
-    stream.write(f"({amount(len(rows), 'row')})\n")
+    if more:
+        stream.write(f"(the first {amount(len(rows), 'row')}; the query returns more: --csv writes every row, or "
+                     "narrow it with WHERE or LIMIT)\n")
+    else:
+        stream.write(f"({amount(len(rows), 'row')})\n")

@@ -470,6 +470,16 @@ def test_sql_prints_a_table_or_csv_and_refuses_what_it_cannot_do(tmp_path, capsy
     assert code == 2 and "read-only" in err
     code, out, _ = sql(store, "SELECT count(*) AS n FROM sweeps", "--csv", capsys=capsys)
     assert out == "n\n2\n"
+    # helper-52: a table holds what it aligns, so it shows its first TABLE_ROWS rows (a result of
+    # 10^11 rows was held whole and the process killed for memory); CSV streams every row
+    from analysis.store import TABLE_ROWS
+
+    code, out, _ = sql(store, "SELECT range AS i FROM range(100000000000)", capsys=capsys)
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2 + TABLE_ROWS + 1 and lines[-2].strip() == str(TABLE_ROWS - 1)
+    assert lines[-1].startswith(f"(the first {TABLE_ROWS:,} rows; the query returns more: --csv writes every row")
+    code, out, _ = sql(store, f"SELECT range AS i FROM range({TABLE_ROWS + 5})", "--csv", capsys=capsys)
+    assert out.splitlines()[-1] == str(TABLE_ROWS + 4)
     code, _, err = sql(tmp_path / "none.duckdb", "SELECT 1", capsys=capsys)
     assert code == 2 and "no such store" in err and not (tmp_path / "none.duckdb").exists()
     for query, said in (("", "holds 0 statements"), ("  ;", "holds 0 statements"),
