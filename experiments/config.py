@@ -195,6 +195,8 @@ class CompilerConfig:
 # torch.set_num_threads(100000) ends the process (SIGSEGV, as its pool cannot start them); no machine
 # this runs on has more cores than this (the check runs where the sweep starts, not where the job runs)
 MAX_THREADS = 1024
+# processes per grid point: a million (a typo's) planned 1,484 hours of jobs and started them
+MAX_REPEATS = 1000
 
 
 @dataclass
@@ -231,9 +233,9 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if not (self.repeats == AUTO or (isinstance(self.repeats, int) and not isinstance(self.repeats, bool)
-                                         and self.repeats >= 1)):
+                                         and 1 <= self.repeats <= MAX_REPEATS)):
             raise ConfigError(f"run.repeats={self.repeats!r} is not allowed: give a count of processes "
-                              "per grid point >= 1, or auto")
+                              f"per grid point from 1 to {MAX_REPEATS}, or auto")
         if not (self.threads == AUTO or (isinstance(self.threads, int) and not isinstance(self.threads, bool)
                                          and 1 <= self.threads <= MAX_THREADS)):
             raise ConfigError(f"run.threads={self.threads!r} is not allowed: give a thread count from 1 to "
@@ -244,9 +246,9 @@ class RunConfig:
                               "half-width as a fraction of the value, between 0 and 1 (0.05: within 5%)")
         _require_positive_int("run.repeat", self.repeat)
         _require_positive_int("run.max_repeats", self.max_repeats)
-        if self.max_repeats < 2:
-            raise ConfigError(f"run.max_repeats={self.max_repeats!r} is not allowed: run.repeats=auto "
-                              "needs at least 2 repeats")
+        if not 2 <= self.max_repeats <= MAX_REPEATS:
+            raise ConfigError(f"run.max_repeats={self.max_repeats!r} is not allowed: give from 2 (run.repeats=auto "
+                              f"needs at least 2 repeats) to {MAX_REPEATS}")
         _require_choice("run.unavailable", self.unavailable, UNAVAILABLE)
         _require_choice("run.start", self.start, STARTS)
         _require_choice("run.isolation", self.isolation, ISOLATIONS)

@@ -92,6 +92,8 @@ def test_workload_keys_can_be_overridden(hydra_conf):
         ("run.isolation=thread", ["run.isolation='thread'", "process, none"]),
         ("run.compile_cache=old", ["run.compile_cache='old'", "fresh, shared"]),
         ("workload.batch=0", ["workload.batch=0", "> 0"]),
+        ("run.repeats=1000000", ["run.repeats=1000000", "from 1 to 1000, or auto"]),  # 1,484 h of jobs, started
+        ("run.max_repeats=5000", ["run.max_repeats=5000", "to 1000"]),
         ("workload.backend=fast", ["workload.backend='fast'", "auto, math, flash, efficient, cudnn"]),
     ],
 )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
 from hydra.types import HydraContext
 from omegaconf import OmegaConf
 
@@ -96,6 +97,20 @@ def test_a_grid_of_a_million_jobs_is_held_as_its_axes():
                                      ["size=500", "dtype=bf16", "compile=False", "workload.hidden=1"]]
     with pytest.raises(IndexError):
         jobs[1_000_000]
+
+
+def test_a_range_past_the_axis_limit_is_refused_before_it_is_expanded():
+    """helper-52: size=range(1,100000000) took 5.8 GB in 43 s before a MemoryError's traceback."""
+    import tracemalloc
+
+    tracemalloc.start()
+    with pytest.raises(HydraException, match=r"^size=range\(1,100000000\) is not allowed: it sweeps size over "
+                                             r"99,999,999 values, more than the 100,000"):
+        grid.axes(["size=range(1,100000000)"])
+    assert tracemalloc.get_traced_memory()[1] < 50_000_000
+    tracemalloc.stop()
+    assert len(grid.axes([f"size=range(0,{grid.MAX_AXIS_VALUES})"])[0].values) == grid.MAX_AXIS_VALUES
+    assert len(grid.axes(["size=range(0.5,3,0.5)"])[0].values) == 5
 
 
 def test_batches_of_max_batch_size():

@@ -8,10 +8,11 @@ override parser is used.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, QuotedString, Transformer
+from hydra.core.override_parser.types import Override, QuotedString, RangeSweep, Transformer
 from hydra.errors import HydraException
 
 
@@ -34,6 +35,16 @@ def arguments(params: Mapping[str, Any] | None, overrides: Sequence[str]) -> lis
     return [f"{k}={v}" for k, v in (params or {}).items()] + list(overrides)
 
 
+MAX_AXIS_VALUES = 100_000  # a range() with more is refused before it is expanded (10^8 values: out of memory)
+
+
+def _range_length(value: Any) -> int:
+    """How many values a range(start, stop, step) sweep holds (0 for any other sweep)."""
+    if not isinstance(value, RangeSweep) or not value.step:
+        return 0
+    return max(0, math.ceil((value.stop - value.start) / value.step))
+
+
 def axes(args: Sequence[str], config_loader: Any = None) -> list[Axis]:
     """The grid's axes: one per key, a later override of a key replacing the earlier one's values
     in its place (as the basic sweeper does). The config loader expands glob() over a group."""
@@ -44,6 +55,11 @@ def axes(args: Sequence[str], config_loader: Any = None) -> list[Axis]:
         if override.is_sweep_override():
             if not override.is_discrete_sweep():
                 raise HydraException(f"GridSweeper does not support sweep type : {override.value_type.name}")
+            length = _range_length(override.value())
+            if length > MAX_AXIS_VALUES:
+                raise HydraException(f"{override.input_line} is not allowed: it sweeps {key} over {length:,} values, "
+                                     f"more than the {MAX_AXIS_VALUES:,} a grid axis may hold (one job each): give a "
+                                     "step, e.g. range(64,4097,64), or a list")
             raw = list(override.sweep_iterator())  # once: a shuffle() is drawn once for both lists
             strings = tuple(f"{key}={Transformer.encode(v)}" for v in raw)
             values = tuple(v.text if isinstance(v, QuotedString) else v for v in raw)
