@@ -103,7 +103,9 @@ class WorkloadConfig:
     settings: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.target, str) or not self.target.strip():
+        module, _, function = (self.target.rpartition(":") if ":" in self.target else self.target.rpartition(".")) \
+            if isinstance(self.target, str) else ("", "", "")
+        if not module.strip() or not function.strip():  # (before the name, which a custom one takes from it)
             raise ConfigError(f"workload._target_={self.target!r} is not allowed: name a factory as "
                               "package.module:function")
         if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):

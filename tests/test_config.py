@@ -93,6 +93,7 @@ def test_workload_keys_can_be_overridden(hydra_conf):
         ("run.compile_cache=old", ["run.compile_cache='old'", "fresh, shared"]),
         ("workload.batch=0", ["workload.batch=0", "> 0"]),
         ("run.repeats=1000000", ["run.repeats=1000000", "from 1 to 1000, or auto"]),  # 1,484 h of jobs, started
+        ("workload._target_=:", ["workload._target_=':'", "package.module:function"]),  # not workload.name
         ("run.max_repeats=5000", ["run.max_repeats=5000", "to 1000"]),
         ("workload.backend=fast", ["workload.backend='fast'", "auto, math, flash, efficient, cudnn"]),
     ],
