@@ -483,8 +483,12 @@ def command_line_axes(cfg: DictConfig) -> list[Axis]:
 
 
 def refuse_swept_sweep_settings(axes: list[Axis] | None) -> None:
-    """A sweep-wide setting (run.repeats, run.precision, ...) has one value: sweeping it is refused."""
+    """A sweep-wide setting (run.repeats, run.precision, ...) has one value: sweeping it is refused;
+    run.repeat, which the sweep sets for each job, is refused on the command line."""
     for axis in axes or []:
+        if axis.key.lstrip("+~") == "run.repeat":
+            refuse(f"{axis.strings[0]} is not allowed: run.repeat is which of a grid point's processes a job is, "
+                   "set by the sweep: give run.repeats=N for N processes per grid point")
         if axis.swept and axis.key in SWEEP_SETTINGS:
             refuse(f"{axis.key}={','.join(str(v) for v in axis.values)} is not allowed: {axis.key} is one "
                    "setting of the whole sweep, not a grid key: give one value")

@@ -288,6 +288,15 @@ def test_a_value_given_twice_in_a_swept_key_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_run_repeat_which_the_sweep_sets_is_refused_on_its_command_line(tmp_path):
+    """helper-52: run.repeat=7 named a sweep's one job `..._r7`, "repeat 7" of a one-process point."""
+    done = run_cli("-m", "size=16", "run.repeat=7", f"hydra.sweep.dir={tmp_path / 'out'}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: run.repeat=7 is not allowed: run.repeat is which of a grid point's processes a job is, set by " \
+        "the sweep: give run.repeats=N" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("multirun", [True, False], ids=["sweep", "single"])
 def test_a_key_given_twice_on_the_command_line_is_refused(tmp_path, multirun):
     """size=16 size=32 ran size=32 alone without a word (helper-34): Hydra keeps the last."""
