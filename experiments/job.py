@@ -364,36 +364,46 @@ def _time_in_twin(config: JobConfig) -> dict[str, Any]:
 BUILT_SHOWN = 64  # the input and weight shapes a job and its twin compare one by one (beyond: their hash)
 
 
-def _built(job: Prepared) -> dict[str, Any]:
+def _built(job: Prepared) -> dict[str, Any] | None:
     """What a job built, by shape: its inputs' tensors and its weights', each as `(8, 62, 256)
-    fp32`, in the order the factory made them (the first BUILT_SHOWN of each, and a hash of all).
-    A twin that built otherwise timed another workload than the one the job profiled and counted."""
+    fp32`, sorted (a factory's modules kept in a set come in another order in each process), the
+    first BUILT_SHOWN of each and a hash of all. A twin that built otherwise timed another
+    workload than the one the job profiled and counted. None where they cannot be read (the
+    check is then not made: it never fails a job)."""
     import hashlib
 
     from experiments import counting
     from experiments.placement import dtype_name
-
     from torch.nn.parameter import is_lazy
 
-    def shapes(items: Any) -> list[str]:  # a lazy module's weight has none until the first call
-        return [f"{tuple(t.shape)} {dtype_name(t.dtype)}" if not is_lazy(t) else "lazy" for t in items]
+    def shape(t: Any) -> str:
+        if is_lazy(t):  # a lazy module's weight has none until the first call
+            return "lazy"
+        try:
+            return f"{tuple(t.shape)} {dtype_name(t.dtype)}"
+        except (RuntimeError, NotImplementedError, TypeError, ValueError):  # a strided nested tensor: no sizes
+            return f"{t.layout} {dtype_name(t.dtype)}"
 
-    inputs = shapes(counting.tensors(job.workload.inputs, objects=True))
-    weights = shapes(_module_tensors(job.modules))
+    try:
+        inputs = sorted(shape(t) for t in counting.tensors(job.workload.inputs, objects=True))
+        weights = sorted(shape(t) for t in _module_tensors(job.modules))
+    except Exception:  # noqa: BLE001 (a tensor subclass that cannot say even that: no check)
+        return None
     digest = hashlib.sha256("\n".join([*inputs, "|", *weights]).encode()).hexdigest()
     return {"inputs": inputs[:BUILT_SHOWN], "weights": weights[:BUILT_SHOWN], "counts": [len(inputs), len(weights)],
             "hash": digest}
 
 
 def _built_apart(job: dict[str, Any], twin: Any) -> str | None:
-    """How what the twin built differs from what the job built (None: alike, by their hash)."""
+    """How what the twin built differs from what the job built (None: alike, by their hash, or
+    either could not say)."""
     if not isinstance(twin, dict) or twin.get("hash") == job["hash"]:
-        return None if isinstance(twin, dict) else "the twin did not say what it built"
+        return None
     for kind, index in (("inputs", 0), ("weights", 1)):
         ours, theirs = job[kind], twin.get(kind) or []
         for n, (a, b) in enumerate(zip(ours, theirs)):
             if a != b:
-                return f"{kind[:-1]} tensor {n + 1}: {a} in the job, {b} in the twin"
+                return f"{kind[:-1]} tensors: {a} in the job where the twin has {b}"
         if job["counts"][index] != (twin.get("counts") or [None, None])[index]:
             return f"{job['counts'][index]} {kind[:-1]} tensors in the job, {(twin.get('counts') or [None, None])[index]} in the twin"
     return f"their shapes differ past the first {BUILT_SHOWN} tensors"
@@ -413,7 +423,7 @@ def _twin_timing(twin: Any, out: dict[str, Any], built: dict[str, Any] | None = 
                             "builds from something two processes do not share (np.random.default_rng() or "
                             "random.Random() unseeded, os.urandom, the time, the process id); the un-profiled "
                             "step would time another workload than the one profiled and counted: seed what it "
-                            "draws (docs/own-model.md)")
+                            "draws (docs/numbers.md, the twin)")
         window = found.pop("window", {})
         out["recompiles"] = (out.get("recompiles") or 0) + int(found.pop("timed_recompiles", 0) or 0)
         # the twin's timed steps past Dynamo's recompile limit ran eagerly: said as the job's own (_recompiled)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ def task(cfg: DictConfig) -> dict[str, Any] | None:
     index, total = 1, 1
     if hydra_cfg.mode.name == "MULTIRUN":
         index, total = hydra_cfg.job.num + 1, planned_jobs(Path(hydra_cfg.sweep.dir))
+        refuse_a_job_folder_outside(Path(hydra_cfg.runtime.output_dir), Path(hydra_cfg.sweep.dir))
     else:  # a single run is one process: no repeats are planned (-m measures run.repeats of them)
         import dataclasses
 
@@ -77,23 +79,36 @@ def resolved_sweep_dir(config: DictConfig, mode: str = "sweep") -> Path:
     return Path(str(given))
 
 
+# The interpolations of the job's number (Hydra's `hydra.job.id` is it, under the sweep's own launcher)
+JOB_NUMBER = re.compile(r"\$\{\s*hydra[.:]job\.(num|id)\s*\}")
+SUBDIR_EXAMPLE = "hydra.sweep.subdir='${hydra.job.num}_${size}'"
+
+
 def refuse_a_subdir_that_shares_or_leaves(config: DictConfig) -> None:
     """hydra.sweep.subdir must give each job a folder of its own directly inside the sweep's:
-    without ${hydra.job.num} jobs of one sweep overwrote each other's records (one of two kept);
+    without the job's number jobs of one sweep overwrote each other's records (one of two kept);
     an absolute one, or one with `/` or `..`, wrote the jobs outside it, where neither the
-    analysis nor a resume finds them."""
-    import re
-
+    analysis nor a resume finds them (one an interpolation puts a `/` into is refused at its
+    first job: refuse_a_job_folder_outside)."""
     raw = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir")
     text = str(raw)
     literal = re.sub(r"\$\{[^{}]*(\{[^{}]*\}[^{}]*)*\}", "", text)  # what the interpolations leave
-    example = "hydra.sweep.subdir='${hydra.job.num}_${size}'"
-    if "${hydra.job.num}" not in text.replace(" ", ""):
+    if not JOB_NUMBER.search(text):
         refuse(f"hydra.sweep.subdir={text} is not allowed: it must hold ${{hydra.job.num}}, which gives each job a "
-               f"folder of its own (the analysis and a resume find the jobs by it), e.g. {example}")
+               f"folder of its own (without it, jobs write into one folder and all but one record are lost), "
+               f"e.g. {SUBDIR_EXAMPLE}")
     if text.startswith(("/", "~")) or "/" in literal or "\\" in literal or ".." in literal:
         refuse(f"hydra.sweep.subdir={text} is not allowed: it names one folder inside hydra.sweep.dir (no '/', "
-               f"'..' or absolute path), e.g. {example}")
+               f"'..' or absolute path), e.g. {SUBDIR_EXAMPLE}")
+
+
+def refuse_a_job_folder_outside(job_dir: Path, sweep_dir: Path) -> None:
+    """A job's folder must lie directly inside its sweep's, where the analysis and a resume look
+    (`${now:%H/%M}` in hydra.sweep.subdir nested it: "0 jobs, 1 missing"): refused at the first
+    job, before it runs."""
+    if job_dir.resolve().parent != sweep_dir.resolve():
+        refuse(f"hydra.sweep.subdir put a job into {job_dir}, not into a folder directly inside "
+               f"hydra.sweep.dir={sweep_dir} (an interpolation gave it a '/'?): e.g. {SUBDIR_EXAMPLE}")
 
 
 SLURM_COMMANDS = ("sbatch", "srun")  # what submitit's SLURM launcher runs to submit and to detect a job

@@ -579,9 +579,18 @@ def test_a_subdir_that_jobs_share_or_that_leaves_the_sweep_is_refused(capsys):
     assert "it must hold ${hydra.job.num}" in check("x")
     for bad in ("/tmp/${hydra.job.num}", "../../${hydra.job.num}", "${hydra.job.num}/x"):
         assert "it names one folder inside hydra.sweep.dir" in check(bad), bad
-    for good in ("${hydra.job.num}_${size}", "run_${hydra.job.num}_${eager_compile:${compile}}",
+    for good in ("${hydra.job.num}_${size}", "run_${hydra.job.num}_${eager_compile:${compile}}", "${hydra:job.num}_x",
+                 "${hydra.job.id}",  # helper-54: the job's number too
                  OmegaConf.load(ROOT / "conf" / "config.yaml").hydra.sweep._get_node("subdir")._value()):
         assert check(good) == "", good
+    # a '/' an interpolation gives (${now:%H/%M}) is seen at the first job, before it runs
+    from experiments.task import refuse_a_job_folder_outside
+
+    refuse_a_job_folder_outside(Path("/tmp/s/0_x"), Path("/tmp/s"))
+    with pytest.raises(SystemExit) as refused:
+        refuse_a_job_folder_outside(Path("/tmp/s/n0_19/55"), Path("/tmp/s"))
+    assert refused.value.code == 2 and "hydra.sweep.subdir put a job into /tmp/s/n0_19/55, not into a folder " \
+        "directly inside hydra.sweep.dir=/tmp/s" in capsys.readouterr().err
 
 
 FORKING_FACTORY = '''

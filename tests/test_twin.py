@@ -51,6 +51,12 @@ def make(*, size, dtype, device, log: str = "", fail_second: bool = False, fail_
         if fail_with == "torch memory":  # what torch's CPU allocator raises: a RuntimeError
             torch.empty(2**50, dtype=torch.uint8)
         raise {"RuntimeError": RuntimeError, "MemoryError": MemoryError}[fail_with]("the second build fails")
+    if draw == "set":  # modules kept in a set: another order in each process, the same workload
+        mods = {torch.nn.Linear(size, size), torch.nn.Linear(size, 2 * size), torch.nn.Linear(size, 3 * size)}
+        return (lambda x: [m(x) for m in mods]), (torch.ones(4, size),)
+    if draw == "nested":  # a strided nested tensor has no sizes to read
+        x = torch.nested.nested_tensor([torch.ones(2, size), torch.ones(4, size)])
+        return (lambda t: t * 2), (x,)
     if draw:  # a ragged batch's length drawn from Python's generator, or from what each process has its own
         import random
         rows = random.randint(1, 1000) if draw == "random" else os.getpid() % 997 + 1
@@ -138,6 +144,16 @@ def test_a_factory_that_draws_from_pythons_random_builds_alike_in_its_twin(tmp_p
     assert "timed_error" not in record and record["timed_in"] == TWIN and record["timed_us_per_step"] > 0
 
 
+@pytest.mark.parametrize("draw", ["set", "nested"])
+def test_a_workload_built_alike_in_another_order_or_without_sizes_is_timed_in_its_twin(tmp_path, draw):
+    """helper-54: modules kept in a set come in another order in the twin (its shapes are compared
+    sorted: no false "another workload"); a strided nested tensor input, whose sizes cannot be
+    read, failed the job before it measured anything."""
+    record, builds, code = _run_job(tmp_path, warmup=False, draw=draw)
+    assert code == 0 and record["status"] == "ok", record["error"]
+    assert "timed_error" not in record and record["timed_in"] == TWIN and record["timed_us_per_step"] > 0
+
+
 def test_a_twin_that_built_another_workload_gives_no_unprofiled_timing(tmp_path):
     """A factory that draws from what two processes do not share (here its process id; a fresh
     random.Random(), the time) builds another workload in the twin: its timing would be held against the job's counted FLOPs, so
@@ -145,8 +161,9 @@ def test_a_twin_that_built_another_workload_gives_no_unprofiled_timing(tmp_path)
     record, builds, code = _run_job(tmp_path, warmup=False, draw="pid")
     assert code == 0 and record["status"] == "ok", record["error"]
     assert record.get("timed_us_per_step") is None and record["trace_file"]
-    assert record["timed_error"].startswith("the twin built another workload than the job (input tensor 1: (")
-    assert " fp32 in the job, (" in record["timed_error"] and "seed what it draws" in record["timed_error"]
+    assert record["timed_error"].startswith("the twin built another workload than the job (input tensors: (")
+    assert " fp32 in the job where the twin has (" in record["timed_error"]
+    assert "seed what it draws (docs/numbers.md, the twin)" in record["timed_error"]
 
 
 def test_a_workload_that_raises_in_its_twin_fails_the_job(tmp_path):
