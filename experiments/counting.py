@@ -126,6 +126,20 @@ def _addmm_activation_flop(bias: Any, a: Any, b: Any, *args: Any, out_val: Any =
 _addmm_flop._get_raw = _addmm_activation_flop._get_raw = True  # type: ignore[attr-defined]
 
 
+def _dense_only(packet: Any, formula: Callable[..., int], seen: set[str]) -> Callable[..., int]:
+    """A product's formula where its operands are dense; where one is sparse (`adj @ x` with a
+    sparse adjacency runs aten::mm) the formula's dense count is not the work (64x too much at
+    64 nonzeros of 64x64): it counts nothing and notes the op, as a sparse product without
+    formula (`torch.sparse.mm`: _sparse_addmm) is."""
+    def counted(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
+        if any(t.layout in SPARSE for t in tensors([args, kwargs])):
+            seen.add(str(packet).replace(".", "::", 1) + " (sparse)")
+            return 0
+        return formula(*args, out_val=out_val, **kwargs)
+    counted._get_raw = True  # type: ignore[attr-defined]
+    return counted
+
+
 def _with_conv_bias(formula: Callable[..., int]) -> Callable[..., int]:
     """A convolution's count (`formula`, torch's: its products alone) plus its bias added to each
     output element, as addmm's is (a 1x1 convolution counted less than the same Linear)."""
@@ -160,13 +174,14 @@ def _attention_backward_flop(grad_out: Any, query: Any, key: Any, value: Any, *a
 # A word of an operator's name that says it does matrix products (conv also as conv1d/2d/3d), or
 # other arithmetic no formula counts: the FFTs' (_fft_r2c, _fft_c2c, _fft_c2r), a factorization's
 # or a solve's (linalg_lu_factor_ex, _linalg_svd, cholesky_solve, triangular_solve, geqrf: O(n^3)
-# each), a sparse product's (smm, hspmm, sspaddmm; _sparse_addmm by addmm). Not `linalg` itself
+# each), a sparse product's (smm, hspmm, sspaddmm; _sparse_addmm by addmm), cdist's at p=2
+# (_euclidean_dist). Not `linalg` itself
 # (linalg_vector_norm is a reduction, counted as any) nor `inverse` (slice_inverse is a view).
 PRODUCT_WORDS = frozenset(
     "mm bmm addmm baddbmm addbmm addmv mv dot vdot matmul linear bilinear einsum tensordot outer ger "
     "conv convolution attention transformer rnn lstm gru trilinear cdist fft "
     "lu cholesky ldl qr geqrf orgqr ormqr householder svd eig eigh eigvals eigvalsh solve lstsq inv pinv "
-    "det slogdet logdet triangular smm hspmm sspaddmm spmm".split())
+    "det slogdet logdet triangular smm hspmm sspaddmm spmm euclidean".split())
 # Whole names of such operators whose words alone would also name ops that do no arithmetic
 PRODUCT_NAMES = frozenset({"inverse", "cholesky_inverse", "matrix_exp", "linalg_matrix_exp", "matrix_exp_backward"})
 
@@ -264,6 +279,8 @@ def count_flops(call: Callable[[], Any]) -> tuple[int, list[str]]:
         if packet in own:
             own[packet] = _with_conv_bias(own[packet])
     formulas = {**flop_counter.flop_registry, **own}
+    sparse: set[str] = set()
+    own = {p: _dense_only(p, f, sparse) for p, f in own.items()}
     while True:
         packets, products = _pointwise_packets(), _product_packets(formulas)
         seen: set[str] = set()
@@ -275,7 +292,7 @@ def count_flops(call: Callable[[], Any]) -> tuple[int, list[str]]:
             call()
         both = packets | products
         if both <= known or not ((_pointwise_packets() - packets) or (_product_packets(formulas) - products)):
-            return int(counter.get_total_flops()), sorted(seen | other.seen)
+            return int(counter.get_total_flops()), sorted(seen | sparse | other.seen)
         known = both
 
 

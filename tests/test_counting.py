@@ -116,6 +116,13 @@ def test_factorizations_solves_and_sparse_products_are_named_not_counted_as_zero
                torch.linalg.matrix_exp, torch.linalg.pinv, torch.det, lambda m: torch.hspmm(m.to_sparse(), m)):
         assert count_flops(lambda: op(a))[1], op
     assert count_flops(lambda: torch.linalg.vector_norm(a)) == (0, [])  # a reduction: no product
+    # helper-54: cdist at p=2 runs _euclidean_dist (counted 0, as counted); a sparse operand of
+    # mm (`adj @ x`) was counted as a dense product, 16x the work of this diagonal
+    y = torch.randn(40, 4)
+    assert count_flops(lambda: torch.cdist(y, y)) == (0, ["aten::_euclidean_dist"])
+    diagonal = torch.eye(16).to_sparse()
+    assert count_flops(lambda: diagonal @ b) == (0, ["aten::mm (sparse)"])
+    assert count_flops(lambda: torch.eye(16) @ b) == (2 * 16 * 16 * 4, [])
 
 
 def test_a_convolutions_bias_counts_as_addmms_does():
