@@ -103,7 +103,11 @@ ERROR_CHARS = 4000  # of an exception's message in the record (a workload's may 
 AUTOGRAD_HINTS = (
     ("does not require grad and does not have a grad_fn",
      "the loss does not depend on anything that trains: the model's forward runs under torch.no_grad() or "
-     "detaches its output, or its parameters are frozen"),
+     "detaches its output, or its parameters are frozen, or were made under torch.inference_mode() (whose tensors "
+     "never train: build the model outside it)"),
+    ("Inference tensors cannot be saved for backward",
+     "the model's parameters or inputs were made under torch.inference_mode(), whose tensors never train: build "
+     "them outside it (the factory already runs under torch.no_grad())"),
     ("grad can be implicitly created only for real scalar outputs",
      "the loss is complex: Workload(loss=...) must return a real number (e.g. out.abs().sum())"),
     ("grad can be implicitly created only for scalar outputs",

@@ -248,6 +248,11 @@ def test_autograds_words_for_the_workloads_own_mistakes_get_what_to_change():
     sparse(torch.tensor([1])).sum().backward()
     cases["optimizer=sgd and optimizer=adagrad update them"] = raised(
         lambda: torch.optim.Adam(sparse.parameters()).step())
+    with torch.inference_mode():  # helper-53: a factory that builds under inference_mode, then trains
+        made, inputs = torch.nn.Linear(3, 3), torch.ones(2, 3)
+    cases["or were made under torch.inference_mode()"] = raised(lambda: made(inputs).sum().backward())
+    cases["were made under torch.inference_mode(), whose tensors never train"] = raised(
+        lambda: torch.nn.functional.linear(torch.ones(2, 3, requires_grad=True), made.weight).sum().backward())
     training, inference = JobConfig(train=True), JobConfig()
     for hint, said in cases.items():
         assert hint in autograd_hint(said, training), said
