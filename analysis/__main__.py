@@ -571,18 +571,19 @@ def _analyse(args: argparse.Namespace) -> int:
         return 2
     from profsweep.contract import foreign
 
-    for folder, said in ((args.folder, ""), (args.out, "--out ")):
-        if folder is None or not folder.is_dir():
-            continue
-        wrong = foreign(folder)
-        wrong = f"{folder} {wrong}" if wrong is not None else None
-        if folder is args.out and wrong is None and folder.resolve() != args.folder.resolve() and job_folders(folder):
-            wrong = (f"{folder} holds a sweep or run of its own, whose tables and report would be replaced by "
-                     f"{args.folder}'s (compare and history would then read them as its): give an empty folder, or "
-                     "one an earlier --out wrote")
-        if wrong is not None:
-            print(f"error: {said}{wrong}", file=sys.stderr)
-            return 2
+    wrong = foreign(args.folder)
+    out = args.out if args.out is not None and args.out.is_dir() else None
+    if wrong is not None:
+        wrong = f"{args.folder} {wrong}"
+    elif out is not None and foreign(out) is not None:
+        wrong = f"--out {out} {foreign(out)}"
+    elif out is not None and out.resolve() != args.folder.resolve() and job_folders(out):
+        wrong = (f"--out {out} holds a sweep or run of its own, whose tables and report would be replaced by "
+                 f"{args.folder}'s (compare and history would then read them as its): give an empty folder, or "
+                 "one an earlier --out wrote")
+    if wrong is not None:
+        print(f"error: {wrong}", file=sys.stderr)
+        return 2
     if live(args.folder, args.strict):
         return 2
     try:

@@ -240,8 +240,9 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
 
         if not job_folders(path):
             raise ProfsweepError(f"{path}: not a sweep or a run: no job folder with a {METRICS_FILE} in it")
-        if foreign(path) is not None:
-            raise ProfsweepError(f"{path} {foreign(path)}")
+        wrong = foreign(path)
+        if wrong is not None:
+            raise ProfsweepError(f"{path} {wrong}")
         analyse_folder(path, progress=lambda line: None)
         return Sweep(path)
     from analysis.store import newer_records, older_than_records

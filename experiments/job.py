@@ -403,13 +403,14 @@ def _built_apart(job: dict[str, Any], twin: Any) -> str | None:
     either could not say)."""
     if not isinstance(twin, dict) or twin.get("hash") == job["hash"]:
         return None
-    for kind, index in (("inputs", 0), ("weights", 1)):
-        ours, theirs = job[kind], twin.get(kind) or []
-        for n, (a, b) in enumerate(zip(ours, theirs)):
-            if a != b:
-                return f"{kind[:-1]} tensors: {a} in the job where the twin has {b}"
-        if job["counts"][index] != (twin.get("counts") or [None, None])[index]:
-            return f"{job['counts'][index]} {kind[:-1]} tensors in the job, {(twin.get('counts') or [None, None])[index]} in the twin"
+    counts = twin.get("counts") or [None, None]
+    for index, kind in enumerate(("input", "weight")):
+        shapes = zip(job[f"{kind}s"], twin.get(f"{kind}s") or [])
+        apart = next((f"{a} in the job where the twin has {b}" for a, b in shapes if a != b), None)
+        if apart is not None:
+            return f"{kind} tensors: {apart}"
+        if job["counts"][index] != counts[index]:
+            return f"{job['counts'][index]} {kind} tensors in the job, {counts[index]} in the twin"
     return f"their shapes differ past the first {BUILT_SHOWN} tensors"
 
 
