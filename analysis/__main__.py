@@ -215,6 +215,8 @@ def compare_main(argv: list[str]) -> int:
         print(f"  every grid point of {args.new} that {args.base} measured failed")
     print(f"  false discoveries controlled: Benjamini-Hochberg at {result['fdr']:g} over {result['tested']} "
           "pairs with an interval")
+    if result.get("grid_shift"):
+        print(f"  {result['grid_shift']}")
     for p in pairs:
         ratio = f"{p['step_ratio']:.3f}x" if p["step_ratio"] is not None else "no ratio"
         apart = f" ({p['ignored_values']})" if p.get("ignored_values") else ""

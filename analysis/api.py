@@ -178,6 +178,12 @@ class Comparison:
         return pd.DataFrame(rows, columns=["side", "measured_job", "failed_job", "error"])
 
     @property
+    def shift(self) -> str | None:
+        """What compare says when every pair moved one way by one factor (drift of the machine
+        between the sweeps, or a change that moves every point alike), else None."""
+        return self.result.get("grid_shift")
+
+    @property
     def unmatched(self) -> dict[str, list[str]]:
         """{"BASE": jobs measured in BASE only, "NEW": jobs measured in NEW only}."""
         return {"BASE": list(self.result.get("unmatched_base", [])), "NEW": list(self.result.get("unmatched_new", []))}

@@ -205,6 +205,45 @@ def test_verdict_rule_on_repeats():
     assert verdict(spread, shifted) == first and verdict(spread, shifted, seed=1) != first
 
 
+def grid(folder: Path, factors: dict[int, float], between: float = 0.02, n: int = 3) -> None:
+    """One grid point per size, each over n processes around 100 µs x size/8 x its factor."""
+    for k, (size, factor) in enumerate(factors.items()):
+        hand_made_point(folder, k, processes(100 * size / 8 * factor, n=n, between=between), size=size)
+
+
+def test_a_shift_common_to_the_whole_grid_is_said_with_how_to_tell_drift_from_a_change(tmp_path, capsys):
+    """As an A/A pair of the MLP grid measured on this project's VM (2026-12-07 22:08): NEW
+    1.05-1.08x BASE at all four sizes, every interval over one sweep's processes."""
+    grid(tmp_path / "base", {8: 1, 16: 1, 32: 1, 64: 1})
+    grid(tmp_path / "new", {8: 1.05, 16: 1.07, 32: 1.06, 64: 1.08})
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--fail-if-slower", "1.1", capsys=capsys)
+    assert code == 0
+    said = next(line for line in out.splitlines() if "moved the same way" in line)
+    assert "all 4 pairs moved the same way, NEW 1.05-1.08x BASE (1.06x together" in said, said
+    assert "run BASE again after NEW and compare BASE with that rerun" in said
+    assert "moved the same way" in (tmp_path / "new" / "compare" / "compare.html").read_text()
+    verdicts = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv")["verdict"]
+    assert set(verdicts) == {"inconclusive"}  # said beside the verdicts, never instead of them
+    from analysis.api import load
+    assert load(tmp_path / "base").compare(tmp_path / "new").shift == said.strip()
+    # the other way round: faster, alike
+    _, out, _ = compare(tmp_path / "new", tmp_path / "base", "--out", tmp_path / "back", capsys=capsys)
+    assert "all 4 pairs moved the same way, NEW 0.926-0.952x BASE" in out and "every point faster alike" in out, out
+    # pairs that moved by factors of their own (one 3x, its interval far from the others'), one way or
+    # two, fewer than three, less than half the band (1.02x), or every pair the same: no shift common to the grid
+    for name, factors in (("own", {8: 1.05, 16: 1.07, 32: 3.0, 64: 1.08}), ("ways", {8: 1.05, 16: 0.95, 32: 1.06, 64: 1.08}),
+                          ("two", {8: 1.05, 16: 1.07}), ("small", {8: 1.01, 16: 1.03, 32: 1.02, 64: 1.02}),
+                          ("same", {8: 1.01, 16: 1.01, 32: 1.01, 64: 1.01})):
+        grid(tmp_path / name, factors, **({"between": 0.005, "n": 6} if name == "same" else {}))
+        base = tmp_path / ("tight" if name == "same" else "base")
+        if name == "same":
+            grid(base, {8: 1, 16: 1, 32: 1, 64: 1}, between=0.005, n=6)
+        _, out, _ = compare(base, tmp_path / name, capsys=capsys)
+        assert "moved the same way" not in out, (name, out)
+        if name == "same":
+            assert set(pd.read_csv(tmp_path / name / "compare" / "compare.csv")["verdict"]) == {"same"}
+
+
 def test_false_discoveries_are_controlled_across_the_pairs():
     def pair(verdict: str, p: float | None) -> dict:
         return {"verdict": verdict, "p_value": p, "verdict_why": "95% interval"}

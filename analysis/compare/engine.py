@@ -107,6 +107,41 @@ def control_discoveries(pairs: list[dict[str, Any]], fdr: float = FDR) -> None:
             pair["verdict"] = "inconclusive"
 
 
+MIN_SHIFT_PAIRS = 3  # fewer pairs moving one way happens by chance too often (1 in 4 for three)
+
+
+def grid_shift(pairs: Sequence[dict[str, Any]], band: float | None = None) -> str | None:
+    """What to say when every pair moved the same way by about the same factor, at least half the
+    band (smaller shifts the processes' own spread makes), not all `same`:
+    a shift common to the grid, which drift of the machine's speed between the two sweeps makes
+    as a change that moves every point alike does, and which no interval over one sweep's
+    processes includes (docs/numbers.md, "Drift between sweeps"); None otherwise. "About the same
+    factor": their geometric mean lies within every pair's interval."""
+    judged = [p for p in pairs if stats.number(p.get("step_ratio")) is not None and p["step_ratio"] > 0
+              and p.get("verdict_why") != "identical samples"]
+    if len(judged) < MIN_SHIFT_PAIRS or all(p["verdict"] == "same" for p in judged):
+        return None
+    logs = [math.log(p["step_ratio"]) for p in judged]
+    if not (all(d > 0 for d in logs) or all(d < 0 for d in logs)):
+        return None
+    together = math.exp(sum(logs) / len(logs))
+    if abs(math.log(together)) < math.log(1 + (current_band() if band is None else band)) / 2:
+        return None
+    for p in judged:
+        low, high = stats.number(p.get("interval_low")), stats.number(p.get("interval_high"))
+        if low is not None and high is not None and not low <= together <= high:
+            return None  # the pairs moved by factors of their own: not one shift
+    way = "slower" if together > 1 else "faster"
+    ratios = sorted(p["step_ratio"] for p in judged)
+    return (f"all {len(judged)} pairs moved the same way, NEW {ratios[0]:.3g}-{ratios[-1]:.3g}x BASE ({together:.3g}x "
+            f"together, within every pair's interval): a shift common to the grid. Each interval is over its own "
+            f"sweep's processes; the machine running at another speed from one sweep to the next moves every point "
+            f"alike and is not in them, and a change that makes every point {way} alike looks the same. Identical "
+            f"sweeps run one after the other on a 2-core VM differed by up to 9% (docs/numbers.md, drift between "
+            f"sweeps). To tell them apart, run BASE again after NEW and compare BASE with that rerun: what the A/A "
+            f"pair shows is this machine's drift between sweeps")
+
+
 def diff_lines(diff: dict[str, Any], top: int = 20) -> list[str]:
     """The op and kernel diff of two traces, ranked, for the terminal."""
     lines = []
@@ -339,6 +374,7 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
                            f"what a job of the other did (paired by {', '.join(columns)}){_apart(base, new, columns)}; "
                            "--ignore KEY pairs across a key")
     control_discoveries(pairs, fdr)
+    shift = grid_shift(pairs, band)
     pairs.sort(key=lambda p: (VERDICT_ORDER.get(p["verdict"], 9), -(p["step_ratio"] or 0)))
     # a side without a readable environment.json: one entry that says so, not every key as emptied
     said = ["read" if side.environment else "missing or unreadable" for side in (base, new)]
@@ -354,7 +390,7 @@ def compare_sides(base: Side, new: Side, ignore: Sequence[str] = (), fdr: float 
                for name, side in (("base", base), ("new", new))},
             "incomplete_base": base.incomplete, "incomplete_new": new.incomplete,
             "edited_base": base.edited, "edited_new": new.edited,
-            "environment": environment, "fdr": fdr, "band": band,
+            "environment": environment, "fdr": fdr, "band": band, "grid_shift": shift,
             "tested": sum(1 for p in pairs if p.get("p_value") is not None)}
 
 

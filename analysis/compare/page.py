@@ -178,6 +178,8 @@ def _html(result: dict[str, Any], base: Side, new: Side, plots: list[Path], out:
     parts.append("<p>Each pair's <b>Perfetto</b> buttons open its BASE and NEW traces in two tabs of "
                  "<a href='https://ui.perfetto.dev'>ui.perfetto.dev</a>, side by side, when this page is served: "
                  f"<code>python -m analysis serve {escape(str(out))}</code>.</p>")
+    if result.get("grid_shift"):
+        parts.append(f"<p class='bad'>{escape(result['grid_shift'][0].upper() + result['grid_shift'][1:])}.</p>")
     few = [p for p in pairs if "one process says nothing" in p["verdict_why"]]
     if few:
         parts.append(f"<p class='bad'>{len(few)} pair(s) have one repeat on a side: rerun both sweeps with "
