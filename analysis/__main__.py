@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from analysis.points import distinct_keys
-from profsweep.contract import amount, not_a_folder, one_line, point_label
+from profsweep.contract import amount, not_a_folder, one_line, point_label, read_json
 from profsweep.terminal import Terminal, guard_streams
 from profsweep.decide import BAND, BAND_ALLOWED, check_band, using_band
 
@@ -117,8 +117,8 @@ def job_traces(folder: Path) -> list[Path]:
     from profsweep.contract import METRICS_FILE, leads_out, trace_files
 
     try:
-        record = json.loads((folder / METRICS_FILE).read_text())
-    except (OSError, ValueError, RecursionError) as exc:
+        record = read_json(folder / METRICS_FILE)
+    except (OSError, ValueError) as exc:
         raise TraceError(f"{folder} is not a job's folder (no readable {METRICS_FILE}: {exc}); "
                          "give a trace file, or a job's folder of a sweep") from None
     found = [folder / name for name in trace_files(record if isinstance(record, dict) else {})]

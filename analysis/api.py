@@ -15,7 +15,6 @@ the job side is imported, and a notebook's kernel never imports torch through it
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from profsweep.columns import TEXT_COLUMNS
-from profsweep.contract import CONCLUSIONS_FILE, REPEATS_FILE, REPORT_FILE, SUMMARY_FILE, amount, not_a_folder
+from profsweep.contract import CONCLUSIONS_FILE, REPEATS_FILE, REPORT_FILE, SUMMARY_FILE, amount, not_a_folder, read_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = {"summary": SUMMARY_FILE, "repeats": REPEATS_FILE, "steps": "steps.csv", "ops": "ops.csv",
@@ -100,7 +99,14 @@ class Sweep:
         path = self.folder / CONCLUSIONS_FILE
         if not path.is_file():
             return []
-        return [c["text"] for c in json.loads(path.read_text(encoding="utf-8"))]
+        again = f"python -m analysis {self.folder} writes it again"
+        try:
+            found = read_json(path)
+        except (OSError, ValueError) as exc:
+            raise ProfsweepError(f"{path}: unreadable ({exc}); {again}") from None
+        if not isinstance(found, list) or not all(isinstance(c, dict) and isinstance(c.get("text"), str) for c in found):
+            raise ProfsweepError(f"{path} is not the report's conclusions (a list of objects with a text each); {again}")
+        return [c["text"] for c in found]
 
     def figure(self, name: str) -> Any:
         """One of the report's plots (crossover, launches, steps, kernels, throughput, memory, roofline, ...)
@@ -142,8 +148,12 @@ class Sweep:
         import base64
         from html import escape
 
+        try:
+            said = self.conclusions[:12]
+        except ProfsweepError as exc:
+            said = [str(exc)]
         parts = [f"<h3>profsweep: {escape(str(self.folder))}</h3><ul>"
-                 + "".join(f"<li>{escape(c)}</li>" for c in self.conclusions[:12]) + "</ul>"]
+                 + "".join(f"<li>{escape(c)}</li>" for c in said) + "</ul>"]
         plot = self.folder / "plots" / "crossover.png"
         if plot.is_file():
             data = base64.b64encode(plot.read_bytes()).decode("ascii")

@@ -37,7 +37,6 @@ both named after `sum`): each row counts all of its time, and `eager_ops_shared`
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from pathlib import Path
@@ -45,7 +44,7 @@ from typing import Any, Iterable, Mapping
 
 from analysis.points import pairing_columns
 from profsweep import stats
-from profsweep.contract import GridPoint, flag
+from profsweep.contract import GridPoint, flag, read_json
 
 # The ops a compiled graph leaves to a library (oneDNN, cuBLAS, cuDNN) rather than generating: matrix
 # products, convolutions, attention, recurrent layers (by a word of their name).
@@ -105,7 +104,7 @@ def kernel_sources(path: Path) -> dict[str, list[str]]:
     try:
         if not path.is_file() or path.stat().st_size > MAX_PROVENANCE_BYTES:
             return {}
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
     except Exception:  # unreadable, not JSON, nested past the parser's depth: no provenance, never a failed job
         return {}
     listed = data.get("kernels") if isinstance(data, dict) else None

@@ -9,7 +9,6 @@ folders is served.
 from __future__ import annotations
 
 import functools
-import json
 import posixpath
 import signal
 import sys
@@ -19,7 +18,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from profsweep.contract import COMPARE_FILE, COMPARE_PAGE, REPORT_FILE, SERVED_BASE, SERVED_NEW
+from profsweep.contract import COMPARE_FILE, COMPARE_PAGE, REPORT_FILE, SERVED_BASE, SERVED_NEW, read_json
 
 
 class ServeError(ValueError):
@@ -39,7 +38,7 @@ def mounts_of(folder: Path) -> dict[str, Path]:
     """URL folder -> disk folder: '' is FOLDER; a comparison adds its two sides."""
     mounts = {"": folder.resolve()}
     try:
-        sides = json.loads((folder / COMPARE_FILE).read_text(encoding="utf-8"))
+        sides = read_json(folder / COMPARE_FILE)
     except (OSError, ValueError):
         return mounts
     for mount, key in ((SERVED_BASE, "base"), (SERVED_NEW, "new")):

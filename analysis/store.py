@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from profsweep.columns import TEXT_COLUMNS
 from profsweep.contract import (COPY, ENVIRONMENT_FILE, PLAN_FILE, REPEATS_FILE, SUMMARY_FILE, amount, not_a_folder,
-                                usable_sql)
+                                read_json, usable_sql)
 
 STORE_FILE = "history.duckdb"
 STORE_SCHEMA = 1
@@ -158,7 +158,7 @@ def _plan_start(folder: Path) -> tuple[datetime.datetime, str] | None:
     """When a sweep started, by its sweep.json or environment.json, and which said so (None: neither)."""
     for name in (PLAN_FILE, ENVIRONMENT_FILE):
         try:
-            found = _utc(json.loads((folder / name).read_text(encoding="utf-8")).get("created_at"))
+            found = _utc(read_json(folder / name).get("created_at"))
         except (OSError, ValueError, AttributeError):
             continue
         if found is not None:
@@ -592,7 +592,7 @@ class Store:
         rows, env_rows = [], []
         for s in new:
             try:
-                env = json.loads((s.folder / ENVIRONMENT_FILE).read_text(encoding="utf-8"))
+                env = read_json(s.folder / ENVIRONMENT_FILE)
                 env = env if isinstance(env, dict) else {}
             except (OSError, ValueError):
                 env = {}

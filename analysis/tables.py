@@ -318,10 +318,10 @@ def _add_job(tables: SweepTables, job_dir: Path) -> None:
     try:
         if not (job_dir / METRICS_FILE).is_file():  # a pipe or a device would block or never end
             raise ValueError("not a regular file")
-        record = json.loads((job_dir / METRICS_FILE).read_text(encoding="utf-8"))
+        record = contract.read_json(job_dir / METRICS_FILE)
         if not isinstance(record, dict):
             raise ValueError("not a JSON object")
-    except (OSError, ValueError, RecursionError) as exc:  # (nested past Python's limit)
+    except (OSError, ValueError) as exc:  # (read_json: nested past the parser's depth too)
         tables.jobs.append({"job": job_dir.name, "status": "failed", "trace_error": None,
                             "record_error": f"{job_dir / METRICS_FILE}: unreadable ({exc})",
                             "error": f"unreadable {METRICS_FILE}"})
@@ -467,7 +467,7 @@ def _copy_of(tables: SweepTables, row: dict[str, Any]) -> str | None:
 def environment_of(folder: Path) -> Any:
     """The sweep's environment.json (a single run's is in its own folder), or None."""
     try:
-        return json.loads((folder / contract.ENVIRONMENT_FILE).read_text(encoding="utf-8"))
+        return contract.read_json(folder / contract.ENVIRONMENT_FILE)
     except (OSError, ValueError):
         return None
 

@@ -21,7 +21,6 @@ import collections.abc
 import faulthandler
 import importlib
 import itertools
-import json
 import math
 import os
 import sys
@@ -38,7 +37,7 @@ from profsweep import machine
 from experiments.config import AUTO, ConfigError, JobConfig, config_from_dict
 from experiments.lifeline import PARENT_ENV, die_with_parent
 from experiments.records import JobError
-from profsweep.contract import FINAL, first_line, message
+from profsweep.contract import FINAL, first_line, message, read_json
 from profsweep.sweep_state import SWEEP
 
 if TYPE_CHECKING:  # both import torch: the job imports them once it runs (_settle_process)
@@ -1233,7 +1232,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m experiments.job <job_dir>/job_config.json", file=sys.stderr)
         return 2
     path = Path(argv[0])
-    config = config_from_dict(json.loads(path.read_text(encoding="utf-8")))
+    config = config_from_dict(read_json(path))
     try:
         record = run_job(config, path.parent, own_process=True)
     except OSError as exc:  # not even metrics.json could be written

@@ -15,7 +15,6 @@ of its own.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -28,6 +27,7 @@ from typing import Any, BinaryIO, NamedTuple
 from experiments import forkserver, records
 from experiments.config import JobConfig, config_to_dict
 from experiments.lifeline import PARENT_ENV
+from profsweep.contract import read_json
 from profsweep.machine import cgroup_dirs
 from experiments.slots import CPU_SLOT
 
@@ -327,8 +327,8 @@ def read_record(job_dir: Path) -> dict[str, Any] | None:
     try:
         if not (job_dir / records.METRICS_FILE).is_file():  # missing; or a pipe, which would block
             return None
-        found = json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        found = read_json(job_dir / records.METRICS_FILE)
+    except (OSError, ValueError):
         return None
     return found if isinstance(found, dict) and not found.get(records.UNFINISHED) else None
 

@@ -29,7 +29,6 @@ the job's own cache), a few files per graph. Measured: benchmarks/provenance_cos
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import os
@@ -39,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from profsweep.contract import PROVENANCE_FILE, write_json
+from profsweep.contract import PROVENANCE_FILE, read_json, write_json
 
 if TYPE_CHECKING:
     from experiments.config import JobConfig
@@ -172,8 +171,8 @@ def read(folder: Path) -> dict[str, Any]:
     for graph in sorted(p for p in Path(folder).glob("torchinductor/*") if p.is_dir()):
         code = _text(graph / CODE_FILE)
         try:
-            data = json.loads((graph / MAPPING_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError) as exc:
+            data = read_json(graph / MAPPING_FILE)
+        except (OSError, ValueError) as exc:
             if isinstance(exc, FileNotFoundError):
                 unmapped.append(graph.name)
             else:

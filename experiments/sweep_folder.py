@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import signal
@@ -27,7 +26,7 @@ from experiments.refusals import refuse
 from hydra_plugins.profsweep_grid import grid
 from hydra_plugins.profsweep_grid.grid import Axis
 from profsweep.contract import (ENVIRONMENT_FILE, MISSING, PLAN_FILE, SWEEP_LOCK_FILE, amount, foreign, one_line,
-                                read_plan)
+                                read_json, read_plan)
 from profsweep.sweep_state import SWEEP
 
 EXIT_FAILED_JOBS = 1
@@ -104,7 +103,7 @@ def record_ceilings(folder: Path, configs: list[JobConfig], axes: list[Axis] | N
         SWEEP.stop()  # the measuring processes are gone (profsweep.ceilings.measure); no job starts
     path = folder / ENVIRONMENT_FILE
     try:
-        environment = json.loads(path.read_text(encoding="utf-8"))
+        environment = read_json(path)
         records.write_json(path, {**environment, "ceilings_mode": mode, "ceilings": found})
     except (OSError, ValueError) as exc:
         print(f"warning: the ceilings were not recorded in {path}: {exc}", flush=True)
@@ -346,7 +345,7 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
     ok = skipped = 0
     for job_dir in job_dirs:
         try:
-            record = json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
+            record = read_json(job_dir / records.METRICS_FILE)
         except FileNotFoundError:
             if SWEEP.stopped and not SWEEP.disk_error:  # a stop caught it waiting for its device: never started
                 unstarted.append(job_dir)
@@ -354,7 +353,7 @@ def tally(job_dirs: list[Path], folder: Path, expected: int | None) -> None:
             failed.append((job_dir.name, f"no {records.METRICS_FILE}: " + (
                 f"it could not be written ({SWEEP.disk_error})" if SWEEP.disk_error else "the job wrote none")))
             continue
-        except (OSError, ValueError, RecursionError) as exc:
+        except (OSError, ValueError) as exc:
             failed.append((job_dir.name, f"unreadable {records.METRICS_FILE}: {exc}"))
             continue
         if not isinstance(record, dict):
@@ -425,8 +424,8 @@ def _skip_reason(job_dirs: list[Path]) -> str:
     """The first skipped job's reason, as its record gives it."""
     for job_dir in job_dirs:
         try:
-            record = json.loads((job_dir / records.METRICS_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
+            record = read_json(job_dir / records.METRICS_FILE)
+        except (OSError, ValueError):
             continue
         if isinstance(record, dict) and record.get("status") == "skipped" and record.get("error"):
             return one_line(str(record["error"]))

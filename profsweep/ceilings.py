@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
-from profsweep.contract import amount
+from profsweep.contract import amount, read_json
 
 MODES = ("measure", "table", "off")  # run.ceilings: measured (cached) | datasheet peaks only | none
 DTYPES = ("bf16", "fp16", "fp32")
@@ -185,7 +185,7 @@ def _key(device: str, dtype: str, threads: Any, torch_version: str) -> str:
 def cached(device: str, dtype: str, threads: Any, torch_version: str) -> Ceiling | None:
     """The cached ceiling of this machine for these settings, or None (none, or an unreadable cache)."""
     try:
-        entry = json.loads(cache_path().read_text()).get(_key(device, dtype, threads, torch_version))
+        entry = read_json(cache_path()).get(_key(device, dtype, threads, torch_version))
         return None if entry is None else Ceiling.from_dict({**entry, "source": "cached"})
     except (OSError, ValueError, TypeError, AttributeError):
         return None
@@ -198,7 +198,7 @@ def remember(ceiling: Ceiling, threads: Any) -> None:
 
     path = cache_path()
     try:
-        found = json.loads(path.read_text())
+        found = read_json(path)
         found = found if isinstance(found, dict) else {}
     except (OSError, ValueError):
         found = {}

@@ -319,8 +319,8 @@ def foreign(folder: Path) -> str | None:
     readable = None
     for path in paths[:FOREIGN_LOOKS]:
         try:
-            record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-        except (OSError, ValueError, RecursionError):
+            record = read_json(path) if path.is_file() else None
+        except (OSError, ValueError):
             continue
         if isinstance(record, dict) and "schema_version" in record:
             return None
@@ -400,12 +400,24 @@ def write_json(path: Path, data: Any) -> None:
 # --- reading --------------------------------------------------------------------------------------
 
 
+def read_json(path: Path) -> Any:
+    """The JSON document in the file `path`: OSError where it cannot be read, ValueError where it
+    is not UTF-8 JSON, or is nested deeper than Python's parser goes (its RecursionError, which
+    every reader of a file it did not write would otherwise have to know)."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested deeper than the parser goes") from None
+
+
+
 def read_plan(folder: Path) -> dict[str, Any]:
     """A sweep folder's sweep.json (PLAN_FILE), or {} where it is missing, unreadable or not a JSON
     object."""
     try:
-        plan = json.loads((Path(folder) / PLAN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        plan = read_json(Path(folder) / PLAN_FILE)
+    except (OSError, ValueError):
         return {}
     return plan if isinstance(plan, dict) else {}
 

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import os
 import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-from profsweep.contract import METRICS_FILE, PLAN_FILE, UNFINISHED, one_line
+from profsweep.contract import METRICS_FILE, PLAN_FILE, UNFINISHED, one_line, read_json
 
 
 def planned_jobs(sweep_dir: Path) -> int | None:
     """The jobs the sweep in `sweep_dir` plans so far (sweep.json), or None where it does not say."""
     try:
-        return int(json.loads((sweep_dir / PLAN_FILE).read_text(encoding="utf-8"))["jobs"])
+        return int(read_json(sweep_dir / PLAN_FILE)["jobs"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -58,8 +57,8 @@ def reported_from_disk(sweep_dir: Path, numbers: range, every_s: float = 1.0) ->
             if name in reported or stamp is None or stamp == before.get(name):
                 continue
             try:
-                record = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError, RecursionError):
+                record = read_json(path)
+            except (OSError, ValueError):
                 continue  # not there yet, or not whole: the next look
             if isinstance(record, dict) and record.get(UNFINISHED) is True and not last:
                 continue  # the record from before the job started: its own is to come

@@ -1272,3 +1272,35 @@ def test_two_traces_refuse_a_gate_and_ignore_keys_count_once(tmp_path, capsys):
     code, out, _ = compare(base, new, "--ignore", "threads", "--ignore", "run.threads", "--ignore", "threads",
                            capsys=capsys)
     assert code == 0 and "(threads 2)" in out and "threads 2; threads" not in out
+
+
+def test_a_sweeps_json_files_nested_past_the_parsers_depth_are_unreadable_files_never_a_traceback(tmp_path, capsys):
+    """Every JSON file profsweep reads of a folder it did not write this run (environment.json,
+    sweep.json, expect.json, compare.json, conclusions.json, the ceilings' cache) goes through one
+    reader (contract.read_json): nested past Python's parser, a RecursionError escaped some of them."""
+    from analysis.api import ProfsweepError, load
+    from analysis.serve import mounts_of
+    from profsweep.contract import read_json
+
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "deep.json").write_text(deep)
+    with pytest.raises(ValueError, match="nested deeper than the parser goes"):
+        read_json(tmp_path / "deep.json")
+    base, new = tmp_path / "base", tmp_path / "new"
+    for folder in (base, new):
+        hand_made_point(folder, 0, processes(100))
+        for name in ("environment.json", "expect.json"):
+            (folder / name).write_text(deep)
+    assert main([str(base)]) == 0
+    code, out, err = compare(base, new, capsys=capsys)
+    assert code == 0 and "compare: 1 pair" in out, err
+    (new / "compare" / "compare.json").write_text(deep)
+    assert mounts_of(new / "compare") == {"": (new / "compare").resolve()}
+    assert load(base).conclusions  # the report's, written above
+    (base / "conclusions.json").write_text(deep)
+    with pytest.raises(ProfsweepError, match="conclusions.json: unreadable .*nested deeper"):
+        load(base).conclusions
+    (base / "conclusions.json").write_text('{"text": "not a list"}')
+    with pytest.raises(ProfsweepError, match="is not the report's conclusions"):
+        load(base).conclusions
+    assert "is not the report&#x27;s conclusions" in load(base)._repr_html_()

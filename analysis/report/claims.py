@@ -15,7 +15,6 @@ crossover of a series) stay code: the functions below.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, replace
 from html import escape
@@ -28,7 +27,7 @@ from analysis import points as grid_points
 from analysis.text import fmt
 from analysis.report.expect import CUDA_ONLY, EXPECT_FILE, INCONCLUSIVE, ClaimSpec, ExpectationError, judge, parse_claims
 from analysis.html import pre_pair, read_text, table
-from profsweep.contract import TIMED, GridPoint, flag, point_jobs, table_files, timed_samples, trace_files, usable_rows
+from profsweep.contract import TIMED, GridPoint, flag, point_jobs, read_json, table_files, timed_samples, trace_files, usable_rows
 from profsweep import stats
 from profsweep.decide import ABOVE, BELOW, SAME, Decision, decide, decide_test
 
@@ -452,7 +451,7 @@ def preset_claims(folder: Path = PRESETS) -> list[tuple[set[str], ClaimSpec]]:
 def sweep_claims(folder: Path | None) -> list[ClaimSpec]:
     """The claims the sweep composed (its expect.json), none when it has none."""
     try:
-        texts = json.loads((Path(folder) / EXPECT_FILE).read_text(encoding="utf-8"))["expect"]
+        texts = read_json(Path(folder) / EXPECT_FILE)["expect"]
         return parse_claims(texts)
     except (TypeError, OSError, ValueError, KeyError):  # no folder or file, or another version's
         return []

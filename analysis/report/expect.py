@@ -6,7 +6,6 @@ report opens with the mismatches), and the article's claims as data (claims.csv)
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 from typing import Any, Mapping, Sequence
 
@@ -17,7 +16,7 @@ from profsweep.expectations import (  # noqa: F401  (the grammar, used through t
 )
 from analysis.tables import SweepTables, regime_doubt
 from profsweep.columns import KERNEL_COLUMNS, OP_COLUMNS  # noqa: F401
-from profsweep.contract import GridPoint, amount, flag
+from profsweep.contract import GridPoint, amount, flag, read_json
 
 
 INCONCLUSIVE = "inconclusive"
@@ -204,7 +203,7 @@ def judge(claim: ClaimSpec, jobs: Sequence[GridPoint], op_calls: Mapping[str, Ma
 def check_expectations(tables: SweepTables) -> list[dict[str, Any]] | None:
     """The rows of expectations.csv for the sweep's expect.json (None when it expects nothing)."""
     try:
-        texts = json.loads((tables.folder / EXPECT_FILE).read_text(encoding="utf-8"))["expect"]
+        texts = read_json(tables.folder / EXPECT_FILE)["expect"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     try:
