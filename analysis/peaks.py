@@ -116,7 +116,10 @@ class Ceilings:
             return c.flops_per_s, c.bytes_per_s, f"{MEASURED} {str(c.measured_at)[:10]}"
         peak = peak_for(row.get("device_name")) if row.get("platform") not in (None, "cpu") else None
         if peak is None:
-            return None, None, None
+            # memory moves bytes whatever they hold: a step in a dtype whose matmul peak was not
+            # measured (int64 products, float64) is still held against the device's bandwidth
+            c = self._measured(row, any_dtype=True)
+            return (None, c.bytes_per_s, f"{MEASURED} {str(c.measured_at)[:10]}") if c is not None else (None, None, None)
         dtype = ran_dtype(row)
         return (peak.flops_per_s(dtype) if dtype in ("bf16", "fp16", "fp32") else None), peak.bytes_per_s, DATASHEET
 
@@ -139,13 +142,14 @@ class Ceilings:
         rates = [peak_b] + ([copy] if _plausible(copy, peak_b / RANGE_FACTOR, peak_b * RANGE_FACTOR) else [])
         return ridge, f_low / max(rates), peak_f / min(rates)
 
-    def _measured(self, row: dict[str, Any]) -> Ceiling | None:
-        """The measured ceiling of the row's device, dtype and threads (a GPU's: of its name)."""
+    def _measured(self, row: dict[str, Any], any_dtype: bool = False) -> Ceiling | None:
+        """The measured ceiling of the row's device, dtype and threads (a GPU's: of its name);
+        `any_dtype`: of any dtype, for its bandwidth."""
         device = "cpu" if row.get("platform") in (None, "cpu") else "cuda"
         threads = row.get("torch_threads")
         name = row.get("device_name")
         for c in self.measured:
             same = c.threads == threads if device == "cpu" else (not c.device_name or not name or c.device_name == name)
-            if c.device == device and c.dtype == ran_dtype(row) and same:
+            if c.device == device and (any_dtype or c.dtype == ran_dtype(row)) and same:
                 return c
         return None

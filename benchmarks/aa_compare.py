@@ -64,6 +64,9 @@ def compare(base: Path, new: Path, out: Path, *extra: str) -> tuple[int, pd.Data
                           cwd=ROOT, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         raise RuntimeError(f"compare exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    for line in done.stdout.splitlines():  # every pair moved one way by one factor: drift between the sweeps?
+        if "moved the same way" in line:
+            print(f"  {line.strip().split(': a shift')[0]}", flush=True)
     return done.returncode, pd.read_csv(out / "compare.csv")
 
 

@@ -456,7 +456,9 @@ class _StorageReads(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if getattr(func, "overloadpacket", None) in PRODUCT_OPS:  # autocast has cast its inputs by here
-            dtype = next((t.dtype for t in tensors(args) if t.is_floating_point()), None)
+            held = list(tensors(args))  # a floating operand's dtype, else an integer one's (int64 products, _int_mm)
+            dtype = next((t.dtype for t in held if t.is_floating_point() or t.is_complex()),
+                         next((t.dtype for t in held if t.dtype != torch.bool), None))
             if dtype is not None:
                 self.products[dtype] = self.products.get(dtype, 0) + 1
         if not hasattr(func, "_schema"):  # a higher-order op: what runs inside it is not seen

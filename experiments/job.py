@@ -1031,11 +1031,16 @@ def _products_ran_in(out: dict[str, Any], products: dict[Any, int]) -> None:
 
     if len(products) != 1:  # none, or several: the parameters' dtype stands
         return
-    ran = dtype_name(next(iter(products)))
+    dtype = next(iter(products))
+    ran = dtype_name(dtype)
     if ran == out.get("ran_dtype"):
         return
-    _warn(out, f"the step's matrix products ran in {ran} (torch.autocast in the step, or a cast), its parameters "
-               f"and inputs are {out.get('ran_dtype')}: ran_dtype says {ran}, the dtype whose peak it is held against")
+    if not (dtype.is_floating_point or dtype.is_complex):  # integer arithmetic: no floating-point peak holds it
+        _warn(out, f"the step's matrix products ran in {ran}, integer arithmetic: ran_dtype says {ran}, held against "
+                   "no floating-point matmul peak (the memory bandwidth only), whatever the grid's dtype")
+    else:
+        _warn(out, f"the step's matrix products ran in {ran} (torch.autocast in the step, or a cast), its parameters "
+                   f"and inputs are {out.get('ran_dtype')}: ran_dtype says {ran}, the dtype whose peak it is held against")
     out["ran_dtype"] = ran
 
 

@@ -37,7 +37,14 @@ def test_a_point_is_held_against_the_ceiling_of_its_device_dtype_and_threads():
     assert have.peak({"platform": "cpu", "dtype": "bf16", "torch_threads": 2}) == (200e9, 20e9, "measured 2026-12-04")
     assert have.peak({"platform": "cpu", "dtype": "bf16", "torch_threads": 1})[0] == 110e9
     assert have.peak({"platform": "cpu", "dtype": "fp32", "torch_threads": 2})[0] == 90e9
-    assert have.peak({"platform": "cpu", "dtype": "fp16", "torch_threads": 2}) == (None, None, None)
+    # no fp16 matmul peak measured: none to hold its FLOPs against, but memory moves bytes alike
+    assert have.peak({"platform": "cpu", "dtype": "fp16", "torch_threads": 2}) == (None, 20e9, "measured 2026-12-04")
+    # an integer workload's products (ran_dtype int64, from the job's count of its products): its
+    # integer operations are no fraction of a floating-point peak
+    int64 = {"platform": "cpu", "dtype": "bf16", "ran_dtype": "int64", "torch_threads": 2}
+    assert have.peak(int64) == (None, 20e9, "measured 2026-12-04")
+    assert have.ridge(int64) is None
+    assert have.peak({**int64, "torch_threads": 4}) == (None, None, None)  # no ceiling of these threads at all
     # the dtype the step ran in (a factory that ignores dtype: helper-33's fp32 model swept at bf16
     # read "13% of the bf16 peak"), where the job recorded one
     assert have.peak({"platform": "cpu", "dtype": "bf16", "ran_dtype": "fp32", "torch_threads": 2})[0] == 90e9

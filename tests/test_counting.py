@@ -332,3 +332,10 @@ def test_the_dtype_a_steps_matrix_products_ran_in_is_seen_under_autocast():
     _products_ran_in(plain, {torch.float32: 2})
     _products_ran_in(plain, {torch.float32: 1, torch.bfloat16: 1})  # mixed: the parameters' dtype stands
     assert plain == {"ran_dtype": "fp32", "warnings": []}
+    # integer products (an int64 mm, whose operands no floating dtype has a say in: ran_dtype was
+    # empty and the step was held against the grid's bf16 peak and its ridge, "memory-bound")
+    a = torch.randint(-8, 8, (16, 16))
+    assert weight_reads(lambda: a @ a, []).products == {torch.int64: 1}
+    ints = {"ran_dtype": None, "warnings": []}
+    _products_ran_in(ints, {torch.int64: 1})
+    assert ints["ran_dtype"] == "int64" and "integer arithmetic" in ints["warnings"][0]
