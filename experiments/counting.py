@@ -242,10 +242,15 @@ def _noting(packet: Any, seen: set[str]) -> Callable[..., int]:
     return formula
 
 
+COPIES = ("clone",)  # tagged pointwise, but a copy (.contiguous() of a transposed tensor): no arithmetic
+
+
 def _pointwise_packets() -> set[Any]:
-    """The aten operator packets known so far with an overload tagged pointwise."""
+    """The aten operator packets known so far with an overload tagged pointwise, but copies."""
     found = set()
     for name in dir(torch.ops.aten):
+        if name in COPIES:
+            continue
         try:
             packet = getattr(torch.ops.aten, name)
             overloads = [getattr(packet, o) for o in packet.overloads()]

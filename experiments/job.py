@@ -214,10 +214,17 @@ class Prepared:
     # and the trained parameters (whose gradients and state it guessed); lazy ones were not made yet
     guessed: tuple[int, int] = (0, 0)
     limits: int = 0  # the frames Dynamo had given up recompiling in this process when the step was made
+    frames: int = 0  # the frames Dynamo had compiled in this process when `graphs` was last set
+
+    def warm(self) -> None:
+        """What Dynamo compiles from here on is a recompilation of the warm step."""
+        self.graphs, self.frames = dynamo_graphs()[0], dynamo_frames()
 
     def recompiles(self) -> int:
-        """The graphs Dynamo compiled since `graphs` was last set: recompilations of a warm step."""
-        return dynamo_graphs()[0] - self.graphs
+        """The compilations Dynamo made since `warm`: recompilations of a warm step, each a new graph
+        or a frame compiled again without one (a resumed frame after a graph break guarding on a
+        Python number: helper-56's `.item()` of a changing buffer recompiled 8 times, 0 graphs)."""
+        return max(dynamo_graphs()[0] - self.graphs, dynamo_frames() - self.frames)
 
     def grad_mode(self) -> Any:
         import torch
@@ -356,7 +363,7 @@ def _time_in_twin(config: JobConfig) -> dict[str, Any]:
         for _ in range(TWIN_WARMUP_CALLS):
             job.step.call()
         job.sync()
-        job.graphs = dynamo_graphs()[0]
+        job.warm()
         start = machine.read()
         timed = _timed(job.step.call, job.sync)
         timed.update(_side_by_side(job, timed["timed_us_per_step"]))
@@ -512,7 +519,8 @@ def _prepare(config: JobConfig, out: dict[str, Any], quiet: bool = False) -> Pre
     step = make_step(workload, train=config.train, optimizer=config.optimizer, name=w.name,
                      compile_fn=_compiler(config, device))
     graphs, limits = dynamo_graphs()
-    return Prepared(config, device, free, workload, modules, step, cost, sync, graphs=graphs, limits=limits)
+    return Prepared(config, device, free, workload, modules, step, cost, sync, graphs=graphs, limits=limits,
+                    frames=dynamo_frames())
 
 
 def _settle_process(config: JobConfig) -> None:
@@ -664,8 +672,8 @@ def _first_call(job: Prepared, out: dict[str, Any]) -> None:
         raise records.Refusal(f"{config.workload.target}'s step returned {kind}: its work runs only when something "
                               "consumes it, so the step timed nothing; return the results themselves (a tensor, "
                               "or list(...) of them)")
-    inside = job.recompiles()
-    job.graphs += inside  # a warm step's recompilations count from here
+    inside = dynamo_graphs()[0] - job.graphs  # the graphs of the first call (a frame Dynamo skipped makes none)
+    job.warm()  # a warm step's recompilations count from here
     if inside and not config.compile:
         _warn(out, f"torch.compile ran inside the workload ({inside} graph{'s' if inside > 1 else ''} on its first "
                    "call: a factory that returns a compiled model, or torch.compile in its code): this eager job "
@@ -690,7 +698,7 @@ def _warm_up(job: Prepared, out: dict[str, Any]) -> None:
         job.step.call()
     job.sync()
     out["warmup_ms"] = (time.perf_counter() - start) * 1e3
-    job.graphs = dynamo_graphs()[0]  # warm: what it compiles from here on is a recompilation
+    job.warm()  # what it compiles from here on is a recompilation
 
 
 def _profiled_steps(job: Prepared, job_dir: Path, out: dict[str, Any], first_in_profiler: bool
@@ -1035,6 +1043,9 @@ def _products_ran_in(out: dict[str, Any], products: dict[Any, int]) -> None:
     ran = dtype_name(dtype)
     if ran == out.get("ran_dtype"):
         return
+    if ran in str(out.get("ran_dtype") or "").split("+"):  # one of the dtypes it holds (fp32+complex64): no cast
+        out["ran_dtype"] = ran  # the products' peak is the one it is held against
+        return
     if not (dtype.is_floating_point or dtype.is_complex):  # integer arithmetic: no floating-point peak holds it
         _warn(out, f"the step's matrix products ran in {ran}, integer arithmetic: ran_dtype says {ran}, held against "
                    "no floating-point matmul peak (the memory bandwidth only), whatever the grid's dtype")
@@ -1116,6 +1127,16 @@ def dynamo_graphs() -> tuple[int, int]:
     return graphs, limit
 
 
+def dynamo_frames() -> int:
+    """The frames Dynamo has compiled in this process (its counters' frames total: a recompiled
+    frame counts again, with or without a graph); 0 where Dynamo was never imported."""
+    counters = getattr(sys.modules.get("torch._dynamo.utils"), "counters", None)
+    try:
+        return int(counters["frames"]["total"]) if counters is not None else 0
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
 def _recompiled(job: Prepared, out: dict[str, Any]) -> None:
     """Say where the warm step compiled again while it was measured: its times then hold
     compilations, or (past Dynamo's recompile limit) eager code under a compiled label. Counted
@@ -1129,7 +1150,7 @@ def _recompiled(job: Prepared, out: dict[str, Any]) -> None:
                if graphs == 1 and not limit else
                "a guard keeps failing (a Python number the step changes, a shape that changes): its step times hold "
                "compilations")
-        _warn(out, f"the step was compiled again while it was measured ({graphs} graph{'' if graphs == 1 else 's'} "
+        _warn(out, f"the step was compiled again while it was measured ({graphs} time{'' if graphs == 1 else 's'} "
                    "after its first call" + ("; Dynamo reached its recompile limit and runs the rest eagerly" if limit
                                              else "") + f"): {why}; "
                    + ("job.log has Dynamo's reasons" if _RECOMPILES_LOGGED

@@ -317,3 +317,44 @@ def test_a_compiled_job_that_compiled_nothing_says_so(user_code, tmp_path):
     assert any(w.startswith("torch.compile compiled nothing: Dynamo made no graph") for w in record["warnings"])
     assert record["compiled_nothing"] is True  # the analysis then compares nothing with it
     assert "torch.compile compiled nothing" in done.stdout  # the conclusions' warnings line
+
+
+def test_a_frame_compiled_again_without_a_graph_counts_as_a_recompilation():
+    """helper-56: a step that reads `.item()` of a buffer it changes breaks its graph there, and
+    Dynamo compiles the resumed frame again for each new value (a guard on the Python float) without
+    making a graph: counted by graphs, 8 recompilations in the profiled steps read `recompiles 0`,
+    no warning, and the report blamed the machine. Run in a process of its own (Dynamo's counters
+    only grow in a process)."""
+    code = textwrap.dedent("""
+        import contextlib, io, torch
+        from torch import nn
+        from experiments.job import Prepared, dynamo_graphs
+
+        class ItemGuard(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(8, 8)
+                self.register_buffer("n", torch.zeros(()))
+
+            def forward(self, x):
+                h = self.a(x)
+                self.n.add_(1).clamp_(max=5)
+                if self.n.item() > 0:
+                    print("step")
+                    h = h * 2
+                return h
+
+        step, x = torch.compile(ItemGuard(), dynamic=False), torch.randn(4, 8)
+        with contextlib.redirect_stdout(io.StringIO()):
+            step(x)
+            job = Prepared(*[None] * 8)
+            job.warm()
+            graphs = dynamo_graphs()[0]
+            for _ in range(6):
+                step(x)
+        print(job.recompiles(), dynamo_graphs()[0] - graphs)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    recompiles, graphs = map(int, done.stdout.split()[-2:])
+    assert graphs == 0 and recompiles == 4, done.stdout  # the values 2, 3, 4 and 5; then 5 again: none
