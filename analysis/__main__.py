@@ -404,8 +404,10 @@ def _history(args: argparse.Namespace) -> int:
                 lost.append(f"{int(newest['jobs_failed'])} jobs failed")
             if unrun:
                 lost.append(f"{unrun} planned jobs never ran")
-            print(f"failed in the newest sweep: {', '.join(lost)} in {newest['name']}, "
-                  f"{len(history.newest_missing(found))} grid points measured before")
+            missing = len(history.newest_missing(found))
+            print(f"failed in the newest sweep: {', '.join(lost)} in {newest['name']}"
+                  + (f", {missing} grid points measured before" if missing else
+                     ": not a whole sweep, its grid points judged on fewer processes than planned"))
             return 1
         bad = [r for r in found.changes if r["status"] == "regression" and r["ratio"] > args.fail_on_change]
         for r in bad:
@@ -562,12 +564,12 @@ def _analyse(args: argparse.Namespace) -> int:
         print(f"error: {not_a_folder(args.folder)}", file=sys.stderr)
         return 2
     from analysis import analyse_folder
-    from analysis.tables import METRICS_FILE, job_folders, unreadable
+    from analysis.tables import METRICS_FILE, job_folders, stopped_before_jobs, unreadable
 
     if unreadable(args.folder):
         print(f"error: {unreadable(args.folder)}", file=sys.stderr)
         return 2
-    if not job_folders(args.folder):
+    if not job_folders(args.folder) and not stopped_before_jobs(args.folder):
         print(f"error: {args.folder}: not a sweep or a run: no job folder with a {METRICS_FILE} in it "
               "(give outputs/multirun/<date>/<time> or one job's folder)", file=sys.stderr)
         return 2

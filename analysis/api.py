@@ -250,11 +250,11 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
             whole = "not analysed yet" if not (path / SUMMARY_FILE).is_file() else "its analysis did not finish"
             raise ProfsweepError(f"{path}: {whole} (no {missing}): load(folder, analyse=True)")
         from analysis import analyse_folder
-        from analysis.tables import METRICS_FILE, job_folders
+        from analysis.tables import METRICS_FILE, job_folders, stopped_before_jobs
 
         from profsweep.contract import foreign
 
-        if not job_folders(path):
+        if not job_folders(path) and not stopped_before_jobs(path):
             raise ProfsweepError(f"{path}: not a sweep or a run: no job folder with a {METRICS_FILE} in it")
         wrong = foreign(path)
         if wrong is not None:

@@ -237,11 +237,14 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None],
         return max(ns for _, ns in newer) + records
 
     def is_sweep(folder: Path) -> bool:
-        """Analysed, or job folders that are not themselves analysed runs (outputs/runs/<date>)."""
+        """Analysed, or job folders that are not themselves analysed runs (outputs/runs/<date>), or
+        a sweep stopped before its first job (its sweep.json: the gate must not pass over it either)."""
+        from analysis.tables import stopped_before_jobs
+
         if summary_file(folder) is not None:
             return True
         jobs = job_folders(folder)
-        return bool(jobs) and not any(summary_file(j) is not None for j in jobs)
+        return (bool(jobs) and not any(summary_file(j) is not None for j in jobs)) or bool(stopped_before_jobs(folder))
 
     def children(folder: Path) -> list[Path]:
         """The folders in `folder` that a walk goes into; one this user cannot read is skipped with

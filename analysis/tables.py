@@ -92,6 +92,16 @@ def never_ran(folder: Path, found: int) -> str | None:
             "rerun its command into this folder to finish (jobs already ok are skipped)")
 
 
+def stopped_before_jobs(folder: Path) -> str | None:
+    """Why a folder without a job folder is still a sweep of ours, in words: its sweep.json plans
+    jobs and none ran (stopped or killed before its first job, while the ceilings were measured or
+    it waited for the device); None otherwise, and while a sweep still writes it."""
+    planned = contract.read_plan(folder).get("jobs")
+    if isinstance(planned, bool) or not isinstance(planned, int) or planned <= 0 or job_folders(folder):
+        return None
+    return never_ran(folder, 0)
+
+
 def more_points_than_planned(folder: Path, found: int, jobs: Sequence[dict[str, Any]] = ()) -> str | None:
     """Where the folder holds more grid points than its sweep planned (sweep.json's
     `grid_points`): jobs measured with other settings share it, left by a rerun into the folder

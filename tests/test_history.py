@@ -347,6 +347,23 @@ def test_a_newest_sweep_whose_jobs_failed_is_named_and_fails_the_gate(tmp_path, 
     code, out, _ = history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)
     assert "in s3: 3 of the 6 planned never ran (stopped early)" in out, out
     assert code == 1 and "failed in the newest sweep: 3 planned jobs never ran in s3, 1 grid points" in out
+    # stopped early with every grid point measured, one on fewer processes than planned: not a whole
+    # sweep, as compare's gate says of it (history passed it: helper-55)
+    shutil.rmtree(tmp_path / "n" / "history")
+    shutil.rmtree(tmp_path / "n" / "s3")
+    write_sweep(tmp_path / "n" / "s3", 4, {16: noisy(160, rng), 32: noisy(320, rng, repeats=2)})
+    plan = json.loads((tmp_path / "n" / "s3" / "sweep.json").read_text())
+    (tmp_path / "n" / "s3" / "sweep.json").write_text(json.dumps({**plan, "jobs": 6}))
+    code, out, _ = history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)
+    assert "in s3: 1 of the 6 planned never ran (stopped early)" in out, out
+    assert code == 1 and ("failed in the newest sweep: 1 planned jobs never ran in s3: not a whole sweep, its grid "
+                          "points judged on fewer processes than planned") in out, out
+    # a failed repeat of a point that has others is no gate failure, as in compare
+    shutil.rmtree(tmp_path / "n" / "history")
+    shutil.rmtree(tmp_path / "n" / "s3")
+    write_sweep(tmp_path / "n" / "s3", 4, {16: noisy(160, rng), 32: [*noisy(320, rng, repeats=2), None]})
+    code, out, _ = history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)
+    assert code == 0 and "in s3: 1 of 6 jobs failed" in out, out
 
 
 @pytest.mark.parametrize("damage", ["repeats.csv deleted", "repeats.csv emptied", "summary.csv not UTF-8"])
@@ -384,6 +401,35 @@ def test_a_newest_sweep_killed_before_its_analysis_fails_the_gate(tmp_path, caps
     # an unanalysed sweep older than the newest taken is skipped as before: the gate judges the newest
     (killed / "sweep.json").write_text(json.dumps({"created_at": "2026-12-02T12:00:00+00:00", "jobs": 6}))
     assert history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)[0] == 0
+
+
+def test_a_newest_sweep_killed_before_its_first_job_fails_the_gate_and_is_analysed_as_stopped(tmp_path, capsys):
+    """helper-55: SIGKILLed after its sweep.json and before its first job folder (while the ceilings
+    were measured, or it waited for the device), a nightly was no sweep to history (no summary, no
+    job folder): not even skipped with a warning, and the gate passed on the night before; the
+    analysis, compare and load called it "not a sweep or a run"."""
+    from analysis.api import load
+    from analysis.compare.side import CompareError, load_side
+
+    rng = np.random.default_rng(5)
+    for i in range(3):
+        write_sweep(tmp_path / "n" / f"s{i}", i + 1, {16: noisy(160, rng)})
+    killed = tmp_path / "n" / "s3"
+    killed.mkdir()
+    (killed / "sweep.json").write_text(json.dumps({"created_at": "2026-12-04T02:00:00+00:00", "jobs": 4}))
+    code, out, err = history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)
+    assert f"skipped: {killed} is not analysed" in err, err
+    assert code == 1 and f"failed in the newest sweep: {killed.resolve()} is not analysed" in out, out
+    with pytest.raises(CompareError, match="4 of 4 planned jobs never ran: the sweep was stopped before them"):
+        load_side(killed)
+    assert main([str(killed)]) == 1  # analysed as what it is: a sweep none of whose jobs ran
+    assert "4 of 4 planned jobs never ran" in capsys.readouterr().out
+    assert load(killed).summary.empty
+    code, out, err = history(tmp_path / "n", "--fail-on-change", "1.10", capsys=capsys)
+    assert code == 1 and "s3" in out, out + err
+    # a folder with no plan and no job is still none
+    (tmp_path / "empty").mkdir()
+    assert main([str(tmp_path / "empty")]) == 2 and "not a sweep or a run" in capsys.readouterr().err
 
 
 # --- the store ------------------------------------------------------------------------------------------

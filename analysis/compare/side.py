@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from analysis.files import CHECKSUMS_FILE, edited_tables
-from analysis.tables import analyse_sweep, environment_of, job_folders, never_ran, read_table, samples_rows, unreadable
+from analysis.tables import (analyse_sweep, environment_of, job_folders, never_ran, read_table, samples_rows,
+                             stopped_before_jobs, unreadable)
 from analysis.trace import is_op
 from profsweep.contract import METRICS_FILE, TIMED_SAMPLES, GridPoint, Job, amount, live_sweep, not_a_folder
 
@@ -79,7 +80,7 @@ def load_side(folder: Path) -> Side:
     jobs = [Job(j, **({TIMED_SAMPLES: [s["us"] for s in samples[str(j["job"])]]} if str(j["job"]) in samples else {}))
             for j in rows["repeats"]]
     if not jobs:
-        raise CompareError(f"{folder}: not a sweep or a run: no job folder with a metrics.json in it")
+        raise CompareError(f"{folder}: {stopped_before_jobs(folder) or 'not a sweep or a run: no job folder with a metrics.json in it'}")
     every = list(map(GridPoint, rows["summary"]))
     points = [p for p in every if p.usable]
     if not every:  # no grid point at all: every record unreadable, or no job ran

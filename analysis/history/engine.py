@@ -682,12 +682,13 @@ def unrun_jobs(sweep: dict[str, Any]) -> tuple[int, int | None]:
 
 
 def broken(history: History) -> bool:
-    """The newest sweep lost jobs (failed, or never ran: stopped early) and grid points measured
-    before with them: the first regression a gate sees."""
+    """The newest sweep is not whole (planned jobs never ran: stopped early, its grid points judged
+    on fewer processes or not at all), or lost grid points measured before (their jobs failed):
+    the first regression a gate sees, as compare's gate fails a NEW that is not a whole sweep."""
     if not history.sweeps:
         return False
     newest = history.sweeps[-1]
-    return bool((newest.get("jobs_failed") or unrun_jobs(newest)[0]) and newest_missing(history))
+    return bool(unrun_jobs(newest)[0] or (newest.get("jobs_failed") and newest_missing(history)))
 
 
 def newest_missing(history: History) -> list[Line]:
