@@ -9,13 +9,12 @@ Elsewhere (no prctl) nothing is set up and the job may outlive the sweep.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
-import sys
+
+from profsweep.lifeline import die_with
 
 PARENT_ENV = "PROFSWEEP_PARENT_PID"
-_PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent(signum: int = signal.SIGKILL) -> bool:
@@ -24,14 +23,6 @@ def die_with_parent(signum: int = signal.SIGKILL) -> bool:
     Does nothing (returns False) without PARENT_ENV in the environment or off Linux.
     """
     expected = os.environ.get(PARENT_ENV)
-    if not expected or not sys.platform.startswith("linux"):
+    if not expected or not expected.isdigit():
         return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
-            return False
-    except (OSError, AttributeError):
-        return False
-    if str(os.getppid()) != expected:  # the parent died before the request: follow it now
-        os._exit(128 + signum)
-    return True
+    return die_with(int(expected), signum)

@@ -24,7 +24,6 @@ interpreter or a child of the fork server) and single-threaded; elsewhere `fork`
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import random
@@ -36,8 +35,8 @@ import traceback
 from typing import Any, Callable
 
 from profsweep.contract import message
+from profsweep.lifeline import die_with
 
-_PR_SET_PDEATHSIG = 1
 _MAX_RESULT = 1 << 20
 _HEADER = 8  # bytes of the result's length, before it
 
@@ -191,7 +190,7 @@ def _serve(parent: int, go: int, results: int, work: Callable[[], dict[str, Any]
     """The twin's whole life: wait for the go, work, write the result, leave without cleanup."""
     code = 0
     try:
-        _die_with(parent)
+        die_with(parent)
         if os.read(go, 1) != b"g":  # the job closed the pipe unused, or died
             os._exit(0)
         code = 1  # whatever fails from here is the twin's failure, never a silent success
@@ -213,13 +212,3 @@ def _serve(parent: int, go: int, results: int, work: Callable[[], dict[str, Any]
             stream.flush()
     finally:
         os._exit(code)
-
-
-def _die_with(parent: int) -> None:
-    """SIGKILL when the job dies; exit at once if it already has."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:
-        os._exit(0)

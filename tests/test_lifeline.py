@@ -278,3 +278,25 @@ def test_a_read_only_sweep_folder_is_named_and_analysed_elsewhere_with_out(tmp_p
     assert "Traceback" not in done.stderr
     assert second == "0" and (out / "summary.csv").is_file() and (out / "report.html").is_file()
     assert "../disk/sweep/0_matmul_add_8_bf16_cold_eager/t.json" in (out / "report.html").read_text()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_analysis_drawing_processes_die_with_it():
+    """helper-55: kill -9 of `python -m analysis` left its forked drawing processes running; they
+    wrote their figures into plots/ after it died, and a rerun's could be overwritten by them."""
+    code = (
+        "import multiprocessing, os, time\n"
+        "from analysis.report.plots import _quiet_worker\n"
+        "pool = multiprocessing.get_context('fork').Pool(1, initializer=_quiet_worker, initargs=(os.getpid(),))\n"
+        "print(pool.apply(os.getpid), flush=True)\n"
+        "pool.apply_async(time.sleep, (60,))\n"
+        "time.sleep(60)\n")
+    analysis = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(analysis.stdout.readline())
+        assert alive(worker)
+        analysis.kill()
+        analysis.wait()
+        assert wait_for(lambda: not alive(worker), 10), "a drawing process outlived the analysis"
+    finally:
+        analysis.kill()

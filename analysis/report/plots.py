@@ -47,6 +47,7 @@ from matplotlib.text import Text  # noqa: E402
 from analysis.text import TOO_WIDE, bytes_label, duration_label, rate, rate_label, short_name, size_label, too_wide  # noqa: E402
 from analysis.points import pairing_columns  # noqa: E402
 from profsweep.contract import amount, flag, point_jobs, usable_rows  # noqa: E402
+from profsweep.lifeline import die_with  # noqa: E402
 from analysis.files import atomic_write_bytes  # noqa: E402
 
 PLOT_NAMES = ("crossover", "launches", "steps", "kernels", "throughput", "memory", "roofline", "memory_timeline")
@@ -436,15 +437,17 @@ def _draw_all(figures: list[tuple[Callable[..., Figure], tuple[Any, ...], Path]]
     workers = drawing_processes(len(figures))
     if workers < 2:
         return [_draw(*figure) for figure in figures]
-    with multiprocessing.get_context("fork").Pool(workers, initializer=_quiet_worker) as pool:
+    with multiprocessing.get_context("fork").Pool(workers, initializer=_quiet_worker, initargs=(os.getpid(),)) as pool:
         return pool.starmap(_draw, figures, chunksize=1)
 
 
-def _quiet_worker() -> None:
+def _quiet_worker(parent: int) -> None:
     """A drawing process leaves signals to its parent: Ctrl-C reaches the parent, which stops
-    the pool; the pool's SIGTERM ends the worker without running the parent's handlers."""
+    the pool; the pool's SIGTERM ends the worker without running the parent's handlers; and it
+    dies with its parent (kill -9 of the analysis left it drawing into plots/ after: helper-55)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with(parent)
 
 
 def drawing_processes(figures: int) -> int:
