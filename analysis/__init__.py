@@ -6,6 +6,7 @@ Reads only the artifact files a sweep leaves on disk; never imports the job side
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -31,10 +32,14 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     from analysis.report.plots import PLOT_NAMES, write_plots
     from analysis.report.page import write_report
     from analysis.tables import MISSING, analyse_sweep, environment_of, frame, frames, write_tables
-    from profsweep.contract import ENVIRONMENT_FILE
+    from profsweep.contract import ENVIRONMENT_FILE, live_sweep
 
     folder = Path(folder)
     target = Path(out) if out is not None else folder
+    # a sweep still running (not this process's own, at its end): a job record written after this
+    # time was not read, and the sweep's own analysis, of every job, is not to be overwritten with this
+    started, writer = time.time_ns(), live_sweep(folder)
+    watch = out is None and writer is not None
     tables = analyse_sweep(folder, progress)
     said_environment = folder / ENVIRONMENT_FILE
     if said_environment.exists() and not isinstance(environment_of(folder), dict):
@@ -53,52 +58,97 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     extra = {"claims": claims} if len(claims) else {}
     if checked is not None:
         extra[EXPECTATIONS_FILE.removesuffix(".csv")] = expectations
-    begin_writing(target)
-    write_tables(target, {**data, **extra})
-    for stem in OPTIONAL_TABLES:  # one an earlier analysis of this folder wrote, that this one does not
-        if stem not in data and stem not in extra:
-            (target / f"{stem}.csv").unlink(missing_ok=True)
-    found = conclude(tables.points, tables.crossovers, tables.jobs, top, claims if len(claims) else None,
-                     expectations if checked is not None else None, fused)
-    short = in_short(tables.points, tables.crossovers, tables.jobs)
-    write_conclusions(target, found)
-    plots = write_plots(data["summary"], data["steps"], data["crossovers"], target / PLOTS_DIR,
-                        data.get("memory_timeline"))
-    for stale in set(PLOT_NAMES) - {p.stem for p in plots}:  # drawn by an earlier analysis, not by this one
-        (target / PLOTS_DIR / f"{stale}.png").unlink(missing_ok=True)
-    report = write_report(tables, plots, data, claims, expectations if checked is not None else None, out=target,
-                          conclusions=found, short=short)
-    if out is None:
-        point_latest(folder)
-    if checked:  # none: the sweep expected nothing of its own (a preset's claims are the article check)
-        said = expectations["holds"].value_counts()
-        wrong, unsure, na = (int(said.get(k, 0)) for k in ("false", "inconclusive", "n/a"))
-        progress(f"expectations: {int(said.get('true', 0))} of {len(checked)} checks hold"
-                 + (f", {wrong} do not (the report opens with them)" if wrong else "")
-                 + (f", {unsure} inconclusive (their intervals straddle the value)" if unsure else "")
-                 + (f", {na} n/a (no such value)" if na else ""))
-    points = len(tables.points)
-    # a copied job folder is no job; one without a record (not run, or stopped) is said apart, as
-    # the sweep's tally counts it with the missing
-    jobs = sum(1 for j in tables.jobs if j.get("status") not in (COPY, MISSING))
-    missing = sum(1 for j in tables.jobs if j.get("status") == MISSING)
-    progress(f"analysis: {amount(jobs, 'job')}" + (f", {amount(points, 'grid point')}" if points != jobs else "")
-             + (f" ({amount(missing, 'job folder')} without a result: not run or not finished)" if missing else "")
-             + f" -> {report}")
-    said = [c for c in found if c.topic != "noise"]  # the noise lines come last, as before
-    if short:
-        progress("in short:")
-        for line in short:
-            progress(f"  {line}")
-    if said:
-        progress("conclusions (with their tables and plots in report.html):")
-        for c in said[:TERMINAL_CONCLUSIONS]:
-            progress(f"  - {c.text}")
-        if len(said) > TERMINAL_CONCLUSIONS:
-            progress(f"  ... and {len(said) - TERMINAL_CONCLUSIONS} more in the report")
-    for line in noise_lines(tables.points):
-        progress(line)
-    return tables.problems
+    held = _hold_for_writing(target)  # one analysis writes a folder at a time, each its whole analysis
+    try:
+        if watch and _records_since(folder, started):
+            progress(f"not written: jobs of {folder} finished while this analysis read it (its sweep was running): "
+                     f"the sweep's own analysis at its end writes it from every job, or python -m analysis {folder} "
+                     "run again does")
+            return tables.problems
+        begin_writing(target)
+        write_tables(target, {**data, **extra})
+        for stem in OPTIONAL_TABLES:  # one an earlier analysis of this folder wrote, that this one does not
+            if stem not in data and stem not in extra:
+                (target / f"{stem}.csv").unlink(missing_ok=True)
+        found = conclude(tables.points, tables.crossovers, tables.jobs, top, claims if len(claims) else None,
+                         expectations if checked is not None else None, fused)
+        short = in_short(tables.points, tables.crossovers, tables.jobs)
+        write_conclusions(target, found)
+        plots = write_plots(data["summary"], data["steps"], data["crossovers"], target / PLOTS_DIR,
+                            data.get("memory_timeline"))
+        for stale in set(PLOT_NAMES) - {p.stem for p in plots}:  # drawn by an earlier analysis, not by this one
+            (target / PLOTS_DIR / f"{stale}.png").unlink(missing_ok=True)
+        report = write_report(tables, plots, data, claims, expectations if checked is not None else None, out=target,
+                              conclusions=found, short=short)
+        if out is None:
+            point_latest(folder)
+        if checked:  # none: the sweep expected nothing of its own (a preset's claims are the article check)
+            said = expectations["holds"].value_counts()
+            wrong, unsure, na = (int(said.get(k, 0)) for k in ("false", "inconclusive", "n/a"))
+            progress(f"expectations: {int(said.get('true', 0))} of {len(checked)} checks hold"
+                     + (f", {wrong} do not (the report opens with them)" if wrong else "")
+                     + (f", {unsure} inconclusive (their intervals straddle the value)" if unsure else "")
+                     + (f", {na} n/a (no such value)" if na else ""))
+        points = len(tables.points)
+        # a copied job folder is no job; one without a record (not run, or stopped) is said apart, as
+        # the sweep's tally counts it with the missing
+        jobs = sum(1 for j in tables.jobs if j.get("status") not in (COPY, MISSING))
+        missing = sum(1 for j in tables.jobs if j.get("status") == MISSING)
+        progress(f"analysis: {amount(jobs, 'job')}" + (f", {amount(points, 'grid point')}" if points != jobs else "")
+                 + (f" ({amount(missing, 'job folder')} without a result: not run or not finished)" if missing else "")
+                 + f" -> {report}")
+        said = [c for c in found if c.topic != "noise"]  # the noise lines come last, as before
+        if short:
+            progress("in short:")
+            for line in short:
+                progress(f"  {line}")
+        if said:
+            progress("conclusions (with their tables and plots in report.html):")
+            for c in said[:TERMINAL_CONCLUSIONS]:
+                progress(f"  - {c.text}")
+            if len(said) > TERMINAL_CONCLUSIONS:
+                progress(f"  ... and {len(said) - TERMINAL_CONCLUSIONS} more in the report")
+        for line in noise_lines(tables.points):
+            progress(line)
+        return tables.problems
+    finally:
+        if held is not None:
+            os.close(held)
+
+
+ANALYSIS_LOCK_FILE = ".profsweep.analysis.lock"  # held while an analysis writes a folder (not the sweep's lock)
+
+
+def _hold_for_writing(target: Path) -> int | None:
+    """An exclusive lock on `target`'s analysis, waited for (another analysis writing it: the
+    sweep's own at its end, or one run by hand), so that two never interleave their files; None
+    where the folder cannot hold one (read-only: the first write names the problem)."""
+    import fcntl
+
+    try:
+        fd = os.open(target / ANALYSIS_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _records_since(folder: Path, started_ns: int) -> bool:
+    """Whether a job record of `folder` was written after `started_ns` (time.time_ns()): a job the
+    sweep finished while this analysis read the others; its view is then older than the folder's."""
+    from analysis.tables import METRICS_FILE, job_folders
+
+    for job in job_folders(folder):
+        try:
+            if (job / METRICS_FILE).stat().st_mtime_ns > started_ns:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def begin_writing(target: Path) -> None:

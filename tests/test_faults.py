@@ -863,3 +863,66 @@ def test_a_sweep_that_waits_for_the_device_to_measure_its_ceilings_says_so(tmp_p
                                 "CPU (one job per device), held by another process on this machine",
                                 env={"PROFSWEEP_CACHE_DIR": str(tmp_path / "cache")})
     assert "not started: 1 job (the sweep was interrupted)" in out and "done: 0 jobs (0 ok, 0 failed, 1 missing)" in out
+
+
+def _holding(path: Path) -> subprocess.Popen:
+    """Another process holding an exclusive flock on `path` (a sweep's folder lock, or an
+    analysis's), its pid written in it."""
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; f = open(sys.argv[1], 'a+'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); f.write(str(os.getpid())); f.flush(); "
+                               "print('held', flush=True); time.sleep(60)", str(path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_an_analysis_of_a_live_sweep_never_overwrites_a_newer_one_nor_interleaves_with_another(tmp_path, monkeypatch):
+    """helper-55: `python -m analysis FOLDER` started while the sweep ran, finishing after the
+    sweep's own analysis at its end, replaced its report with one that called the last job
+    'unfinished' beside the sweep's tables of every job; two analyses wrote into one folder at once."""
+    import threading
+
+    import analysis.tables
+    from analysis import ANALYSIS_LOCK_FILE, analyse_folder
+    from profsweep.contract import SWEEP_LOCK_FILE
+    from tests.conftest import hand_made_point, processes
+
+    sweep = tmp_path / "s"
+    hand_made_point(sweep, 0, processes(100))
+    assert analyse_folder(sweep, progress=lambda line: None) == []
+    report = sweep / "report.html"
+    before = report.stat().st_mtime_ns
+    read = analysis.tables.analyse_sweep
+
+    def a_job_finishes_meanwhile(folder, progress):
+        found = read(folder, progress)
+        record = next(folder.glob("*/metrics.json"))
+        os.utime(record, ns=(time.time_ns() + 10**9,) * 2)
+        return found
+
+    monkeypatch.setattr(analysis.tables, "analyse_sweep", a_job_finishes_meanwhile)
+    said: list[str] = []
+    sweeping = _holding(sweep / SWEEP_LOCK_FILE)
+    try:
+        analyse_folder(sweep, progress=said.append)
+    finally:
+        sweeping.kill()
+        sweeping.wait()
+    assert report.stat().st_mtime_ns == before, "a view older than the folder's replaced its report"
+    assert any(line.startswith(f"not written: jobs of {sweep} finished while this analysis read it") for line in said)
+    # the sweep over (or never live): the same analysis writes, as the folder's newest
+    analyse_folder(sweep, progress=said.append)
+    assert report.stat().st_mtime_ns > before
+    # another analysis writing the folder: this one waits for it, then writes its own whole
+    monkeypatch.setattr(analysis.tables, "analyse_sweep", read)
+    before = report.stat().st_mtime_ns
+    writing = _holding(sweep / ANALYSIS_LOCK_FILE)
+    done = threading.Event()
+    waiter = threading.Thread(target=lambda: (analyse_folder(sweep, progress=lambda line: None), done.set()))
+    waiter.start()
+    try:
+        assert not done.wait(3) and report.stat().st_mtime_ns == before  # read, then waiting: nothing touched
+    finally:
+        writing.kill()
+        writing.wait()
+    waiter.join(120)
+    assert done.is_set() and report.stat().st_mtime_ns > before
