@@ -7,8 +7,10 @@ matrix products (mm, addmm, bmm, convolutions, attention: multiply-adds count 2)
 hand cost models do, 1 FLOP per output element of every op torch tags `pointwise` (add, mul,
 gelu, where, ...) and the bias add of addmm and baddbmm (and of _addmm_activation, with its
 activation), and count the CPU's fused attention (_scaled_dot_product_flash_attention_for_cpu and
-its backward) as torch counts the other fused attentions: its matrix products. Reductions,
-softmax, norms and copies are not counted. Complex tensors are counted in real FLOPs: a complex
+its backward) as torch counts the other fused attentions: its matrix products; an optimizer's
+`_foreach_*` ops (its foreach path) count as the pointwise ops they loop, 1 per element written,
+and a fused optimizer update (`_fused_adamw_`) is named as not counted. Reductions, softmax,
+norms and copies are not counted. Complex tensors are counted in real FLOPs: a complex
 multiply-add is 8 (4 multiplies, 2 adds for the product, 2 for the sum) where torch counts 2, and
 an elementwise op counts 2 per complex element it writes (the rule of 1 per output element,
 applied to its two real numbers: `z * z` counts 2, as `x + y` counts 1; `z.abs()` writes reals, 1). A complex convolution is counted as what runs:
@@ -243,6 +245,53 @@ def _noting(packet: Any, seen: set[str]) -> Callable[..., int]:
 
 
 COPIES = ("clone",)  # tagged pointwise, but a copy (.contiguous() of a transposed tensor): no arithmetic
+# _foreach_ ops that copy, fill, reduce or multiply matrices: not elementwise arithmetic
+FOREACH_NOT_ARITHMETIC = ("copy", "zero", "norm", "max", "mm")
+# an optimizer's update in one fused kernel (fused=True): no formula, named as not counted
+FUSED_OPTIMIZERS = ("_fused_adam", "_fused_adamw", "_fused_sgd", "_fused_adagrad")
+
+
+def _foreach_packets() -> set[Any]:
+    """The aten `_foreach_*` packets known so far that do elementwise arithmetic over a list of
+    tensors (an optimizer's foreach path, torch's default on CUDA): none is tagged pointwise."""
+    found = set()
+    for name in dir(torch.ops.aten):
+        if name.startswith("_foreach_") and name.removeprefix("_foreach_").rstrip("_") not in FOREACH_NOT_ARITHMETIC:
+            try:
+                found.add(getattr(torch.ops.aten, name))
+            except (AttributeError, RuntimeError):
+                continue
+    return found
+
+
+def _foreach_flop(*args: Any, out_val: Any = None, out_shape: Any = None, **kwargs: Any) -> int:
+    """1 FLOP per element of the tensors of its first list (what it writes, in place or anew), as
+    the pointwise op it loops counts: AdamW's foreach path counts what its loop path does."""
+    first = args[0] if args else None
+    return sum(_stored(t) * (COMPLEX_POINTWISE if t.is_complex() else 1) for t in tensors([first]))
+
+
+_foreach_flop._get_raw = True  # type: ignore[attr-defined]
+
+
+def _fused_packets() -> set[Any]:
+    """The aten packets known so far of an optimizer's fused update (FUSED_OPTIMIZERS)."""
+    found = set()
+    for name in dir(torch.ops.aten):
+        if name.rstrip("_") in FUSED_OPTIMIZERS:
+            try:
+                found.add(getattr(torch.ops.aten, name))
+            except (AttributeError, RuntimeError):
+                continue
+    return found
+
+
+def _ran(packet: Any, seen: set[str]) -> Callable[..., int]:
+    """A formula that counts nothing and notes that `packet` ran (an in-place op returns nothing)."""
+    def formula(*args: Any, **kwargs: Any) -> int:
+        seen.add(str(packet).replace(".", "::", 1))
+        return 0
+    return formula
 
 
 def _pointwise_packets() -> set[Any]:
@@ -288,15 +337,19 @@ def count_flops(call: Callable[[], Any]) -> tuple[int, list[str]]:
     own = {p: _dense_only(p, f, sparse) for p, f in own.items()}
     while True:
         packets, products = _pointwise_packets(), _product_packets(formulas)
+        foreach, fused = _foreach_packets(), _fused_packets()
         seen: set[str] = set()
         mapping = {p: _noting(p, seen) for p in products}
+        mapping.update({p: _ran(p, seen) for p in fused})
         mapping.update({p: _pointwise_flop for p in packets})
+        mapping.update({p: _foreach_flop for p in foreach})
         mapping.update(own)
         counter, other = FlopCounterMode(display=False, custom_mapping=mapping), _OtherOps()
         with counter, other:
             call()
-        both = packets | products
-        if both <= known or not ((_pointwise_packets() - packets) or (_product_packets(formulas) - products)):
+        both = packets | products | foreach | fused
+        if both <= known or not ((_pointwise_packets() - packets) or (_product_packets(formulas) - products)
+                                 or (_foreach_packets() - foreach) or (_fused_packets() - fused)):
             return int(counter.get_total_flops()), sorted(seen | sparse | other.seen)
         known = both
 
