@@ -534,3 +534,20 @@ def test_a_fitted_throughput_past_the_machines_peak_is_said_to_be_no_steps():
     assert "outruns" not in within
     unknown = _crossing("lm fp32 cold eager", fit, [{"size": 64}, {"size": 128}], "compute", "overhead")
     assert "outruns" not in unknown  # no ceiling recorded: nothing to hold it against
+
+
+def test_a_fit_with_no_floor_says_the_work_dominates_only_where_its_interval_shows_it():
+    """helper-56: a 30 µs step at 16 with one process of 64 at 11.7 ms fitted 0 µs [0, 55.4 µs] of
+    overhead, said as "no overhead floor measurable: compute dominates at every size" (and
+    "compute" of a line through bytes, after "memory-bound at 16")."""
+    from analysis.report.conclusions import _crossing
+
+    fit = {"fit_work": "bytes", "fit_overhead_us": 0.0, "fit_overhead_us_low": 0.0, "fit_overhead_us_high": 55.4,
+           "fit_throughput": 665e6, "fit_crossover_size": None, "fit_check": "fits"}
+    rows = [{"size": 64, "timed_us_per_step": 36.1, "noisy": True}, {"size": 16, "timed_us_per_step": 30.2}]
+    said = _crossing("argmaxout fp32 cold eager", fit, rows, "compute", "overhead")
+    assert ("no overhead floor measured, and none ruled out: the floor's interval reaches 55.4 µs against a step of "
+            "30.2 µs at 16 (noisy), so the work may not dominate there") in said, said
+    assert "compute dominates" not in said
+    tight = _crossing("argmaxout fp32 cold eager", {**fit, "fit_overhead_us_high": 2.0}, rows, "compute", "overhead")
+    assert tight.endswith("; no overhead floor measurable: the work dominates at every size."), tight

@@ -289,7 +289,7 @@ def _crossing(name: str, crossover: dict[str, Any], rows: list[dict[str, Any]], 
                 f"{rate(speed, unit)}{interval(crossover, 'fit_throughput', lambda v: rate(v, unit), always=True)}"
                 f"{_past_the_peak(speed, unit, rows)}")
         if size is None:
-            return said + f"; no overhead floor measurable: {work} dominates at every size."
+            return said + _no_floor(crossover, rows)
         where = ("between the sizes swept" if sizes[0] <= size <= sizes[-1] else
                  f"below the smallest size swept ({sizes[0]})" if size < sizes[0] else
                  f"above the largest size swept ({sizes[-1]})")
@@ -314,6 +314,21 @@ def _crossing(name: str, crossover: dict[str, Any], rows: list[dict[str, Any]], 
         return (f"{name}: no crossover between sizes {sizes[0]} and {sizes[-1]}: {host} exceeds {work} at every "
                 f"size; it would lie above {sizes[-1]}.{misfit}")
     return f"{name}: crossover {status}.{misfit}"
+
+
+def _no_floor(crossover: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """A fit with no overhead floor (0 µs) in words: the work dominates at every size where the
+    floor's interval stays under half the smallest size's step (past it, the overhead may equal
+    the work there: nothing is shown); the work, not "compute": bytes where the line is through them."""
+    high = stats.number(crossover.get("fit_overhead_us_high"))
+    smallest = min(rows, key=lambda r: stats.number(r.get("size")) or 0)
+    step = stats.number(smallest.get("timed_us_per_step"))
+    if high is not None and step is not None and high >= step / 2:
+        noisy = " (noisy)" if any(flag(r.get("noisy")) for r in rows) else ""
+        return (f"; no overhead floor measured, and none ruled out: the floor's interval reaches {us(high)} against "
+                f"a step of {us(step)} at {smallest['size']}{noisy}, so the work may not dominate there; more "
+                "processes (run.repeats) or smaller sizes would tell.")
+    return "; no overhead floor measurable: the work dominates at every size."
 
 
 def _past_the_peak(speed: float | None, unit: str, rows: list[dict[str, Any]]) -> str:
