@@ -90,6 +90,10 @@ def _as_loss(tensor: torch.Tensor) -> torch.Tensor:
     and imaginary parts, as real numbers)."""
     if tensor.is_complex():
         return torch.view_as_real(tensor).sum()
+    if not tensor.is_floating_point():  # argmax's indices, a mask: autograd's "does not require grad" said why
+        raise StepError(f"train=true: the step's output is {str(tensor.dtype).removeprefix('torch.')} (indices, a "
+                        "mask, a count), which carries no gradient: return the floating-point output it is made from "
+                        "(the logits, not their argmax), or Workload(fn, args, loss=...) from the factory")
     return tensor if tensor.dim() == 0 else tensor.sum()
 
 

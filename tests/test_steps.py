@@ -84,6 +84,14 @@ def test_the_default_loss_skips_integer_tensors_and_makes_a_complex_output_real(
     model = nn.Linear(4, 4).to(torch.complex64)
     make_step(Workload(model, (torch.randn(2, 4, dtype=torch.complex64),)), train=True, optimizer="sgd",
               name="m").call()
+    # an integer output alone: said as what it is (autograd's "does not require grad" was read as a
+    # model under no_grad or frozen: helper-56's argmax head)
+    head = nn.Linear(4, 3)
+    step = make_step(Workload(lambda x: head(x).argmax(-1), (torch.randn(2, 4),)), train=True, optimizer="sgd",
+                     name="argmax")
+    with pytest.raises(StepError, match=r"the step's output is int64 \(indices, a mask, a count\), which carries no "
+                                        "gradient: return the floating-point output"):
+        step.call()
 
 
 @pytest.mark.parametrize("returned, said", [(lambda out: float(out.sum()), "a Python float"),
