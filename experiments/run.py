@@ -78,7 +78,10 @@ if __name__ == "__main__":
         # a stop that landed where the sweep has no handler of its own yet (making its folder,
         # writing environment.json): said as every stop is, with the same exit status
         refusals.release()
-        print("interrupted: rerun the same command into the same folder to go on", flush=True)
+        from profsweep.sweep_state import SWEEP
+
+        print("interrupted before the sweep started: nothing was written" if SWEEP.folder is None else
+              f"interrupted: rerun the same command into the same folder ({SWEEP.folder}) to go on", flush=True)
         raise SystemExit(EXIT_INTERRUPTED) from None
     except SystemExit as exc:
         # Hydra refused the input before the sweep started (it exits 1): say it as we do, exit 2.

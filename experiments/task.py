@@ -195,6 +195,7 @@ class SweepCallback(Callback):
             refuse_what_is_no_sweep(sweep_dir)
             refuse_another_grid(sweep_dir, axes)
             warn_if_short_of_space(sweep_dir, "hydra.sweep.dir", planned)
+        SWEEP.folder = sweep_dir  # from here a stop may leave the folder behind
         start_in(sweep_dir, "hydra.sweep.dir", expect)
         if axes is not None:
             compiles = any(p.config.compile for p in planned) or any(
@@ -202,6 +203,7 @@ class SweepCallback(Callback):
             write_plan(sweep_dir, axes, config.run, compiles)
         refusals.release()  # the input is accepted: stderr passes from now on
         SWEEP.reset()
+        SWEEP.folder = sweep_dir
         # Once the grid sweeper has launched the last job: no template, and no thread watching
         # it, while the analysis runs (the sweeper calls this through SWEEP, not by importing us).
         # From the last job on, a stop waits for the analysis: deferred first, so that a stop while

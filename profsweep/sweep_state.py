@@ -12,6 +12,7 @@ importing the job side.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable
 
 from profsweep.progress import duration
@@ -36,6 +37,7 @@ class SweepState:
         self.started: float | None = None  # monotonic clock when the jobs began
         self.durations: list[float] = []  # how long each job that ran took
         self.resumed = 0  # jobs skipped because they were already ok (resume)
+        self.folder: Path | None = None  # the sweep's folder, from when it may be made (a stop before: nothing written)
         self._after_launching: list[Callable[[], None]] = []
         # How the analysis at the end went (the analysis callback notes it, the tally turns it into
         # the exit status): why it was not written, and whether it was itself stopped.

@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import textwrap
 import sys
 import time
 from pathlib import Path
@@ -926,3 +927,32 @@ def test_an_analysis_of_a_live_sweep_never_overwrites_a_newer_one_nor_interleave
         writing.wait()
     waiter.join(120)
     assert done.is_set() and report.stat().st_mtime_ns > before
+
+
+@pytest.mark.parametrize("when", ["before its folder", "after its folder"])
+def test_a_stop_before_the_sweeps_own_handler_says_whether_its_folder_was_made(tmp_path, when):
+    """helper-55: a stop while Hydra composed the sweep (before any folder) said "rerun the same
+    command into the same folder to go on", of a folder that was never made."""
+    code = textwrap.dedent(f"""
+        import runpy, sys
+        import experiments.task as t
+        if {when == "before its folder"!r}:
+            def stop(self, config, **kwargs):
+                raise KeyboardInterrupt
+            t.SweepCallback.on_multirun_start = stop
+        else:
+            made = t.start_in
+            def stop(*args, **kwargs):
+                made(*args, **kwargs)
+                raise KeyboardInterrupt
+            t.start_in = stop
+        sys.argv = ["experiments/run.py", "-m", "size=8", "hydra.sweep.dir={tmp_path / 's'}"]
+        runpy.run_path("experiments/run.py", run_name="__main__")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 130, done.stdout + done.stderr
+    if when == "before its folder":
+        assert "interrupted before the sweep started: nothing was written" in done.stdout, done.stdout
+        assert not (tmp_path / "s").exists()
+    else:
+        assert f"interrupted: rerun the same command into the same folder ({tmp_path / 's'}) to go on" in done.stdout
