@@ -155,12 +155,15 @@ def begin_writing(target: Path) -> None:
     """Before the first table: take away what an earlier analysis wrote last and what a reader
     would take for the whole of it (report.html, conclusions.json, summary.parquet, which history
     prefers to summary.csv, and its plots), so that an analysis stopped halfway leaves new tables and no report
-    of the old ones beside them; and the temporary files of writes that a stop cut short."""
+    of the old ones beside them; tables.sha256, which vouched for the old tables; and the temporary
+    files of writes that a stop cut short."""
     from profsweep.contract import CONCLUSIONS_FILE, REPORT_FILE, alive
 
+    from analysis.files import forget_checksums
     from analysis.report.plots import PLOT_NAMES
 
     try:
+        forget_checksums(target)  # the old tables stay until the new ones replace them: no longer vouched for
         for name in (REPORT_FILE, CONCLUSIONS_FILE, "summary.parquet"):
             (target / name).unlink(missing_ok=True)
         for name in PLOT_NAMES:  # the earlier analysis's plots: a stop while drawing left old beside new

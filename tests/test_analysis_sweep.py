@@ -574,7 +574,8 @@ def test_an_analysis_starts_by_taking_away_what_would_pass_for_the_old_whole(tmp
     prefers) beside new tables, and a plot's temporary file for good (a reviewer's kills)."""
     from analysis import begin_writing
 
-    for name in ("report.html", "conclusions.json", "summary.parquet", "summary.csv"):
+    # tables.sha256 too: the old tables, left by a kill before the new ones, passed `sha256sum -c` (helper-55)
+    for name in ("report.html", "conclusions.json", "summary.parquet", "summary.csv", "tables.sha256"):
         (tmp_path / name).write_text("old")
     (tmp_path / "plots").mkdir()
     dead, mine = tmp_path / "plots" / ".launches.png.999999999.tmp", tmp_path / f".ops.csv.{os.getpid()}.tmp"
