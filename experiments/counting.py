@@ -3,7 +3,8 @@ must move, and its peak memory on the CPU. Each runs one extra call, after the p
 so neither the timed first call nor a profiled step is touched.
 
 FLOPs: torch.utils.flop_counter.FlopCounterMode over one eager call. Its own formulas count the
-matrix products (mm, addmm, bmm, convolutions, attention: multiply-adds count 2); we add, as the
+matrix products (mm, addmm, bmm, convolutions, attention: multiply-adds count 2; mv, addmv, dot
+and vdot, which it has none for, by ours alike); we add, as the
 hand cost models do, 1 FLOP per output element of every op torch tags `pointwise` (add, mul,
 gelu, where, ...) and the bias add of addmm and baddbmm (and of _addmm_activation, with its
 activation), and count the CPU's fused attention (_scaled_dot_product_flash_attention_for_cpu and
@@ -118,6 +119,19 @@ def _addmm_flop(bias: Any, a: Any, b: Any, *args: Any, out_val: Any = None, **kw
     if _is_complex(bias, a, b, out_val):
         return product * COMPLEX_PRODUCT + added * COMPLEX_POINTWISE
     return product + added
+
+
+def _mv_flop(a: Any, v: Any, *args: Any, out_val: Any = None, **kwargs: Any) -> int:
+    """A matrix-vector product (mv), or a dot product of two vectors (dot, vdot): 2 per
+    multiply-add (2·m·n, 2·n), as mm's; real FLOPs where complex (8 per multiply-add)."""
+    product = 2 * a.numel()  # m·n multiply-adds of an m×n matrix, n of an n-vector
+    return product * (COMPLEX_PRODUCT if _is_complex(a, v) else 1)
+
+
+def _addmv_flop(bias: Any, a: Any, v: Any, *args: Any, out_val: Any = None, **kwargs: Any) -> int:
+    """mv's 2·m·n, plus the bias added to each of the m outputs."""
+    added = sum(t.numel() for t in tensors([out_val]))
+    return _mv_flop(a, v) + added * (COMPLEX_POINTWISE if _is_complex(bias, a, v, out_val) else 1)
 
 
 def _addmm_activation_flop(bias: Any, a: Any, b: Any, *args: Any, out_val: Any = None, **kwargs: Any) -> int:
@@ -323,6 +337,10 @@ def count_flops(call: Callable[[], Any]) -> tuple[int, list[str]]:
     # addmm's count for its in-place forms and for addbmm (the batch summed into one m x n output)
     own = {getattr(aten, name): _addmm_flop for name in ("addmm", "addmm_", "baddbmm", "baddbmm_", "addbmm", "addbmm_")}
     own[aten._addmm_activation] = _addmm_activation_flop
+    # no formula in torch's counter: a matrix-vector or vector-vector product (`M @ v`) left a whole
+    # model's FLOPs "not counted" (helper-56)
+    own.update({getattr(aten, name): _mv_flop for name in ("mv", "dot", "vdot")})
+    own.update({getattr(aten, name): _addmv_flop for name in ("addmv", "addmv_")})
     for name, formula in (("_scaled_dot_product_flash_attention_for_cpu", _attention_flop),
                           ("_scaled_dot_product_flash_attention_for_cpu_backward", _attention_backward_flop)):
         if hasattr(aten, name):  # torch >= 2.3

@@ -456,6 +456,31 @@ def test_compile_against_eager_rests_on_the_steps_timed_in_turn_in_each_compiled
     assert re.search(r"no clear difference \([\d.]+× \[0\.\d+×, [\d.]+×\]", said), said
 
 
+def test_a_grid_of_compiled_points_alone_says_compile_against_eager_from_its_steps_timed_in_turn(tmp_path):
+    """helper-56: compile=true alone measured eager beside compiled in every process (69 µs against
+    19.7 µs: graph breaks) and no conclusion said so: the report paired nothing."""
+    from profsweep import stats as st
+
+    for r in (1, 2, 3):
+        job(tmp_path, r, size=64, compile=True, step_us=400, mm_us=200, timed_us=130, repeat=r)
+    side = {1: (100.0, 350.0), 2: (120.0, 414.0), 3: (90.0, 318.6)}
+    _side_by_side(tmp_path, side)
+    analyse_folder(tmp_path)
+    said = conclusions_html(tmp_path)
+    logs = [math.log(c / e) for e, c in side.values()]
+    mean, half = statistics.mean(logs), st.t_quantile(0.975, 2) * statistics.stdev(logs) / math.sqrt(3)
+    assert (f"compile against eager, matmul_add bf16 cold (eager and compiled timed in turn in each compiled process; "
+            f"the grid has no eager point of its own): {math.exp(mean):.2f}× slower [{math.exp(mean - half):.2f}×, "
+            f"{math.exp(mean + half):.2f}×] at 64 (100 µs → 350 µs per step)") in said, said
+    # without the steps timed in turn (an older record), nothing to say it from
+    for path in tmp_path.glob("*/metrics.json"):
+        record = json.loads(path.read_text())
+        del record["side_by_side_eager_us"]
+        path.write_text(json.dumps(record))
+    analyse_folder(tmp_path)
+    assert "compile against eager" not in conclusions_html(tmp_path)
+
+
 def test_the_band_of_the_conclusions_is_the_analysis_commands(tmp_path, capsys):
     """compile 3% slower than eager in every round: the same within the default ±5%, slower
     within ±1% (`python -m analysis FOLDER --band 0.01`); a band out of range is refused."""

@@ -153,6 +153,17 @@ def test_copies_count_no_flops_as_casts_do():
     assert count_flops(lambda: (x @ w).view(64, 4, 16).transpose(0, 1).contiguous()) == (2 * 64 ** 3, [])
 
 
+def test_matrix_vector_and_dot_products_count_as_mm_does():
+    """helper-56: torch's counter has no formula for mv, addmv, dot or vdot, so one `M @ v` in a
+    model left its whole FLOP count "not counted"; by hand: 2 per multiply-add, the bias 1 each."""
+    m, v, w, b = torch.randn(64, 32), torch.randn(32), torch.randn(32), torch.randn(64)
+    assert count_flops(lambda: m @ v) == (2 * 64 * 32, [])
+    assert count_flops(lambda: torch.addmv(b, m, v)) == (2 * 64 * 32 + 64, [])
+    assert count_flops(lambda: v @ w) == (2 * 32, []) and count_flops(lambda: torch.vdot(v, w)) == (2 * 32, [])
+    z = torch.randn(64, 32, dtype=torch.complex64)
+    assert count_flops(lambda: z @ v.to(torch.complex64)) == (8 * 64 * 32, [])  # 8 real FLOPs a multiply-add
+
+
 def test_names_that_say_matrix_products():
     from experiments.counting import does_products
 

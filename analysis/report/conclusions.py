@@ -487,6 +487,33 @@ def _compile(points: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[C
         tail = f" Behind it (size {eager['size']}): {'; '.join(behind)}." if behind else ""
         how = f" ({PAIRING[every]})" if every else ""
         out.append(Conclusion("compile", f"compile against eager, {name}{how}: {'; '.join(said)}.{tail}", "summary"))
+    return out + _compiled_alone(points, by_job)
+
+
+def _compiled_alone(points: list[dict[str, Any]], by_job: dict[str, dict[str, Any]]) -> list[Conclusion]:
+    """Compile against eager where the grid has no eager point beside a compiled one (compile=true
+    alone): from the steps each compiled process timed eager and compiled in turn (helper-56: a
+    compiled step 3.5x slower than eager from graph breaks went unsaid)."""
+    paired = {id(c) for _, c in _pairs(points, "compile")}
+    alone = [p for p in points if flag(p.get("compile")) and id(p) not in paired and not flag(p.get("compiled_nothing"))]
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for p in sorted(alone, key=lambda r: stats.number(r.get("size")) or 0):
+        grouped.setdefault(series_name(p, leave_out=["compile"]), []).append(p)
+    out = []
+    for name, rows in grouped.items():
+        said = []
+        for compiled in rows:
+            side = grid_points.side_by_side(compiled, by_job)
+            if not side:
+                continue
+            steps = grid_points.side_by_side_steps(side)
+            found = change([], [], *steps, paired=side)
+            if found is not None:
+                noisy = ", noisy" if _noisy(compiled, "noisy_load") else ""
+                said.append(f"{found[0]} at {compiled['size']} ({us(steps[0])} → {us(steps[1])} per step{noisy})")
+        if said:
+            out.append(Conclusion("compile", f"compile against eager, {name} ({PAIRING[SIDE_BY_SIDE]}; the grid has "
+                                             f"no eager point of its own): {'; '.join(said)}.", "summary"))
     return out
 
 
