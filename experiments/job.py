@@ -874,7 +874,7 @@ def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
     from profsweep.stats import median, quantiles, slow_steps
 
     samples: list[float] = []
-    probe_before = speed_probe()
+    probe_before, overhead_before = speed_probe(), speed_probe(overhead=True)
     faults = _minor_faults()
     start = time.perf_counter()
     while True:
@@ -889,14 +889,15 @@ def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
                 or (n >= TIMED_FLOOR and elapsed >= TIMED_MAX_S)):
             break
     after = _minor_faults()
-    probe_after = speed_probe()
+    probe_after, overhead_after = speed_probe(), speed_probe(overhead=True)
     kept = [round(v, 3) for v in (samples if len(samples) <= TIMED_SAMPLES_KEPT else quantiles(samples, TIMED_SAMPLES_KEPT))]
     # the median of what is kept (the kept order statistics hold the median): the record agrees with itself
     return {"timed_us_per_step": median(kept), "timed_steps": len(samples),
             "timed_samples_us": kept, "timed_slow_steps": slow_steps(samples),
             "timed_minor_faults_per_step": (after - faults) / len(samples) if None not in (faults, after) else None,
             "speed_probe_us": math.sqrt(probe_before * probe_after) if probe_before and probe_after else None,
-            "speed_probe_before_us": probe_before, "speed_probe_after_us": probe_after}
+            "speed_probe_before_us": probe_before, "speed_probe_after_us": probe_after,
+            "overhead_probe_us": math.sqrt(overhead_before * overhead_after) if overhead_before and overhead_after else None}
 
 
 def _side_by_side(job: Prepared, step_us: float | None = None) -> dict[str, Any]:
@@ -980,30 +981,38 @@ def _let_go_of_eager(job: Prepared) -> None:
 # On a loaded machine a call can wait for a core (16 ms seen beside a test suite): the probe stops
 # after PROBE_BUDGET_S once it has PROBE_MIN_CALLS calls.
 PROBE_SIZE, PROBE_WARMUP, PROBE_CALLS, PROBE_MIN_CALLS, PROBE_BUDGET_S = 64, 20, 300, 11, 0.03
+# The overhead probe, beside it: a one-element torch.add, the Python call and torch's dispatch that
+# an overhead-bound step spends its time on. In an A/A pair of the main command (2026-12-07 23:26)
+# matmul_add 64's steps ran 1.4-1.6x as long in the second sweep while the matmul probe, in a
+# core's L1 cache, read 1.06x: what slows the interpreter's front end need not slow a small matmul.
 
 
-def speed_probe() -> float | None:
-    """The probe's median time a call, in microseconds (module comment above); None where it
-    cannot run (a measurement of the machine never fails a job)."""
+def speed_probe(overhead: bool = False) -> float | None:
+    """The probe's median time a call, in microseconds (the comment above): the matmul, or
+    (`overhead`) the one-element add; None where it cannot run (a measurement of the machine
+    never fails a job)."""
     try:
-        return _probe()
+        return _probe(overhead)
     except Exception as exc:  # noqa: BLE001 (any failure of a side measurement)
-        print(f"warning: no speed probe: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        print(f"warning: no {'overhead' if overhead else 'speed'} probe: {type(exc).__name__}: {exc}", file=sys.stderr,
+              flush=True)
         return None
 
 
-def _probe() -> float:
+def _probe(overhead: bool = False) -> float:
     import torch
 
-    a = torch.full((PROBE_SIZE, PROBE_SIZE), 0.5, dtype=torch.float32, device="cpu")
+    n = 1 if overhead else PROBE_SIZE
+    a = torch.full((n, n), 0.5, dtype=torch.float32, device="cpu")
     out = torch.empty_like(a)
+    op = torch.add if overhead else torch.mm
     for _ in range(PROBE_WARMUP):
-        torch.mm(a, a, out=out)
+        op(a, a, out=out)
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < PROBE_CALLS and (len(times) < PROBE_MIN_CALLS or time.perf_counter() - start < PROBE_BUDGET_S):
         t0 = time.perf_counter()
-        torch.mm(a, a, out=out)
+        op(a, a, out=out)
         times.append(time.perf_counter() - t0)
     times.sort()
     return round(times[len(times) // 2] * 1e6, 3)

@@ -125,6 +125,30 @@ def test_a_change_the_machines_speed_probe_made_too_gets_no_verdict(tmp_path, ca
     assert row["verdict"] == "faster" and row["speed_probe_ratio"] == pytest.approx(6.5 / 6.6)
 
 
+def test_a_change_the_machines_overhead_probe_made_too_gets_no_verdict(tmp_path, capsys):
+    """An A/A pair of the main command on this project's VM (2026-12-07 23:26): matmul_add 64's
+    steps ran 1.42x (eager) and 1.57x (compiled) as long in the second sweep, 'slower' by every
+    interval, while the matmul probe read 1.06x: what slows the interpreter's front end did not
+    slow a 64x64 matmul in a core's L1 cache. A one-element torch.add, timed beside it, is what
+    an overhead-bound step spends its time on: both probes must agree for a verdict to stand."""
+    hand_made_point(tmp_path / "base", 0, processes(100), speed_probe_us=4.2, overhead_probe_us=1.0)
+    hand_made_point(tmp_path / "new", 0, processes(142), speed_probe_us=4.4, overhead_probe_us=1.45)
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--fail-if-slower", "1.1", capsys=capsys)
+    row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
+    assert code == 0 and row["verdict"] == "inconclusive" and row["interval_low"] > 1.05, row["verdict_why"]
+    assert "the machine's overhead probe (a one-element torch.add" in row["verdict_why"] and "1 -> 1.45 µs" in \
+        row["verdict_why"], row["verdict_why"]
+    assert row["overhead_probe_ratio"] == pytest.approx(1.45) and row["speed_probe_ratio"] == pytest.approx(4.4 / 4.2)
+    # a change past what the machine did stands: 3x the step for 1.45x the probe
+    hand_made_point(tmp_path / "thrice", 0, processes(300), speed_probe_us=4.4, overhead_probe_us=1.45)
+    compare(tmp_path / "base", tmp_path / "thrice", capsys=capsys)
+    assert pd.read_csv(tmp_path / "thrice" / "compare" / "compare.csv").loc[0, "verdict"] == "slower"
+    # the overhead probe alike on both sides: the 1.42x is a verdict
+    hand_made_point(tmp_path / "alike", 0, processes(142), speed_probe_us=4.4, overhead_probe_us=1.02)
+    compare(tmp_path / "base", tmp_path / "alike", capsys=capsys)
+    assert pd.read_csv(tmp_path / "alike" / "compare" / "compare.csv").loc[0, "verdict"] == "slower"
+
+
 def timed_point(folder: Path, medians_and_faults: list[tuple[float, float]]) -> None:
     """One grid point whose repeats each timed 20 un-profiled steps around a median, with the
     minor page faults per timed step given (the profiled steps alike in every repeat)."""

@@ -184,11 +184,18 @@ def _samples(side: Side, point: dict[str, Any], on: str) -> list[tuple[list[floa
     return [(g, job) for g, job in found if g]
 
 
-def _probed(repeats: list[tuple[list[float], dict[str, Any]]], on: str) -> list[tuple[list[float], float]]:
-    """Each repeat's samples with the machine's speed probe of its process (speed_probe_us); none
+# The probes each job times before and after its un-profiled steps (experiments/job.py), in words
+PROBES = {"speed_probe_us": "the machine's speed probe (a 64x64 matmul timed before and after the steps)",
+          "overhead_probe_us": "the machine's overhead probe (a one-element torch.add timed before and after the "
+                               "steps: the Python call and dispatch an overhead-bound step spends its time on)"}
+
+
+def _probed(repeats: list[tuple[list[float], dict[str, Any]]], on: str,
+            probe: str = "speed_probe_us") -> list[tuple[list[float], float]]:
+    """Each repeat's samples with a probe of the machine's speed in its process (PROBES); none
     where a repeat has no probe (a sweep from before it, a value that is not one) or where the
     samples are the device's time, which the host's speed does not set."""
-    probes = [stats.number(job.get("speed_probe_us")) for _, job in repeats]
+    probes = [stats.number(job.get(probe)) for _, job in repeats]
     if on == "device_us" or any(p is None or p <= 0 for p in probes):
         return []
     return [(g, p) for (g, _), p in zip(repeats, probes)]  # type: ignore[misc]
@@ -197,7 +204,8 @@ def _probed(repeats: list[tuple[list[float], dict[str, Any]]], on: str) -> list[
 # What the probe itself depends on besides the machine's load: where these differ (or the thread
 # count), the probe's change is part of what is compared, and nothing is vetoed by it.
 def against_the_machine(judged: Verdict, base: list[tuple[list[float], float]], new: list[tuple[list[float], float]],
-                        band: float | None = None, comparable: bool = True) -> tuple[Verdict, tuple[float | None, float | None]]:
+                        band: float | None = None, comparable: bool = True, probe: str = "speed_probe_us"
+                        ) -> tuple[Verdict, tuple[float | None, float | None]]:
     """A change of the step is a verdict only if it is one relative to the machine's speed too.
 
     Each job times a small matmul right before and after its un-profiled steps (speed_probe_us,
@@ -223,7 +231,7 @@ def against_the_machine(judged: Verdict, base: list[tuple[list[float], float]], 
         return judged, probes
     shown = (f"{relative.ratio:.3g}x [{relative.low:.3g}, {relative.high:.3g}]" if relative.low is not None
              and relative.high is not None and relative.ratio is not None else "undecided")
-    why = (f"{judged.why}; but the machine's speed probe (a 64x64 matmul timed before and after the steps) took "
+    why = (f"{judged.why}; but {PROBES[probe]} took "
            f"{pn / pb:.2f}x as long in NEW's processes as in BASE's ({pb:.3g} -> {pn:.3g} µs), and relative to it "
            f"the step is {shown}, not {judged.verdict}: another tenant of this machine's cores most likely slowed "
            "one side; rerun BASE and NEW when their probes agree")
@@ -502,6 +510,9 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
     comparable = (same_probe(base.environment, new.environment)
                   and stats.number(b.get("torch_threads")) == stats.number(n.get("torch_threads")))
     judged, probes = against_the_machine(judged, _probed(base_repeats, on), _probed(new_repeats, on), band, comparable)
+    over = "overhead_probe_us"  # what slows the interpreter need not slow a small matmul: both must agree
+    judged, overheads = against_the_machine(judged, _probed(base_repeats, on, over), _probed(new_repeats, on, over), band,
+                                            comparable, over)
     if on == "timed":
         judged = against_the_allocator(judged, base_repeats, new_repeats, band)
     if (judged.verdict == "inconclusive" and judged.processes_needed is not None
@@ -526,6 +537,8 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
         "verdict_why": judged.why, "processes_needed": judged.processes_needed,
         "repeats_base": len(base_samples), "repeats_new": len(new_samples),
         "speed_probe_us_base": probes[0], "speed_probe_us_new": probes[1], "speed_probe_ratio": _ratio(*probes),
+        "overhead_probe_us_base": overheads[0], "overhead_probe_us_new": overheads[1],
+        "overhead_probe_ratio": _ratio(*overheads),
         "noisy_base": b.get("noisy"), "noisy_new": n.get("noisy"),
         "first_call_ms_ratio": _ratio(b.get("first_call_ms"), n.get("first_call_ms")),
         "peak_memory_ratio": _ratio(b.get("peak_memory_bytes"), n.get("peak_memory_bytes")),
