@@ -39,7 +39,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     # a sweep still running (not this process's own, at its end): a job record written after this
     # time was not read, and the sweep's own analysis, of every job, is not to be overwritten with this
     started, writer = time.time_ns(), live_sweep(folder)
-    watch = out is None and writer is not None
+    watch = writer is not None and _same_folder(target, folder)
     tables = analyse_sweep(folder, progress)
     said_environment = folder / ENVIRONMENT_FILE
     if said_environment.exists() and not isinstance(environment_of(folder), dict):
@@ -58,13 +58,13 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     extra = {"claims": claims} if len(claims) else {}
     if checked is not None:
         extra[EXPECTATIONS_FILE.removesuffix(".csv")] = expectations
-    held = _hold_for_writing(target)  # one analysis writes a folder at a time, each its whole analysis
+    held = None
     try:
+        held = _hold_for_writing(target)  # one analysis writes a folder at a time, each its whole analysis
         if watch and _records_since(folder, started):
-            progress(f"not written: jobs of {folder} finished while this analysis read it (its sweep was running): "
-                     f"the sweep's own analysis at its end writes it from every job, or python -m analysis {folder} "
-                     "run again does")
-            return tables.problems
+            raise NotWritten(f"not written: jobs of {folder} finished while this analysis read it (its sweep is "
+                             f"running): the sweep's own analysis at its end writes it from every job, or python -m "
+                             f"analysis {folder} run again does")
         begin_writing(target)
         write_tables(target, {**data, **extra})
         for stem in OPTIONAL_TABLES:  # one an earlier analysis of this folder wrote, that this one does not
@@ -119,6 +119,18 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
 ANALYSIS_LOCK_FILE = ".profsweep.analysis.lock"  # held while an analysis writes a folder (not the sweep's lock)
 
 
+class NotWritten(Exception):
+    """An analysis of a live sweep that wrote nothing: a job finished while it read the others (its
+    view older than the folder's); the message says so and what writes it."""
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return a == b
+
+
 def _hold_for_writing(target: Path) -> int | None:
     """An exclusive lock on `target`'s analysis, waited for (another analysis writing it: the
     sweep's own at its end, or one run by hand), so that two never interleave their files; None
@@ -126,6 +138,7 @@ def _hold_for_writing(target: Path) -> int | None:
     import fcntl
 
     try:
+        target.mkdir(parents=True, exist_ok=True)  # a new --out: its first analysis holds it too
         fd = os.open(target / ANALYSIS_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError:
         return None
@@ -139,15 +152,20 @@ def _hold_for_writing(target: Path) -> int | None:
 
 def _records_since(folder: Path, started_ns: int) -> bool:
     """Whether a job record of `folder` was written after `started_ns` (time.time_ns()): a job the
-    sweep finished while this analysis read the others; its view is then older than the folder's."""
+    sweep finished while this analysis read the others; its view is then older than the folder's.
+    A job that started meanwhile (its placeholder record, `unfinished`) is no such job."""
     from analysis.tables import METRICS_FILE, job_folders
+    from profsweep.contract import UNFINISHED, read_json
 
     for job in job_folders(folder):
         try:
-            if (job / METRICS_FILE).stat().st_mtime_ns > started_ns:
-                return True
-        except OSError:
-            continue
+            if (job / METRICS_FILE).stat().st_mtime_ns <= started_ns:
+                continue
+            record = read_json(job / METRICS_FILE)
+        except (OSError, ValueError):  # gone, or being written: a job ending now
+            return True
+        if not (isinstance(record, dict) and record.get(UNFINISHED) is True):
+            return True
     return False
 
 

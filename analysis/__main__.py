@@ -590,9 +590,11 @@ def _analyse(args: argparse.Namespace) -> int:
         return 2
     if live(args.folder, args.strict):
         return 2
+    from analysis import NotWritten
+
     try:
         problems = analyse_folder(args.folder, out=args.out)
-    except OSError as exc:  # an output it could not write: named, no traceback
+    except (OSError, NotWritten) as exc:  # an output it could not write (or would not): named, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 1
     for job, what in problems:

@@ -249,7 +249,7 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
             missing = " or ".join(name for name in (SUMMARY_FILE, CONCLUSIONS_FILE) if not (path / name).is_file())
             whole = "not analysed yet" if not (path / SUMMARY_FILE).is_file() else "its analysis did not finish"
             raise ProfsweepError(f"{path}: {whole} (no {missing}): load(folder, analyse=True)")
-        from analysis import analyse_folder
+        from analysis import NotWritten, analyse_folder
         from analysis.tables import METRICS_FILE, job_folders, stopped_before_jobs
 
         from profsweep.contract import foreign
@@ -259,7 +259,10 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
         wrong = foreign(path)
         if wrong is not None:
             raise ProfsweepError(f"{path} {wrong}")
-        analyse_folder(path, progress=lambda line: None)
+        try:
+            analyse_folder(path, progress=lambda line: None)
+        except NotWritten as exc:
+            raise ProfsweepError(str(exc)) from None
         return Sweep(path)
     from analysis.store import newer_records, older_than_records
     from profsweep.contract import live_sweep
@@ -270,13 +273,15 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
     why = "; load(folder, analyse=True) analyses it anew" if not analyse else \
         "; a sweep still writes it" if live_sweep(path) is not None else ""
     if not why:
-        from analysis import analyse_folder
+        from analysis import NotWritten, analyse_folder
 
         try:
             analyse_folder(path, progress=lambda line: None)
             return Sweep(path)
         except OSError as exc:  # a folder this user may read but not write (an archive, another's sweep)
             why = f"; it cannot be analysed anew here ({exc})"
+        except NotWritten as exc:  # (a sweep that started writing it since)
+            why = f"; {exc}"
     import warnings
 
     warnings.warn(f"{older_than_records(path, newer)}: these are the tables written before them{why}", stacklevel=2)

@@ -260,7 +260,7 @@ def _noting(packet: Any, seen: set[str]) -> Callable[..., int]:
 
 COPIES = ("clone",)  # tagged pointwise, but a copy (.contiguous() of a transposed tensor): no arithmetic
 # _foreach_ ops that copy, fill, reduce or multiply matrices: not elementwise arithmetic
-FOREACH_NOT_ARITHMETIC = ("copy", "zero", "norm", "max", "mm")
+FOREACH_NOT_ARITHMETIC = ("copy", "clone", "zero", "norm", "powsum", "max", "mm")
 # an optimizer's update in one fused kernel (fused=True): no formula, named as not counted
 FUSED_OPTIMIZERS = ("_fused_adam", "_fused_adamw", "_fused_sgd", "_fused_adagrad")
 
@@ -281,7 +281,7 @@ def _foreach_packets() -> set[Any]:
 def _foreach_flop(*args: Any, out_val: Any = None, out_shape: Any = None, **kwargs: Any) -> int:
     """1 FLOP per element of the tensors of its first list (what it writes, in place or anew), as
     the pointwise op it loops counts: AdamW's foreach path counts what its loop path does."""
-    first = args[0] if args else None
+    first = next((a for a in args if isinstance(a, (list, tuple))), None)  # (a Scalar may come first: pow)
     return sum(_stored(t) * (COMPLEX_POINTWISE if t.is_complex() else 1) for t in tensors([first]))
 
 

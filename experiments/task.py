@@ -164,7 +164,8 @@ class SweepCallback(Callback):
         warn_oversubscribed([job_config(config)])
         warn_unused_with_one_process([job_config(config)])
         expect = check_expectations(config)
-        start_in(Path(str(config.hydra.run.dir)), "hydra.run.dir", expect)
+        SWEEP.folder = Path(str(config.hydra.run.dir))  # from here a stop may leave the folder behind
+        start_in(SWEEP.folder, "hydra.run.dir", expect)
         refusals.release()  # the input is accepted: stderr passes from now on
         record_ceilings(Path(str(config.hydra.run.dir)), [job_config(config)])
         if SWEEP.stopped:  # stopped while the ceilings were measured: the run does not start

@@ -143,6 +143,15 @@ def test_a_change_the_machines_overhead_probe_made_too_gets_no_verdict(tmp_path,
     hand_made_point(tmp_path / "thrice", 0, processes(300), speed_probe_us=4.4, overhead_probe_us=1.45)
     compare(tmp_path / "base", tmp_path / "thrice", capsys=capsys)
     assert pd.read_csv(tmp_path / "thrice" / "compare" / "compare.csv").loc[0, "verdict"] == "slower"
+    # under another Python the probe (which times the interpreter too) changed with what is compared:
+    # no veto (helper-57: the message would have blamed a tenant, and no rerun makes them agree)
+    for side, python in (("base", "3.11.7"), ("new", "3.12.1")):
+        (tmp_path / side / "environment.json").write_text(json.dumps({"python_version": python}))
+    compare(tmp_path / "base", tmp_path / "new", capsys=capsys)
+    assert pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").loc[0, "verdict"] == "slower"
+    (tmp_path / "new" / "environment.json").write_text(json.dumps({"python_version": "3.11.7"}))
+    compare(tmp_path / "base", tmp_path / "new", capsys=capsys)
+    assert pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").loc[0, "verdict"] == "inconclusive"
     # the overhead probe alike on both sides: the 1.42x is a verdict
     hand_made_point(tmp_path / "alike", 0, processes(142), speed_probe_us=4.4, overhead_probe_us=1.02)
     compare(tmp_path / "base", tmp_path / "alike", capsys=capsys)

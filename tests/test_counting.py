@@ -398,3 +398,13 @@ def test_an_optimizers_foreach_path_counts_what_its_loop_counts_and_a_fused_one_
     assert loop[0] - counted(update=False)[0] >= 3 * (64 * 32 + 32)  # the update: a few FLOPs a parameter
     if optimizer is not torch.optim.SGD:
         assert counted(fused=True)[1] == [f"aten::_fused_{optimizer.__name__.lower()}_"]
+
+
+def test_foreach_ops_count_their_arithmetic_only():
+    """1 per element of the list written; a copy or a reduction, none (helper-57); a Scalar before
+    the list (pow.ScalarAndTensor) counts the list after it."""
+    a = [torch.randn(10), torch.randn(5)]
+    assert count_flops(lambda: torch._foreach_add(a, 1.0)) == (15, [])
+    assert count_flops(lambda: torch._foreach_pow(2.0, a)) == (15, [])
+    assert count_flops(lambda: torch._foreach_clone(a)) == (0, [])
+    assert count_flops(lambda: torch._foreach_norm(a)) == (0, [])

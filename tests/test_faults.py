@@ -883,7 +883,8 @@ def test_an_analysis_of_a_live_sweep_never_overwrites_a_newer_one_nor_interleave
     import threading
 
     import analysis.tables
-    from analysis import ANALYSIS_LOCK_FILE, analyse_folder
+    from analysis import ANALYSIS_LOCK_FILE, NotWritten, analyse_folder
+    from analysis.__main__ import main
     from profsweep.contract import SWEEP_LOCK_FILE
     from tests.conftest import hand_made_point, processes
 
@@ -904,12 +905,34 @@ def test_an_analysis_of_a_live_sweep_never_overwrites_a_newer_one_nor_interleave
     said: list[str] = []
     sweeping = _holding(sweep / SWEEP_LOCK_FILE)
     try:
+        with pytest.raises(NotWritten, match=f"not written: jobs of {sweep} finished while this analysis read it"):
+            analyse_folder(sweep, progress=said.append)
+        with pytest.raises(NotWritten):  # --out naming the folder itself is the folder
+            analyse_folder(sweep, progress=said.append, out=sweep)
+        assert main([str(sweep)]) == 1  # the command says it wrote nothing
+        # a job that only started meanwhile (its placeholder record) is no job finished: written
+        for record in sweep.glob("*/metrics.json"):
+            os.utime(record)  # (back from the future the finished one was given)
+        placeholder = sweep / "9_matmul_add_8_bf16_cold_eager" / "metrics.json"
+
+        def a_job_starts_meanwhile(folder, progress):
+            found = read(folder, progress)
+            placeholder.parent.mkdir()
+            placeholder.write_text(json.dumps({"status": "unfinished", "unfinished": True}))
+            return found
+
+        monkeypatch.setattr(analysis.tables, "analyse_sweep", a_job_starts_meanwhile)
         analyse_folder(sweep, progress=said.append)
+        assert report.stat().st_mtime_ns > before
+        for leftover in placeholder.parent.iterdir():
+            leftover.unlink()
+        placeholder.parent.rmdir()
+        before = report.stat().st_mtime_ns
+        monkeypatch.setattr(analysis.tables, "analyse_sweep", a_job_finishes_meanwhile)
     finally:
         sweeping.kill()
         sweeping.wait()
     assert report.stat().st_mtime_ns == before, "a view older than the folder's replaced its report"
-    assert any(line.startswith(f"not written: jobs of {sweep} finished while this analysis read it") for line in said)
     # the sweep over (or never live): the same analysis writes, as the folder's newest
     analyse_folder(sweep, progress=said.append)
     assert report.stat().st_mtime_ns > before
@@ -929,7 +952,7 @@ def test_an_analysis_of_a_live_sweep_never_overwrites_a_newer_one_nor_interleave
     assert done.is_set() and report.stat().st_mtime_ns > before
 
 
-@pytest.mark.parametrize("when", ["before its folder", "after its folder"])
+@pytest.mark.parametrize("when", ["before its folder", "after its folder", "after a single run's folder"])
 def test_a_stop_before_the_sweeps_own_handler_says_whether_its_folder_was_made(tmp_path, when):
     """helper-55: a stop while Hydra composed the sweep (before any folder) said "rerun the same
     command into the same folder to go on", of a folder that was never made."""
@@ -946,7 +969,8 @@ def test_a_stop_before_the_sweeps_own_handler_says_whether_its_folder_was_made(t
                 made(*args, **kwargs)
                 raise KeyboardInterrupt
             t.start_in = stop
-        sys.argv = ["experiments/run.py", "-m", "size=8", "hydra.sweep.dir={tmp_path / 's'}"]
+        sys.argv = (["experiments/run.py", "size=8", "hydra.run.dir={tmp_path / 's'}"] if {when.startswith("after a single")!r}
+                    else ["experiments/run.py", "-m", "size=8", "hydra.sweep.dir={tmp_path / 's'}"])
         runpy.run_path("experiments/run.py", run_name="__main__")
     """)
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -511,8 +511,10 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
                   and stats.number(b.get("torch_threads")) == stats.number(n.get("torch_threads")))
     judged, probes = against_the_machine(judged, _probed(base_repeats, on), _probed(new_repeats, on), band, comparable)
     over = "overhead_probe_us"  # what slows the interpreter need not slow a small matmul: both must agree
+    # (it times the interpreter too: under another Python its change is part of what is compared)
+    same_python = base.environment.get("python_version") == new.environment.get("python_version")
     judged, overheads = against_the_machine(judged, _probed(base_repeats, on, over), _probed(new_repeats, on, over), band,
-                                            comparable, over)
+                                            comparable and same_python, over)
     if on == "timed":
         judged = against_the_allocator(judged, base_repeats, new_repeats, band)
     if (judged.verdict == "inconclusive" and judged.processes_needed is not None

@@ -494,8 +494,9 @@ def _compiled_alone(points: list[dict[str, Any]], by_job: dict[str, dict[str, An
     """Compile against eager where the grid has no eager point beside a compiled one (compile=true
     alone): from the steps each compiled process timed eager and compiled in turn (helper-56: a
     compiled step 3.5x slower than eager from graph breaks went unsaid)."""
-    paired = {id(c) for _, c in _pairs(points, "compile")}
-    alone = [p for p in points if flag(p.get("compile")) and id(p) not in paired and not flag(p.get("compiled_nothing"))]
+    with_eager = {series_name(p, leave_out=["compile"]) for p in points if not flag(p.get("compile"))}
+    alone = [p for p in points if flag(p.get("compile")) and not flag(p.get("compiled_nothing"))
+             and series_name(p, leave_out=["compile"]) not in with_eager]
     grouped: dict[str, list[dict[str, Any]]] = {}
     for p in sorted(alone, key=lambda r: stats.number(r.get("size")) or 0):
         grouped.setdefault(series_name(p, leave_out=["compile"]), []).append(p)
@@ -504,7 +505,7 @@ def _compiled_alone(points: list[dict[str, Any]], by_job: dict[str, dict[str, An
         said = []
         for compiled in rows:
             side = grid_points.side_by_side(compiled, by_job)
-            if not side:
+            if not side or len(side) < 2:  # one process: no interval to decide by (as compile_change)
                 continue
             steps = grid_points.side_by_side_steps(side)
             found = change([], [], *steps, paired=side)
