@@ -265,17 +265,23 @@ FOREACH_NOT_ARITHMETIC = ("copy", "clone", "zero", "norm", "powsum", "max", "mm"
 FUSED_OPTIMIZERS = ("_fused_adam", "_fused_adamw", "_fused_sgd", "_fused_adagrad")
 
 
-def _foreach_packets() -> set[Any]:
-    """The aten `_foreach_*` packets known so far that do elementwise arithmetic over a list of
-    tensors (an optimizer's foreach path, torch's default on CUDA): none is tagged pointwise."""
+def _named_packets(wanted: Callable[[str], bool]) -> set[Any]:
+    """The aten operator packets known so far whose names `wanted` takes."""
     found = set()
     for name in dir(torch.ops.aten):
-        if name.startswith("_foreach_") and name.removeprefix("_foreach_").rstrip("_") not in FOREACH_NOT_ARITHMETIC:
+        if wanted(name):
             try:
                 found.add(getattr(torch.ops.aten, name))
             except (AttributeError, RuntimeError):
                 continue
     return found
+
+
+def _foreach_packets() -> set[Any]:
+    """The aten `_foreach_*` packets known so far that do elementwise arithmetic over a list of
+    tensors (an optimizer's foreach path, torch's default on CUDA): none is tagged pointwise."""
+    return _named_packets(lambda name: name.startswith("_foreach_")
+                          and name.removeprefix("_foreach_").rstrip("_") not in FOREACH_NOT_ARITHMETIC)
 
 
 def _foreach_flop(*args: Any, out_val: Any = None, out_shape: Any = None, **kwargs: Any) -> int:
@@ -290,14 +296,7 @@ _foreach_flop._get_raw = True  # type: ignore[attr-defined]
 
 def _fused_packets() -> set[Any]:
     """The aten packets known so far of an optimizer's fused update (FUSED_OPTIMIZERS)."""
-    found = set()
-    for name in dir(torch.ops.aten):
-        if name.rstrip("_") in FUSED_OPTIMIZERS:
-            try:
-                found.add(getattr(torch.ops.aten, name))
-            except (AttributeError, RuntimeError):
-                continue
-    return found
+    return _named_packets(lambda name: name.rstrip("_") in FUSED_OPTIMIZERS)
 
 
 def _ran(packet: Any, seen: set[str]) -> Callable[..., int]:
