@@ -7,7 +7,7 @@ variance on log times). Every repeat of a sweep forks from the sweep's one templ
 repeats agree more than two sweeps do, and its intervals would miss that share.
 
     .venv/bin/python benchmarks/template_layout.py [--templates 4] [--children 4] [--size 64]
-                                                [--allocator steady]
+                                                [--allocator steady] [--compile]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--workload", default="matmul_add")
     parser.add_argument("--allocator", default="steady", help="run.allocator: steady | fixed | system")
+    parser.add_argument("--compile", action="store_true", help="compile=true (the step torch.compile'd)")
     args = parser.parse_args()
     if args.templates < 2 or args.children < 2:
         parser.error("give at least 2 templates and 2 children each")
@@ -56,7 +57,7 @@ def main() -> int:
         return 1
     print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
     config = JobConfig(workload=WorkloadConfig.builtin(args.workload), size=args.size, dtype="bf16", device="cpu",
-                       run=RunConfig(allocator=args.allocator))
+                       compile=args.compile, run=RunConfig(allocator=args.allocator))
     with tempfile.TemporaryDirectory() as tmp:
         def job(name: str, start) -> float:
             folder = Path(tmp) / name
@@ -86,7 +87,7 @@ def main() -> int:
             for server in servers:
                 server.close()
     for name, groups in (("forked", forked), ("fresh", fresh_runs)):
-        print(f"{name} ({args.workload} {args.size} bf16 cold, run.allocator={args.allocator}, un-profiled step, µs):")
+        print(f"{name} ({args.workload} {args.size} bf16 cold{' compile' if args.compile else ''}, run.allocator={args.allocator}, un-profiled step, µs):")
         for t, g in enumerate(groups):
             label = f"template {t + 1}" if name == "forked" else f"group {t + 1}"
             print(f"  {label}: " + ", ".join(f"{x:.1f}" for x in g))
