@@ -878,7 +878,7 @@ def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
     from profsweep.stats import median, quantiles, slow_steps
 
     samples: list[float] = []
-    probe_before, overhead_before = speed_probe(), speed_probe(overhead=True)
+    before = {kind: speed_probe(kind) for kind in PROBE_KINDS}
     faults = _minor_faults()
     start = time.perf_counter()
     while True:
@@ -893,15 +893,15 @@ def _timed(call: Callable[[], Any], sync: Callable[[], None]) -> dict[str, Any]:
                 or (n >= TIMED_FLOOR and elapsed >= TIMED_MAX_S)):
             break
     after = _minor_faults()
-    probe_after, overhead_after = speed_probe(), speed_probe(overhead=True)
+    after_probes = {kind: speed_probe(kind) for kind in PROBE_KINDS}
     kept = [round(v, 3) for v in (samples if len(samples) <= TIMED_SAMPLES_KEPT else quantiles(samples, TIMED_SAMPLES_KEPT))]
     # the median of what is kept (the kept order statistics hold the median): the record agrees with itself
     return {"timed_us_per_step": median(kept), "timed_steps": len(samples),
             "timed_samples_us": kept, "timed_slow_steps": slow_steps(samples),
             "timed_minor_faults_per_step": (after - faults) / len(samples) if None not in (faults, after) else None,
-            "speed_probe_us": math.sqrt(probe_before * probe_after) if probe_before and probe_after else None,
-            "speed_probe_before_us": probe_before, "speed_probe_after_us": probe_after,
-            "overhead_probe_us": math.sqrt(overhead_before * overhead_after) if overhead_before and overhead_after else None}
+            "speed_probe_before_us": before["speed"], "speed_probe_after_us": after_probes["speed"],
+            **{f"{kind}_probe_us": math.sqrt(before[kind] * after_probes[kind])  # type: ignore[operator]
+               if before[kind] and after_probes[kind] else None for kind in PROBE_KINDS}}
 
 
 def _side_by_side(job: Prepared, step_us: float | None = None) -> dict[str, Any]:
@@ -989,34 +989,53 @@ PROBE_SIZE, PROBE_WARMUP, PROBE_CALLS, PROBE_MIN_CALLS, PROBE_BUDGET_S = 64, 20,
 # an overhead-bound step spends its time on. In an A/A pair of the main command (2026-12-07 23:26)
 # matmul_add 64's steps ran 1.4-1.6x as long in the second sweep while the matmul probe, in a
 # core's L1 cache, read 1.06x: what slows the interpreter's front end need not slow a small matmul.
+# The cache probe: one thread adding 1.5 MiB (CACHE_CHUNKS adds of CACHE_CHUNK floats, each below
+# torch's grain for splitting work between threads), past a core's own caches into the cache and
+# memory the host shares with other tenants. On this project's 2-core VM (2026-12-08 01:19-01:21,
+# one process, nothing else running) that add took 16-18 us for 45 s and 28-36 us after, and the
+# compiled matmul_add 64 step 39-53 us and 67-78 us with it, while the matmul probe read 4.7-5.1 us
+# throughout and the overhead probe 0.86-0.98 us: the two modes of matmul_add 64 between sweeps
+# (58 and 93 us, docs/numbers.md), which the other two probes did not see either.
+CACHE_CHUNK, CACHE_CHUNKS = 1 << 14, 8
+PROBE_KINDS = ("speed", "overhead", "cache")  # each job's record: <kind>_probe_us
 
 
-def speed_probe(overhead: bool = False) -> float | None:
-    """The probe's median time a call, in microseconds (the comment above): the matmul, or
-    (`overhead`) the one-element add; None where it cannot run (a measurement of the machine
-    never fails a job)."""
+def speed_probe(kind: str = "speed") -> float | None:
+    """The probe's median time a call, in microseconds (the comments above): the matmul, the
+    one-element add (`overhead`) or the one-thread add over 1.5 MiB (`cache`); None where it
+    cannot run (a measurement of the machine never fails a job)."""
     try:
-        return _probe(overhead)
+        return _probe(kind)
     except Exception as exc:  # noqa: BLE001 (any failure of a side measurement)
-        print(f"warning: no {'overhead' if overhead else 'speed'} probe: {type(exc).__name__}: {exc}", file=sys.stderr,
-              flush=True)
+        print(f"warning: no {kind} probe: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return None
 
 
-def _probe(overhead: bool = False) -> float:
+def _probe(kind: str = "speed") -> float:
     import torch
 
-    n = 1 if overhead else PROBE_SIZE
-    a = torch.full((n, n), 0.5, dtype=torch.float32, device="cpu")
+    n = {"speed": PROBE_SIZE, "overhead": 1}.get(kind, CACHE_CHUNK)
+    rows = CACHE_CHUNKS if kind == "cache" else n
+    a = torch.full((rows, n), 0.5, dtype=torch.float32, device="cpu")
     out = torch.empty_like(a)
-    op = torch.add if overhead else torch.mm
+    if kind == "cache":
+        chunks = list(zip(a, torch.full_like(a, 0.25), out))
+
+        def op() -> None:
+            for x, y, into in chunks:
+                torch.add(x, y, out=into)
+    else:
+        call = torch.mm if kind == "speed" else torch.add
+
+        def op() -> None:
+            call(a, a, out=out)
     for _ in range(PROBE_WARMUP):
-        op(a, a, out=out)
+        op()
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < PROBE_CALLS and (len(times) < PROBE_MIN_CALLS or time.perf_counter() - start < PROBE_BUDGET_S):
         t0 = time.perf_counter()
-        op(a, a, out=out)
+        op()
         times.append(time.perf_counter() - t0)
     times.sort()
     return round(times[len(times) // 2] * 1e6, 3)

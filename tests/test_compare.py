@@ -158,6 +158,35 @@ def test_a_change_the_machines_overhead_probe_made_too_gets_no_verdict(tmp_path,
     assert pd.read_csv(tmp_path / "alike" / "compare" / "compare.csv").loc[0, "verdict"] == "slower"
 
 
+def test_a_change_the_machines_cache_probe_made_too_gets_no_verdict(tmp_path, capsys):
+    """On this project's VM the compiled matmul_add 64 step has two modes a whole sweep can sit in
+    (58 and 93 us, 2026-12-07; two false 'slower' in an A/A pair) that neither the matmul probe nor
+    the overhead probe sees; one thread adding 1.5 MiB did (16-18 us, then 28-36 us, with the step's
+    39-53 us, then 67-78 us, in one process, 2026-12-08). Every probe must agree for a verdict to
+    stand."""
+    hand_made_point(tmp_path / "base", 0, processes(100), speed_probe_us=4.4, overhead_probe_us=0.85,
+                    cache_probe_us=17.0)
+    hand_made_point(tmp_path / "new", 0, processes(150), speed_probe_us=4.4, overhead_probe_us=0.86,
+                    cache_probe_us=30.0)
+    code, out, _ = compare(tmp_path / "base", tmp_path / "new", "--fail-if-slower", "1.1", capsys=capsys)
+    row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
+    assert code == 0 and row["verdict"] == "inconclusive" and row["interval_low"] > 1.05, row["verdict_why"]
+    assert "the machine's cache probe (one thread adding 1.5 MiB" in row["verdict_why"] and "17 -> 30 µs" in \
+        row["verdict_why"], row["verdict_why"]
+    assert row["cache_probe_ratio"] == pytest.approx(30 / 17) and row["overhead_probe_ratio"] == pytest.approx(0.86 / 0.85)
+    assert row["cache_probe_us_base"] == 17.0 and row["cache_probe_us_new"] == 30.0
+    # a change past what the machine did stands: 3x the step for 1.76x the probe
+    hand_made_point(tmp_path / "thrice", 0, processes(300), speed_probe_us=4.4, overhead_probe_us=0.86,
+                    cache_probe_us=30.0)
+    compare(tmp_path / "base", tmp_path / "thrice", capsys=capsys)
+    assert pd.read_csv(tmp_path / "thrice" / "compare" / "compare.csv").loc[0, "verdict"] == "slower"
+    # the cache probe alike on both sides: the 1.5x is a verdict
+    hand_made_point(tmp_path / "alike", 0, processes(150), speed_probe_us=4.4, overhead_probe_us=0.86,
+                    cache_probe_us=17.4)
+    compare(tmp_path / "base", tmp_path / "alike", capsys=capsys)
+    assert pd.read_csv(tmp_path / "alike" / "compare" / "compare.csv").loc[0, "verdict"] == "slower"
+
+
 def timed_point(folder: Path, medians_and_faults: list[tuple[float, float]]) -> None:
     """One grid point whose repeats each timed 20 un-profiled steps around a median, with the
     minor page faults per timed step given (the profiled steps alike in every repeat)."""

@@ -350,7 +350,7 @@ def test_a_forked_job_writes_what_a_fresh_one_writes(server, tmp_path):
     timed = {"job", "started_at", "finished_at", "first_call_ms", "self_cpu_total_us", "memory_available_bytes",
              "peak_memory_bytes", "timed_us_per_step", "timed_steps", "timed_samples_us", "timed_slow_steps",
              "timed_minor_faults_per_step", "speed_probe_us", "speed_probe_before_us", "speed_probe_after_us", "overhead_probe_us",
-             "other_cpus", "cpu_pressure", "measured_s", "loadavg_1m", "lock_wait_s",
+             "cache_probe_us", "other_cpus", "cpu_pressure", "measured_s", "loadavg_1m", "lock_wait_s",
              "trace_sizes"}  # the traces' bytes: their times and ids, written as text, differ in length
     assert {k: v for k, v in fork.items() if k not in timed} == {k: v for k, v in new.items() if k not in timed}
 

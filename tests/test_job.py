@@ -241,7 +241,7 @@ def test_unprofiled_steps_are_timed_before_any_trace_is_written(tmp_path, monkey
 def test_a_speed_probe_that_cannot_run_leaves_the_job_ok_without_one(tmp_path, monkeypatch):
     from experiments import job
 
-    def broken(overhead: bool = False) -> float:
+    def broken(kind: str = "speed") -> float:
         raise RuntimeError("no BLAS today")
 
     monkeypatch.setattr(job, "_probe", broken)
@@ -249,7 +249,7 @@ def test_a_speed_probe_that_cannot_run_leaves_the_job_ok_without_one(tmp_path, m
     assert record["status"] == "ok", record["error"]
     assert record["timed_steps"] >= 20 and record["speed_probe_us"] is None
     assert record["speed_probe_before_us"] is None and record["speed_probe_after_us"] is None
-    assert record["overhead_probe_us"] is None
+    assert record["overhead_probe_us"] is None and record["cache_probe_us"] is None
 
 
 def test_a_gzipped_trace_is_written_through_a_scratch_folder_of_the_jobs(tmp_path, monkeypatch):

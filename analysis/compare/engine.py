@@ -187,7 +187,11 @@ def _samples(side: Side, point: dict[str, Any], on: str) -> list[tuple[list[floa
 # The probes each job times before and after its un-profiled steps (experiments/job.py), in words
 PROBES = {"speed_probe_us": "the machine's speed probe (a 64x64 matmul timed before and after the steps)",
           "overhead_probe_us": "the machine's overhead probe (a one-element torch.add timed before and after the "
-                               "steps: the Python call and dispatch an overhead-bound step spends its time on)"}
+                               "steps: the Python call and dispatch an overhead-bound step spends its time on)",
+          "cache_probe_us": "the machine's cache probe (one thread adding 1.5 MiB, past a core's own caches, timed "
+                            "before and after the steps: the cache and memory the host shares with other tenants)"}
+# the probes that time Python calls too: under another Python their change is part of what is compared
+PYTHON_PROBES = ("overhead_probe_us", "cache_probe_us")
 
 
 def _probed(repeats: list[tuple[list[float], dict[str, Any]]], on: str,
@@ -509,12 +513,11 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
                          _as_many(judged, base_samples, new_samples))
     comparable = (same_probe(base.environment, new.environment)
                   and stats.number(b.get("torch_threads")) == stats.number(n.get("torch_threads")))
-    judged, probes = against_the_machine(judged, _probed(base_repeats, on), _probed(new_repeats, on), band, comparable)
-    over = "overhead_probe_us"  # what slows the interpreter need not slow a small matmul: both must agree
-    # (it times the interpreter too: under another Python its change is part of what is compared)
     same_python = base.environment.get("python_version") == new.environment.get("python_version")
-    judged, overheads = against_the_machine(judged, _probed(base_repeats, on, over), _probed(new_repeats, on, over), band,
-                                            comparable and same_python, over)
+    probes: dict[str, tuple[float | None, float | None]] = {}
+    for probe in PROBES:  # what slows one part of the machine need not slow another: every probe must agree
+        judged, probes[probe] = against_the_machine(judged, _probed(base_repeats, on, probe), _probed(new_repeats, on, probe),
+                                                    band, comparable and (same_python or probe not in PYTHON_PROBES), probe)
     if on == "timed":
         judged = against_the_allocator(judged, base_repeats, new_repeats, band)
     if (judged.verdict == "inconclusive" and judged.processes_needed is not None
@@ -538,9 +541,9 @@ def _pair(base: Side, b: dict[str, Any], new: Side, n: dict[str, Any], columns: 
         "step_ratio": judged.ratio, "interval_low": judged.low, "interval_high": judged.high, "p_value": judged.p_value,
         "verdict_why": judged.why, "processes_needed": judged.processes_needed,
         "repeats_base": len(base_samples), "repeats_new": len(new_samples),
-        "speed_probe_us_base": probes[0], "speed_probe_us_new": probes[1], "speed_probe_ratio": _ratio(*probes),
-        "overhead_probe_us_base": overheads[0], "overhead_probe_us_new": overheads[1],
-        "overhead_probe_ratio": _ratio(*overheads),
+        **{column: value for probe in PROBES for column, value in (
+            (f"{probe}_base", probes[probe][0]), (f"{probe}_new", probes[probe][1]),
+            (f"{probe.removesuffix('_us')}_ratio", _ratio(*probes[probe])))},
         "noisy_base": b.get("noisy"), "noisy_new": n.get("noisy"),
         "first_call_ms_ratio": _ratio(b.get("first_call_ms"), n.get("first_call_ms")),
         "peak_memory_ratio": _ratio(b.get("peak_memory_bytes"), n.get("peak_memory_bytes")),
