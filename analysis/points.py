@@ -328,7 +328,12 @@ def profiled_disturbed(point: dict[str, Any]) -> str:
 MODES_GAP = 1.3  # sorted repeat medians this far apart (x) split into two modes
 FAULTS_APART = 2.0  # the slow processes faulted this many times as many pages a step (and 50 more)
 LOAD_APART = 0.3  # other processes used this many more CPUs during the slow processes
-PROBE_APART = 1.15  # the machine's speed probe took this many times as long during the slow processes
+PROBE_APART = 1.15  # a probe of the machine took this many times as long during the slow processes
+# The probes each job times beside its un-profiled steps (experiments/job.py), in words; a noise
+# reason names the first that took PROBE_APART as long in the slow processes
+PROBE_NAMES = {"speed_probe_us": "the machine's speed probe (a 64x64 matmul timed beside the steps)",
+               "overhead_probe_us": "the machine's overhead probe (a one-element torch.add timed beside the steps)",
+               "cache_probe_us": "the machine's cache probe (one thread adding 1.5 MiB timed beside the steps)"}
 # The measured remedy for steps that fault their buffers in again (glibc hands them back, or not,
 # by the heap's layout): held thresholds keep them alike in every process (experiments/allocator.py,
 # the default since run.allocator existed). attention 256 (math), bf16, 1 thread, fresh processes:
@@ -409,16 +414,8 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
         causes.append(f"the slow processes' steps waited for a core in whole time slices ({s_slow:.0f} steps): "
                       "rerun on a quiet machine")
     loaded = any(c.startswith(("other processes", "runnable tasks", "the slow processes' steps")) for c in causes)
-    m_fast = typical(fast, "speed_probe_us")
-    # the slow processes whose probe was slow too: a median over slow ones of both kinds (5.9 µs and
-    # 11 ms) said "943x as long in the slow processes" of one (helper-43)
-    probed = [(v, r) for v, r in slow if (stats.number(r.get("speed_probe_us")) or 0) > 0]
-    slowed = [(v, r) for v, r in probed if m_fast and stats.number(r.get("speed_probe_us")) >= PROBE_APART * m_fast]
-    m_slow = typical(slowed, "speed_probe_us") if slowed and len(slowed) * 2 >= len(probed) else None
-    if m_fast is not None and m_slow is not None and m_fast > 0:
-        which = "the slow processes" if len(slowed) == len(probed) else f"{len(slowed)} of the {len(probed)} slow processes"
-        probe = (f"the machine's speed probe (a 64x64 matmul timed beside the steps) took {m_slow / m_fast:.2f}x "
-                 f"as long in {which} ({_us(m_fast)} -> {_us(m_slow)})")
+    probe = next(filter(None, (_probe_apart(fast, slow, key, what) for key, what in PROBE_NAMES.items())), None)
+    if probe:
         causes.append(f"{probe}: the load above slowed it too" if loaded else
                       f"{probe}: another tenant of this machine's cores was busy while they ran (a virtual machine "
                       "shares them), which no setting of the sweep removes: rerun on a quiet machine, or on a "
@@ -430,9 +427,25 @@ def disagreement(ok: list[dict[str, Any]], metric: str) -> str:
                       "and where the threads run can differ from process to process: run.threads=1 is steadier "
                       "(docs/numbers.md, 'Threads')")
     if not causes:
-        causes.append("nothing they record differs (threads, page faults, load, time slices, the machine's speed "
-                      "probe): more processes narrow the interval")
+        causes.append("nothing they record differs (threads, page faults, load, time slices, the machine's "
+                      "probes): more processes narrow the interval")
     return f"{shape}; {'; '.join(causes)}"
+
+
+def _probe_apart(fast: list[tuple[float, dict[str, Any]]], slow: list[tuple[float, dict[str, Any]]], key: str,
+                 what: str) -> str | None:
+    """`what took 1.36x as long in the slow processes (6.93 µs -> 9.4 µs)` where the probe `key`
+    took PROBE_APART as long or more in at least half of the slow processes that have it; None
+    otherwise. The slow processes whose probe was slow too: a median over slow ones of both kinds
+    (5.9 µs and 11 ms) said "943x as long in the slow processes" of one (helper-43)."""
+    m_fast = stats.median([v for v in stats.clean(r.get(key) for _, r in fast) if v > 0])
+    probed = [(v, r) for v, r in slow if (stats.number(r.get(key)) or 0) > 0]
+    slowed = [(v, r) for v, r in probed if m_fast and stats.number(r.get(key)) >= PROBE_APART * m_fast]
+    if m_fast is None or not slowed or len(slowed) * 2 < len(probed):
+        return None
+    m_slow = stats.median([stats.number(r.get(key)) for _, r in slowed])
+    which = "the slow processes" if len(slowed) == len(probed) else f"{len(slowed)} of the {len(probed)} slow processes"
+    return f"{what} took {m_slow / m_fast:.2f}x as long in {which} ({_us(m_fast)} -> {_us(m_slow)})"
 
 
 def _processes(n: int) -> str:
