@@ -334,6 +334,8 @@ PROBE_APART = 1.15  # a probe of the machine took this many times as long during
 PROBE_NAMES = {"speed_probe_us": "the machine's speed probe (a 64x64 matmul timed beside the steps)",
                "overhead_probe_us": "the machine's overhead probe (a one-element torch.add timed beside the steps)",
                "cache_probe_us": "the machine's cache probe (one thread adding 1.5 MiB timed beside the steps)"}
+# the probes that time Python calls too: under another Python their change is part of what is compared
+PYTHON_PROBES = ("overhead_probe_us", "cache_probe_us")
 # The measured remedy for steps that fault their buffers in again (glibc hands them back, or not,
 # by the heap's layout): held thresholds keep them alike in every process (experiments/allocator.py,
 # the default since run.allocator existed). attention 256 (math), bf16, 1 thread, fresh processes:

@@ -35,9 +35,10 @@ KEYS = {"workload": "matmul_add", "dtype": "bf16", "compile": False, "warmup": T
 
 def write_sweep(folder: Path, day: int, points: dict[int, list[float | None]], *, torch: str = "2.12.0",
                 commit: str = "a" * 40, parquet: bool = False, report: bool = True, probe: float | None = None,
-                loaded: str = "") -> Path:
+                loaded: str = "", cache: float | None = None) -> Path:
     """An analysed sweep started on December `day`: per size, its repeats' un-profiled median
-    steps in µs (None: a failed job); `probe`: every job's speed_probe_us; `loaded`: every point's
+    steps in µs (None: a failed job); `probe`: every job's speed_probe_us (`cache`: its
+    cache_probe_us); `loaded`: every point's
     noise_reason, measured on a loaded machine. Each job's ops: aten::mm takes 60% of its step, aten::add 10%,
     plus the workload's annotation and ProfilerStep#, as ops.csv records them."""
     folder.mkdir(parents=True)
@@ -59,7 +60,7 @@ def write_sweep(folder: Path, day: int, points: dict[int, list[float | None]], *
                             "status": "ok" if ok else "failed", "error": None if ok else "RuntimeError: boom",
                             "trace_error": None, "timed_us_per_step": value, "host_us_per_step": value,
                             "steps": 3 if ok else None, "platform": "cpu" if ok else None,
-                            "trace_file": "t.json" if ok else None, "speed_probe_us": probe})
+                            "trace_file": "t.json" if ok else None, "speed_probe_us": probe, "cache_probe_us": cache})
             if ok:
                 ops += [{"job": job, "name": name, "calls": 3, "self_host_us": share * value * 3, "self_device_us": 0.0,
                          "compute_calls": 3, "category": category}
@@ -177,6 +178,22 @@ def test_a_step_the_machines_speed_probe_made_too_is_not_confirmed(tmp_path, cap
     else:  # the probe within the band: nothing to say
         assert row["status"] == "regression" and code == 1, out
         assert pd.isna(row["speed_probe_ratio"]) and pd.isna(row["noise"])
+
+
+def test_a_step_the_machines_cache_probe_made_too_is_not_confirmed(tmp_path, capsys):
+    # the matmul probe stands still while the cache probe (what the two modes of an overhead-bound
+    # step moved on this project's VM, docs/numbers.md) takes twice as long with the 1.4x step
+    drawn = draw(8, between=0.01, within=0.02)
+    for i, points in enumerate(drawn):
+        if i >= 3:
+            points[32] = [v * 1.4 for v in points[32]]
+        write_sweep(tmp_path / f"s{i + 1}", i + 1, points, probe=6.5, cache=25.0 * (2.0 if i >= 3 else 1.0))
+    code, out, _ = history(tmp_path, "--fail-on-change", "1.2", capsys=capsys)
+    row = pd.read_csv(tmp_path / "history" / "regressions.csv").iloc[0]
+    assert row["status"] == "unconfirmed" and code == 0 and row["ratio_low"] > 1.05, out
+    assert "the machine's cache probe took 2.00x as long from this sweep on" in row["noise"], row["noise"]
+    assert row["cache_probe_ratio"] == pytest.approx(2.0) and pd.isna(row["speed_probe_ratio"])
+    assert "[the machine's cache probe took 2.00x as long with it: see regressions.csv]" in out, out
 
 
 def test_an_unconfirmed_step_names_the_loaded_sweep_that_vetoed_it(tmp_path, capsys):

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from analysis.diff import Use, calls_changed, environment_diff, per_step, same_probe, time_diff
-from analysis.points import (ALLOCATOR_REMEDY, NOT_PAIRING, PAIR_KEYS, PAIR_PREFIXES, allocator_held, faults_apart,
-                             pair_key_of, pairing_columns, unkept)
+from analysis.points import (ALLOCATOR_REMEDY, NOT_PAIRING, PAIR_KEYS, PAIR_PREFIXES, PYTHON_PROBES, allocator_held,
+                             faults_apart, pair_key_of, pairing_columns, unkept)
 from analysis.compare.side import CompareError, Side, kernel_uses, op_uses
 from analysis.text import us
 from profsweep import stats
@@ -190,8 +190,6 @@ PROBES = {"speed_probe_us": "the machine's speed probe (a 64x64 matmul timed bef
                                "steps: the Python call and dispatch an overhead-bound step spends its time on)",
           "cache_probe_us": "the machine's cache probe (one thread adding 1.5 MiB, past a core's own caches, timed "
                             "before and after the steps: the cache and memory the host shares with other tenants)"}
-# the probes that time Python calls too: under another Python their change is part of what is compared
-PYTHON_PROBES = ("overhead_probe_us", "cache_probe_us")
 
 
 def _probed(repeats: list[tuple[list[float], dict[str, Any]]], on: str,

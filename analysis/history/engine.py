@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from analysis.history import changes
 from analysis.diff import Use, environment_diff, per_step, same_probe, time_diff
-from analysis.points import PAIR_KEYS, PAIR_PREFIXES, pair_key_of, pairing_columns
+from analysis.points import PAIR_KEYS, PAIR_PREFIXES, PROBE_NAMES, PYTHON_PROBES, pair_key_of, pairing_columns
 from analysis.text import us
 from analysis.history.page import write_page
 from analysis.store import Store, StoreError, SweepFolder
@@ -32,14 +32,15 @@ from profsweep.decide import ABOVE, BELOW, FDR, current_band, decide, percent
 
 METRICS = ("timed_us_per_step", "host_us_per_step")  # each repeat's value: its un-profiled median step, else
 # its profiled step's host self time (per series: the first every sweep of it has)
-# The machine's speed probe of each repeat's process (experiments/job.py): a change of the step that
-# the probe made too is the machine's, not the code's (compare.against_the_machine).
+# The machine's probes of each repeat's process (experiments/job.py, analysis.points.PROBE_NAMES): a
+# change of the step that a probe made too is the machine's, not the code's (compare.against_the_machine).
 PROBE = "speed_probe_us"
-MOMENTS = (*METRICS, PROBE)
+MOMENTS = (*METRICS, *PROBE_NAMES)
 METRIC_WORDS = {"timed_us_per_step": "un-profiled step", "host_us_per_step": "host self time per profiled step"}
 REGRESSION_COLUMNS = ("point", "change_at", "change_at_time", "before_us", "after_us", "ratio", "ratio_low",
                       "ratio_high", "status", "p_value", "before_sweep", "sweeps_before", "sweeps_after",
-                      "measured_on", "what_changed", "environment_changed", "noise", "speed_probe_ratio")
+                      "measured_on", "what_changed", "environment_changed", "noise", "speed_probe_ratio",
+                      "overhead_probe_ratio", "cache_probe_ratio")
 ENVIRONMENT_WORDS = {"torch_version": "torch", "cuda_build": "CUDA", "driver_version": "driver", "gpus": "GPUs",
                      "cpu_model": "CPU", "cpu_count": "CPUs", "hostname": "host", "git_commit": "commit",
                      "git_dirty": "uncommitted changes", "python_version": "python", "platform": "platform"}
@@ -350,15 +351,17 @@ def analyse(history: History, fdr: float = FDR) -> None:
 
 def _checked(line: Line, shift: changes.Shift, sweeps: Sequence[dict[str, Any]]) -> changes.Shift:
     """A change is confirmed only as compare would call it (one rule, profsweep.decide): its
-    interval past the band, also relative to the machine's speed probe (compare.against_the_machine),
-    and none of the sweeps it rests on (the last before it and the changes.CONFIRM from it on)
-    measured on a loaded machine."""
+    interval past the band, also relative to each of the machine's probes that moved with it
+    (compare.against_the_machine), and none of the sweeps it rests on (the last before it and the
+    changes.CONFIRM from it on) measured on a loaded machine."""
     rests_on = _rests_on(line, shift)
     outcome = decide(shift.ratio, shift.low, shift.high).outcome
-    machine = probe_shift(line, shift, sweeps)
-    relative = outcome if machine is None or shift.low is None or shift.high is None else \
-        decide(shift.ratio / machine, shift.low / machine, shift.high / machine).outcome
-    if shift.confirmed and (outcome not in (ABOVE, BELOW) or relative != outcome or any(p.noise for p in rests_on)):
+    relative = {outcome}
+    for probe in PROBE_NAMES:
+        machine = probe_shift(line, shift, sweeps, probe)
+        if machine is not None and shift.low is not None and shift.high is not None:
+            relative.add(decide(shift.ratio / machine, shift.low / machine, shift.high / machine).outcome)
+    if shift.confirmed and (outcome not in (ABOVE, BELOW) or relative != {outcome} or any(p.noise for p in rests_on)):
         return replace(shift, confirmed=False)
     return shift
 
@@ -368,19 +371,24 @@ def _rests_on(line: Line, shift: changes.Shift) -> list[Point]:
     return line.points[max(0, shift.at - 1): shift.at + changes.CONFIRM]
 
 
-def probe_shift(line: Line, shift: changes.Shift, sweeps: Sequence[dict[str, Any]]) -> float | None:
-    """How much longer the machine's speed probe took from the change on than before it, over the
-    sweeps the change was judged on (each sweep's geometric mean of its repeats' probes, each sweep
-    once), where it moved past the band; None where it did not, where a side's sweeps have no
-    probe, or where the probe itself changed with the shift (another torch, CPU or host:
-    analysis.diff.PROBE_DEPENDS_ON), so that its change is part of the shift's."""
+def probe_shift(line: Line, shift: changes.Shift, sweeps: Sequence[dict[str, Any]], probe: str = PROBE
+                ) -> float | None:
+    """How much longer the machine's probe (`probe`: analysis.points.PROBE_NAMES) took from the
+    change on than before it, over the sweeps the change was judged on (each sweep's geometric mean
+    of its repeats' probes, each sweep once), where it moved past the band; None where it did not,
+    where a side's sweeps have no probe, or where the probe itself changed with the shift (another
+    torch, CPU or host: analysis.diff.PROBE_DEPENDS_ON; another Python for the probes that time
+    Python calls, PYTHON_PROBES), so that its change is part of the shift's."""
     def level(points: Sequence[Point]) -> float | None:
-        found = [p.moments[PROBE][1] for p in points if p.moments.get(PROBE, (0,))[0]]
+        found = [p.moments[probe][1] for p in points if p.moments.get(probe, (0,))[0]]
         return sum(found) / len(found) if found else None
 
     sides = (line.points[shift.start: shift.at], line.points[shift.at: shift.end])
     first = sweeps[line.points[shift.start].sweep]
-    if not all(same_probe(first, sweeps[p.sweep]) for side in sides for p in side):
+    python = first.get("python_version")
+    if not all(same_probe(first, sweeps[p.sweep]) and (probe not in PYTHON_PROBES
+                                                      or sweeps[p.sweep].get("python_version") == python)
+               for side in sides for p in side):
         return None
     before, after = level(sides[0]), level(sides[1])
     if before is None or after is None or abs(after - before) <= math.log(1 + current_band()) or abs(after - before) > 700:
@@ -438,9 +446,10 @@ def describe_changes(store: Store, history: History) -> None:
             # every sweep the confirmation rests on that was measured loaded (the veto in _checked)
             noise = [f"{'before' if p is before else 'after' if p is after else 'confirming'} "
                      f"({history.sweeps[p.sweep]['name']}): {p.noise}" for p in _rests_on(line, shift) if p.noise]
-            probe = probe_shift(line, shift, history.sweeps)
-            machine = (f"the machine's speed probe took {probe:.2f}x as long from this sweep on (relative to it "
-                       f"the step is {shift.ratio / probe:.3g}x)" if probe is not None else "")
+            moved = {probe: probe_shift(line, shift, history.sweeps, probe) for probe in PROBE_NAMES}
+            machine = "; ".join(f"{_probe_words(probe)} took {ratio:.2f}x as long from this sweep on (relative to "
+                                f"it the step is {shift.ratio / ratio:.3g}x)" for probe, ratio in moved.items()
+                                if ratio is not None)
             rows.append({
                 **{k: _plain(line.row.get(k)) for k in history.columns}, "point": line.label,
                 "change_at": sweep_a["folder"], "change_at_time": sweep_a["started_at"],
@@ -451,7 +460,8 @@ def describe_changes(store: Store, history: History) -> None:
                 "environment_changed": "; ".join(f"{k}: {a} -> {b}" for k, a, b in env),
                 "noise": "; ".join([*noise, *(["measured on a loaded machine"] if noise else []),
                                     *([machine] if machine else [])]),
-                "speed_probe_ratio": probe, "_loaded": bool(noise),
+                **{f"{probe.removesuffix('_us')}_ratio": ratio for probe, ratio in moved.items()},
+                "_loaded": bool(noise),
                 "_line": line, "_shift": shift, "_ops": ops, "_environment": env, "_settings": settings,
             })
     order = {"regression": 0, "improvement": 1, "unconfirmed": 2}
@@ -646,9 +656,16 @@ def _noise_tag(row: dict[str, Any]) -> str:
     machine, or only the machine's speed probe moving with it (the change stands relative to it)."""
     if row.get("_loaded"):
         return " [measured on a loaded machine: see noise in regressions.csv]"
-    if row.get("speed_probe_ratio") is not None:
-        return f" [the machine's speed probe took {row['speed_probe_ratio']:.2f}x as long with it: see regressions.csv]"
+    for probe in PROBE_NAMES:
+        ratio = row.get(f"{probe.removesuffix('_us')}_ratio")
+        if ratio is not None:
+            return f" [{_probe_words(probe)} took {ratio:.2f}x as long with it: see regressions.csv]"
     return ""
+
+
+def _probe_words(probe: str) -> str:
+    """`the machine's cache probe`: a probe's name without what it times."""
+    return PROBE_NAMES[probe].split(" (")[0]
 
 
 def failures(history: History) -> list[str]:
