@@ -433,6 +433,9 @@ def configured(key: str) -> bool:
     return (key in grid_points.PAIR_KEYS or key.startswith(grid_points.PAIR_PREFIXES)) and key not in RAN_WITH
 
 
+ABSENT = "(no such setting)"  # what a record that lacks a setting the others have says of it
+
+
 def disagreeing(jobs: list[dict[str, Any]], settings: dict[str, dict[str, str]]) -> None:
     """Fail the records whose settings are not those of the other processes of their grid point
     (one config_hash: the same settings, by how records are made): one record edited, or a
@@ -447,18 +450,29 @@ def disagreeing(jobs: list[dict[str, Any]], settings: dict[str, dict[str, str]])
         if len(rows) < 2:
             continue
         said = [settings.get(str(r["job"]), {}) for r in rows]
+        # among ok records a setting one lacks and the others have (or has and they lack) disagrees
+        # too (helper-59: a record without `isolation` took its point out of compare's and history's
+        # gate); a failed job's record may have stopped before it wrote them all
+        keys = sorted({k for s, r in zip(said, rows) if r.get("status") == "ok" for k in s})
+        failing = []  # judged on the records as they were, then failed together
         for row, mine in zip(rows, said):
             others = [theirs for theirs, r in zip(said, rows) if r is not row]
-            wrong = {k: v for k, v in mine.items()
-                     if sum(1 for t in others if t.get(k, v) != v) * 2 > len(others)}
+            ok = [theirs for theirs, r in zip(said, rows) if r is not row and r.get("status") == "ok"]
+            if row.get("status") == "ok" and ok:
+                wrong = {k: mine.get(k, ABSENT) for k in keys
+                         if sum(1 for t in ok if t.get(k, ABSENT) != mine.get(k, ABSENT)) * 2 > len(ok)}
+            else:
+                wrong = {k: v for k, v in mine.items() if sum(1 for t in others if t.get(k, v) != v) * 2 > len(others)}
             if not wrong:
                 continue
             k, v = sorted(wrong.items())[0]
-            theirs = sorted({_cut(t[k]) for t in others if k in t and t[k] != v})
-            row.update(status="failed", config_hash=None, error=(
+            theirs = sorted({_cut(t.get(k, ABSENT)) for t in others if t.get(k, ABSENT) != v})
+            failing.append((row, dict(status="failed", config_hash=None, error=(
                 f"its record says {k}={_cut(v)} where the other {len(others)} of its grid point's processes say "
                 f"{' or '.join(theirs)}" + (f" (and {len(wrong) - 1} more settings)" if len(wrong) > 1 else "")
-                + ": what it measured is unclear, left out"))
+                + ": what it measured is unclear, left out"))))
+        for row, failed in failing:
+            row.update(failed)
 
 
 def _copy_of(tables: SweepTables, row: dict[str, Any]) -> str | None:

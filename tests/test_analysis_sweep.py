@@ -453,6 +453,18 @@ def test_a_record_whose_settings_are_not_its_grid_points_is_left_out(tmp_path):
                                   'processes say "bf16": what it measured is unclear, left out'), said
     summary = pd.read_csv(tmp_path / "three" / "summary.csv")
     assert len(summary) == 1 and summary.loc[0, "dtype"] == "bf16" and summary.loc[0, "repeats"] == 2
+    # a setting one record lacks, or has where the others do not, disagrees too (helper-59: a record
+    # without `warmup` kept its point whole and out of compare's gate, its label the first job's)
+    for name, edit in (("lacking", lambda r: {k: v for k, v in r.items() if k != "warmup"}),
+                       ("extra", lambda r: {**r, "workload_extra": "x"})):
+        jobs = hand_made_point(tmp_path / name, 0, [jitter(100, 5)] * 3)
+        (jobs[0] / "metrics.json").write_text(json.dumps(edit(json.loads((jobs[0] / "metrics.json").read_text()))))
+        said = dict(analyse_folder(tmp_path / name, progress=lambda line: None))
+        assert list(said) == [jobs[0].name] and "what it measured is unclear" in said[jobs[0].name], said
+        assert pd.read_csv(tmp_path / name / "summary.csv").loc[0, "repeats"] == 2
+        if name == "lacking":
+            assert said[jobs[0].name].startswith("failed: its record says warmup=(no such setting) where the other 2 "
+                                                 "of its grid point's processes say false"), said
     jobs = hand_made_point(tmp_path / "two", 0, [jitter(100, 5)] * 2)
     record = json.loads((jobs[0] / "metrics.json").read_text())
     (jobs[0] / "metrics.json").write_text(json.dumps({**record, "size": 4096}))

@@ -106,12 +106,13 @@ def test_a_change_the_machines_speed_probe_made_too_gets_no_verdict(tmp_path, ca
     hand_made_point(tmp_path / "third", 0, processes(43), speed_probe_us=6.5)
     compare(tmp_path / "base", tmp_path / "third", capsys=capsys)
     assert pd.read_csv(tmp_path / "third" / "compare" / "compare.csv").loc[0, "verdict"] == "faster"
-    # a repeat without a probe (a sweep from before it, a value that is not one): no veto on half a side
+    # a repeat without a probe (a value that is not one): the others' probes still hold the verdict
+    # (helper-59: one bad probe switched the check off and the machine's 2x stood as a verdict)
     shutil.copytree(tmp_path / "base", tmp_path / "partly")
     record = next((tmp_path / "partly").glob("*_r2")) / "metrics.json"
     record.write_text(json.dumps({**json.loads(record.read_text()), "speed_probe_us": "fast"}))
     compare(tmp_path / "partly", tmp_path / "new", capsys=capsys)
-    assert pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").loc[0, "verdict"] == "faster"
+    assert pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").loc[0, "verdict"] == "inconclusive"
     # on another host the probe's change is the machines' difference, part of what is compared
     other = tmp_path / "other"
     hand_made_point(other, 0, processes(100), speed_probe_us=6.5)
@@ -185,6 +186,13 @@ def test_a_change_the_machines_cache_probe_made_too_gets_no_verdict(tmp_path, ca
                     cache_probe_us=17.4)
     compare(tmp_path / "base", tmp_path / "alike", capsys=capsys)
     assert pd.read_csv(tmp_path / "alike" / "compare" / "compare.csv").loc[0, "verdict"] == "slower"
+    # one of NEW's processes without the probe (null: it could not run) leaves the check to the
+    # other two, not off (helper-59: one null probe gave a 'slower' the machine made)
+    record = sorted((tmp_path / "new").glob("*/metrics.json"))[0]
+    record.write_text(json.dumps({**json.loads(record.read_text()), "cache_probe_us": None}))
+    compare(tmp_path / "base", tmp_path / "new", capsys=capsys)
+    row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
+    assert row["verdict"] == "inconclusive" and "cache probe" in row["verdict_why"], row["verdict_why"]
 
 
 def timed_point(folder: Path, medians_and_faults: list[tuple[float, float]]) -> None:

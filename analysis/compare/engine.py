@@ -194,13 +194,14 @@ PROBES = {"speed_probe_us": "the machine's speed probe (a 64x64 matmul timed bef
 
 def _probed(repeats: list[tuple[list[float], dict[str, Any]]], on: str,
             probe: str = "speed_probe_us") -> list[tuple[list[float], float]]:
-    """Each repeat's samples with a probe of the machine's speed in its process (PROBES); none
-    where a repeat has no probe (a sweep from before it, a value that is not one) or where the
+    """Each repeat's samples with a probe of the machine's speed in its process (PROBES), for the
+    repeats that have one (a probe that could not run is null; a sweep from before the probe has
+    none): one process without it must not switch the check off for the others; none where the
     samples are the device's time, which the host's speed does not set."""
-    probes = [stats.number(job.get(probe)) for _, job in repeats]
-    if on == "device_us" or any(p is None or p <= 0 for p in probes):
+    if on == "device_us":
         return []
-    return [(g, p) for (g, _), p in zip(repeats, probes)]  # type: ignore[misc]
+    found = [(g, stats.number(job.get(probe))) for g, job in repeats]
+    return [(g, p) for g, p in found if p is not None and p > 0]  # type: ignore[misc]
 
 
 # What the probe itself depends on besides the machine's load: where these differ (or the thread
