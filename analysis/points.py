@@ -260,7 +260,8 @@ def _main(point: dict[str, Any]) -> str:
 
 # What the machine did to every repeat alike, which no interval over the repeats can show:
 # compare gives no verdict of change on such a point (`noise_load`).
-LOAD = {"other processes", "cpu pressure", "time slices"}
+LOAD = {"other processes", "cpu pressure", "time slices", "load unknown"}
+LOAD_UNREADABLE = "load_unreadable"  # a job row's load fields that were there but not numbers (analysis.tables)
 
 
 def noise_reasons(point: dict[str, Any], ok: list[dict[str, Any]],
@@ -287,6 +288,10 @@ def noise_reasons(point: dict[str, Any], ok: list[dict[str, Any]],
     if slow >= 2 and slow >= stats.SLOW_SHARE * timed:
         reasons["time slices"] = (f"steps waited for a busy core in whole OS time slices ({slow:.0f} of "
                                   f"{timed:.0f} timed steps)")
+    unreadable = sorted({k for r in ok for k in str(r.get(LOAD_UNREADABLE) or "").split(", ") if k})
+    if unreadable:
+        reasons["load unknown"] = (f"what {'a process' if len(ok) > 1 else 'its process'} recorded of the machine's "
+                                   f"load ({', '.join(unreadable)}) is not a number: the load it ran under is unknown")
     disturbed = profiled_disturbed(point)
     if disturbed:
         reasons["profiled steps"] = disturbed

@@ -218,6 +218,11 @@ COUNT_FIELDS = ("size", "steps", "repeat", "schema_version", "timed_steps", "tim
                 "cpu_count", "warmup_iters")
 LIST_FIELDS = ("timed_samples_us",)
 NUMBER_FIELDS = ("other_cpus", "cpu_pressure", "loadavg_1m", "exit_code")
+# What a job measured of the machine's load while it ran: one that is there but not a number
+# leaves the load unknown, never quiet (LOAD_UNREADABLE names them; helper-59: other_cpus="1.5" made
+# a loaded side's 2x a verdict)
+LOAD_FIELDS = ("other_cpus", "cpu_pressure", "timed_slow_steps", "timed_steps")
+LOAD_UNREADABLE = grid_points.LOAD_UNREADABLE
 SIGNED = ("exit_code",)  # the one measured number that may be below 0 (-9: killed by SIGKILL)
 MISSING = contract.MISSING  # a job folder without metrics.json: not run, or stopped before it wrote one
 # Durations a job measured: never 0 (a clock that read 0 measured nothing).
@@ -245,6 +250,8 @@ def untrusted(record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     def drop(key: str, why: str) -> None:
         row[key] = None
         bad.append(f"{key}={_shown(record[key])} {why}")
+        if key in LOAD_FIELDS:  # the load it ran under is unknown, not none (analysis.points.noise_reasons)
+            row[LOAD_UNREADABLE] = ", ".join(filter(None, (row.get(LOAD_UNREADABLE), key)))
 
     for key, value in record.items():
         key = str(key)

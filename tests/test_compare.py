@@ -88,6 +88,18 @@ def test_a_side_measured_on_a_loaded_machine_gets_no_verdict(tmp_path, capsys):
     assert row["processes_needed"] > 3
     assert f"{row['processes_needed']} processes a side would decide it at the spread observed, a spread the " \
            "load made" in row["verdict_why"]  # (145x A/A with 7 processes would decide it, read as real: helper-43)
+    # a load reading that is there but not a number leaves the load unknown, not quiet (helper-59:
+    # other_cpus="1.5", NaN or -1.5 made the loaded side's 2x a verdict)
+    for bad in ("1.5", -1.5):
+        folder = tmp_path / f"unknown{bad}"
+        hand_made_point(folder, 0, processes(200), other_cpus=0.0, cpu_count=2, torch_threads=2)
+        record = sorted(folder.glob("*/metrics.json"))[0]
+        record.write_text(json.dumps({**json.loads(record.read_text()), "other_cpus": bad}))
+        code, _, _ = compare(tmp_path / "base", folder, "--fail-if-slower", "1.1", capsys=capsys)
+        row = pd.read_csv(folder / "compare" / "compare.csv").iloc[0]
+        assert code == 0 and row["verdict"] == "inconclusive", row["verdict_why"]
+        assert "what a process recorded of the machine's load (other_cpus) is not a number: the load it ran under " \
+               "is unknown" in row["verdict_why"], row["verdict_why"]
 
 
 def test_a_change_the_machines_speed_probe_made_too_gets_no_verdict(tmp_path, capsys):
