@@ -32,7 +32,7 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
     from analysis.report.plots import PLOT_NAMES, write_plots
     from analysis.report.page import write_report
     from analysis.tables import MISSING, analyse_sweep, environment_of, frame, frames, write_tables
-    from profsweep.contract import ENVIRONMENT_FILE, live_sweep
+    from profsweep.contract import ENVIRONMENT_FILE, METRICS_FILE, live_sweep
 
     folder = Path(folder)
     target = Path(out) if out is not None else folder
@@ -66,7 +66,9 @@ def analyse_folder(folder: Path, progress: Callable[[str], None] = print,
                              f"running): the sweep's own analysis at its end writes it from every job, or python -m "
                              f"analysis {folder} run again does")
         begin_writing(target)
-        write_tables(target, {**data, **extra})
+        # the records the tables rest on, where they lie beside them (not with --out elsewhere)
+        records = [f"{j['job']}/{METRICS_FILE}" for j in tables.jobs] if _same_folder(target, folder) else []
+        write_tables(target, {**data, **extra}, records)
         for stem in OPTIONAL_TABLES:  # one an earlier analysis of this folder wrote, that this one does not
             if stem not in data and stem not in extra:
                 (target / f"{stem}.csv").unlink(missing_ok=True)

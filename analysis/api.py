@@ -55,6 +55,9 @@ class Sweep:
                 found = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS})  # a job named 7 is "7"
             except (FileNotFoundError, pd.errors.EmptyDataError):  # none, or no row and no header (no job had any)
                 found = pd.DataFrame()
+            except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:  # helper-59: a bare PermissionError
+                raise ProfsweepError(f"{path}: unreadable ({getattr(exc, 'strerror', None) or exc}); python -m "
+                                     f"analysis {self.folder} writes it again") from None
             self._tables[name] = found
         return self._tables[name]
 
@@ -267,8 +270,12 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
     from analysis.store import newer_records, older_than_records
     from profsweep.contract import live_sweep
 
+    from analysis.files import edited_tables
+
     newer, _ = newer_records(path)
-    if not newer:
+    # tables edited since, or copied in with their checksums from another sweep (helper-59)
+    edited = [] if newer else edited_tables(path, [*TABLES.values(), "summary.parquet"])
+    if not newer and not edited:
         return Sweep(path)
     why = "; load(folder, analyse=True) analyses it anew" if not analyse else \
         "; a sweep still writes it" if live_sweep(path) is not None else ""
@@ -284,7 +291,10 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
             why = f"; {exc}"
     import warnings
 
-    warnings.warn(f"{older_than_records(path, newer)}: these are the tables written before them{why}", stacklevel=2)
+    said = (f"{older_than_records(path, newer)}: these are the tables written before them" if newer else
+            f"{path}: its tables are not those its analysis wrote from its job records ({', '.join(edited[:3])}"
+            f"{', ...' if len(edited) > 3 else ''} changed since, tables.sha256): these are the tables as they are")
+    warnings.warn(f"{said}{why}", stacklevel=2)
     return Sweep(path)
 
 

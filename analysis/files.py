@@ -109,6 +109,7 @@ CHECKSUMS_FILE = "tables.sha256"  # `sha256sum -c tables.sha256` checks them by 
 
 
 TABLE_NAME = re.compile(r"^[A-Za-z0-9_]+\.(csv|parquet)$")  # what the analysis writes into the folder
+RECORD_NAME = re.compile(r"^[^./\\\n\r][^/\\\n\r]*/metrics\.json$")  # a job's record, which the tables are made from
 
 
 def _open_plain(path: Path) -> Any:
@@ -131,10 +132,19 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_checksums(folder: Path, written: Iterable[Path]) -> None:
-    """tables.sha256 (sha256sum's format) of the tables just written: an edit since is then told
-    (`edited_tables`), and the analysis read from the job records instead."""
-    atomic_write_text(folder / CHECKSUMS_FILE, "".join(f"{_sha256(p)}  {p.name}\n" for p in written))
+def write_checksums(folder: Path, written: Iterable[Path], records: Iterable[str] = ()) -> None:
+    """tables.sha256 (sha256sum's format) of the tables just written, and of the job records they
+    were made from (`records`: `<job>/metrics.json`, relative to the folder): an edit of a table
+    since, a record changed since, or tables copied in from another sweep with their checksums is
+    then told (`edited_tables`), and the analysis read from the job records instead."""
+    lines = [f"{_sha256(p)}  {p.name}\n" for p in written]
+    for name in records:
+        if RECORD_NAME.match(name):  # a name sha256sum would escape (a newline, a backslash) is not vouched for
+            try:
+                lines.append(f"{_sha256(folder / name)}  {name}\n")
+            except OSError:
+                continue
+    atomic_write_text(folder / CHECKSUMS_FILE, "".join(lines))
 
 
 def forget_checksums(folder: Path) -> None:
@@ -150,14 +160,17 @@ def forget_checksums(folder: Path) -> None:
         raise WriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
-CHECKSUMS_MAX_BYTES = 1 << 16  # a tables.sha256 the analysis writes is a few hundred bytes
+CHECKSUMS_MAX_BYTES = 1 << 25  # a tables.sha256 the analysis writes: ~100 bytes a table and a job
 
 
 def edited_tables(folder: Path, tables: Collection[str] | None = None) -> list[str]:
     """The tables tables.sha256 lists (of `tables`, where given: the files a reader reads) whose
     bytes are not those the analysis wrote: `ops.csv` edited by hand or by another program,
-    `ops.csv (removed)`; [] without tables.sha256 (an analysis by an older profsweep, or one stopped
-    before its end) or where it cannot be read as one (a link, a pipe, too large)."""
+    `ops.csv (removed)`; and the job records it lists that are not those the tables were made
+    from (`0_job/metrics.json`: a job run again, or tables and checksums copied in from another
+    sweep; helper-59), whatever the reader reads, since every table rests on them; [] without
+    tables.sha256 (an analysis by an older profsweep, or one stopped before its end) or where it
+    cannot be read as one (a link, a pipe, too large)."""
     try:
         with _open_plain(folder / CHECKSUMS_FILE) as f:
             lines = f.read(CHECKSUMS_MAX_BYTES + 1).decode("utf-8").splitlines()
@@ -169,13 +182,15 @@ def edited_tables(folder: Path, tables: Collection[str] | None = None) -> list[s
     for line in lines:
         digest, _, name = line.partition(" ")
         name = name[1:] if name[:1] in " *" else name  # sha256sum's text and binary forms
-        if not TABLE_NAME.match(name) or (tables is not None and name not in tables):
-            continue  # only a table of the folder itself, one the reader reads
+        record = bool(RECORD_NAME.match(name))
+        if not record and (not TABLE_NAME.match(name) or (tables is not None and name not in tables)):
+            continue  # only a table of the folder itself, one the reader reads, or a record
         try:
             if _sha256(folder / name) != digest:
                 edited.append(name)
-        except FileNotFoundError:
-            edited.append(f"{name} (removed)")
+        except FileNotFoundError:  # a record gone with its job folder is not an edit: an archive keeps the tables
+            if not record:
+                edited.append(f"{name} (removed)")
         except OSError:  # no longer a plain file (a link, a pipe): not what the analysis wrote
             edited.append(name)
     return edited

@@ -886,9 +886,10 @@ def _as_written(table: Any) -> Any:
     return table.astype({c: "Int64" for c in integers}) if integers else table
 
 
-def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
-    """<stem>.csv for every table, and summary.parquet; atomically; then their checksums
-    (tables.sha256), which tell an edit since."""
+def write_tables(folder: Path, tables: dict[str, Any], records: Sequence[str] = ()) -> list[Path]:
+    """<stem>.csv for every table, and summary.parquet; atomically; then their checksums and the
+    job records' they were made from (`records`, relative to the folder: tables.sha256), which
+    tell an edit since."""
     import io
 
     from analysis.files import atomic_write_bytes, atomic_write_text, forget_checksums, write_checksums
@@ -901,7 +902,7 @@ def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
     summary = _as_written(tables["summary"])  # integers as integers there too (an empty cell stays one)
     if not len(summary.columns):  # no grid point: a parquet file without columns is one nothing reads
         (folder / "summary.parquet").unlink(missing_ok=True)
-        write_checksums(folder, written)
+        write_checksums(folder, written, records)
         return written
     try:
         buffer = io.BytesIO()
@@ -911,5 +912,5 @@ def write_tables(folder: Path, tables: dict[str, Any]) -> list[Path]:
     except ImportError as exc:  # no parquet engine installed: no older one left to be read as this analysis
         (folder / "summary.parquet").unlink(missing_ok=True)
         print(f"warning: summary.parquet not written ({exc})", file=sys.stderr)
-    write_checksums(folder, written)
+    write_checksums(folder, written, records)
     return written

@@ -814,8 +814,9 @@ def _count_flops_and_bytes(job: Prepared, out: dict[str, Any]) -> None:
     # embedding's rows looked up), and in training also the trained ones' gradients written and
     # read, and their optimizer state read and written.
     inputs = list(counting.tensors(job.workload.inputs))
-    # tensors inside the inputs' own objects (a graph's Data(x, edge_index)): counted where read
-    plain = {counting.storage_key(t) for t in inputs}
+    # tensors inside the inputs' own objects (a graph's Data(x, edge_index)) and mappings (a batch
+    # as a dict, which may hold what the step never reads: helper-58): counted where read
+    plain = {counting.storage_key(t) for t in counting.tensors(job.workload.inputs, mappings=False)}
     held = [t for t in counting.tensors(job.workload.inputs, objects=True) if counting.storage_key(t) not in plain]
     try:
         reads = counting.weight_reads(step.eager, [*step.parameters, *_module_tensors(job.modules)],

@@ -88,6 +88,31 @@ def test_a_sweep_resumed_after_its_analysis_is_loaded_analysed_anew_and_served_w
     assert stale_report(folder) == ""
 
 
+def test_tables_not_made_from_the_folders_records_are_analysed_anew_and_unreadable_ones_named(tmp_path):
+    """helper-59: another sweep's tables copied in with their tables.sha256 were loaded as this
+    sweep's; an unreadable summary.csv raised a bare PermissionError."""
+    import shutil
+
+    from tests.conftest import job
+
+    steps = {}
+    for name, timed in (("a", 100), ("b", 300)):
+        job(tmp_path / name, 0, size=64, compile=False, step_us=400, mm_us=200, timed_us=timed)
+        steps[name] = profsweep.load(tmp_path / name).summary["timed_us_per_step"].tolist()
+    assert steps["a"] != steps["b"]
+    for f in (tmp_path / "a").iterdir():
+        if f.is_file():
+            shutil.copy(f, tmp_path / "b" / f.name)
+    with pytest.warns(UserWarning, match=r"its tables are not those its analysis wrote from its job records \(0_"):
+        assert profsweep.load(tmp_path / "b", analyse=False).summary["timed_us_per_step"].tolist() == steps["a"]
+    assert profsweep.load(tmp_path / "b").summary["timed_us_per_step"].tolist() == steps["b"]  # analysed anew
+    if os.geteuid() == 0:
+        return  # root reads a file whatever its mode
+    (tmp_path / "b" / "ops.csv").chmod(0)
+    with pytest.raises(ProfsweepError, match=r"ops.csv: unreadable \(Permission denied\)"):
+        profsweep.load(tmp_path / "b", analyse=False).ops
+
+
 def test_a_job_folder_removed_after_the_analysis_is_not_loaded_from_the_old_tables(tmp_path, capsys):
     """helper-34: a job folder removed (rm -rf) after the analysis was still in profsweep.load's
     jobs and in history's store. With every job folder gone the tables are all there is (a sweep

@@ -871,6 +871,29 @@ def test_tables_sha256_checks_the_folders_own_tables_only_never_through_a_link(t
     assert edited_tables(folder) == []
 
 
+def test_tables_copied_in_from_another_sweep_with_their_checksums_are_not_trusted(tmp_path, capsys):
+    """helper-59: another sweep's tables and tables.sha256 copied into a sweep (same job names)
+    made compare say `same ... identical samples` of a 2x change, and load show the other's
+    numbers. tables.sha256 also holds the job records the tables were made from."""
+    from analysis.files import edited_tables
+
+    hand_made_point(tmp_path / "base", 0, processes(100))
+    hand_made_point(tmp_path / "new", 0, processes(200))
+    from analysis import analyse_folder
+
+    for side in ("base", "new"):
+        analyse_folder(tmp_path / side, progress=lambda line: None)
+    assert edited_tables(tmp_path / "new") == [] and "/metrics.json" in (tmp_path / "new" / "tables.sha256").read_text()
+    for f in (tmp_path / "base").iterdir():
+        if f.is_file() and f.suffix in (".csv", ".parquet", ".sha256"):
+            shutil.copy(f, tmp_path / "new" / f.name)
+    assert edited_tables(tmp_path / "new", ["summary.csv"]) == sorted(
+        f"{p.parent.name}/metrics.json" for p in (tmp_path / "new").glob("*/metrics.json"))
+    compare(tmp_path / "base", tmp_path / "new", capsys=capsys)
+    row = pd.read_csv(tmp_path / "new" / "compare" / "compare.csv").iloc[0]
+    assert row["verdict"] == "slower" and row["step_ratio"] == pytest.approx(2.0, rel=0.05), row["verdict_why"]
+
+
 @pytest.mark.parametrize("table, edit", [
     ("ops", "a cell more"), ("summary", "a cell more"), ("repeats", "a cell more"),
     ("summary", "no job"),

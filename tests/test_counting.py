@@ -201,6 +201,16 @@ def test_a_sparse_tensor_counts_its_indices_and_values():
     assert moved_bytes((coo, torch.zeros(40, 8)), [], torch.zeros(50, 8)) == 50 * 20 + 40 * 8 * 4 + 50 * 8 * 4
 
 
+def test_a_view_moves_the_bytes_it_spans_not_its_whole_storage():
+    data = torch.zeros(1000, 8)
+    assert moved_bytes((data[:4],), [], None) == 4 * 8 * 4  # rows of a bigger tensor
+    assert moved_bytes((data[:4], data[2:6]), [], None) == 6 * 8 * 4  # overlapping views: each byte once
+    assert moved_bytes((data[:, 0],), [], None) == 1000 * 4  # a column: its own elements, not the gaps
+    assert moved_bytes((data, data[:4]), [], None) == 1000 * 8 * 4  # within the whole: the whole once
+    assert moved_bytes((data.expand(3, 1000, 8),), [], None) == 1000 * 8 * 4  # a broadcast dimension once
+    assert moved_bytes(({"unused": data},), [], None) == 0  # a mapping's tensors: the job counts them where read
+
+
 def test_moved_bytes_read_inputs_and_weights_once_and_write_the_output_once():
     x, w = torch.zeros(4, 8), torch.zeros(8, 2)
     out = x @ w
