@@ -130,7 +130,8 @@ def _print_outcome(tag: str, record: dict[str, Any], seconds: float) -> None:
                  (("not_cold", "not cold"), ("timed_error", "no un-profiled timing")) if record.get(key)]
         print(f"{tag} ok {seconds:.1f} s" + "".join(f" ({n})" for n in notes), flush=True)
     else:
-        print(f"{tag} failed: {record['error']} ({seconds:.1f} s)", flush=True)
+        # one line, as the sweep's closing tally says it (helper-58: a compiler's error spilled 35 lines)
+        print(f"{tag} failed: {one_line(record['error'])} ({seconds:.1f} s)", flush=True)
 
 
 BACKGROUND_THREADS = ("analysis-preload",)  # the sweep's own work that must not run beside a job

@@ -231,3 +231,16 @@ def test_a_failure_the_full_disk_kept_from_its_record_never_reads_killed(tmp_pat
     monkeypatch.setattr(records, "write_json", write)
     launchers.failure_record(config, job_dir, "disk full")
     assert json.loads((job_dir / "metrics.json").read_text())["status"] == "ok"
+
+
+def test_a_failed_jobs_progress_line_is_one_line(capsys):
+    """helper-58: Inductor's CppCompileError (a g++ command and its warnings) spilled 35 lines under
+    the job's progress line; the closing tally already said it in one."""
+    from experiments.point import _print_outcome
+    from profsweep.contract import LINE
+
+    error = "InductorError: CppCompileError: C++ compile error\n\nCommand:\ng++ " + "-O3 " * 400 + "\nOutput:\n..."
+    _print_outcome("[2/2] multi", {"status": "failed", "error": error}, 17.0)
+    out = capsys.readouterr().out
+    assert out == "[2/2] multi failed: InductorError: CppCompileError: C++ compile error (the rest in job.log) (17.0 s)\n"
+    assert len(out) < LINE + 60
