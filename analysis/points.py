@@ -29,7 +29,8 @@ DEVICE_PER_STEP = {"device_us_per_step": "device_us", "step_device_us_median": "
 # paired step by step, it says the regime and the crossover with far less noise than two
 # separate medians whose steps all move together (a cold first step is slow in both).
 RATIO = "work_host_ratio"
-ONE_PER_REPEAT = ("first_call_ms", "dead_window_us", "warmup_ms", "profiler_overhead_ratio", SIDE_EAGER, SIDE_COMPILED)
+ONE_PER_REPEAT = ("first_call_ms", "dead_window_us", "warmup_ms", "profiler_overhead_ratio", SIDE_EAGER, SIDE_COMPILED,
+                  contract.SIDE_RATIO)
 # Summed or worst over the repeats, not a median: how much was measured and how busy it was.
 SUMMED = ("timed_steps", "timed_slow_steps", "side_by_side_steps", "recompiles", "trace_bytes", "lock_wait_s")
 WORST = ("other_cpus", "cpu_pressure", "loadavg_1m", "recompile_limit")
@@ -232,17 +233,18 @@ def rounds_paired(base: dict[str, Any], new: dict[str, Any], by_job: dict[str, d
 def side_by_side(compiled: dict[str, Any], by_job: dict[str, dict[str, Any]]
                  ) -> list[tuple[list[float], list[float]]] | None:
     """A compiled grid point's processes as pairs (eager, compiled) of the same step timed in turn in
-    each (side_by_side_*_us, experiments.job): what a process draws for itself moves both alike.
+    each (side_by_side_*_us, experiments.job): what a process draws for itself moves both alike;
+    the compiled one as the eager one times the process's ratio of paired blocks (contract.side_pair).
     None unless every usable process of the point has both (the point is then judged as any other)."""
     pairs = []
     for name in point_jobs(compiled):
         job = by_job.get(name)
         if job is None or not contract.usable(job):
             continue
-        eager, step = stats.number(job.get(SIDE_EAGER)), stats.number(job.get(SIDE_COMPILED))
-        if eager is None or step is None or eager <= 0 or step <= 0:
+        found = contract.side_pair(job)
+        if found is None:
             return None
-        pairs.append(([eager], [step]))
+        pairs.append(([found[0]], [found[1]]))
     return pairs or None
 
 

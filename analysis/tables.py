@@ -226,8 +226,8 @@ LOAD_UNREADABLE = grid_points.LOAD_UNREADABLE
 SIGNED = ("exit_code",)  # the one measured number that may be below 0 (-9: killed by SIGKILL)
 MISSING = contract.MISSING  # a job folder without metrics.json: not run, or stopped before it wrote one
 # Durations a job measured: never 0 (a clock that read 0 measured nothing).
-POSITIVE = (TIMED, "side_by_side_eager_us", "side_by_side_compiled_us", "speed_probe_us", "speed_probe_before_us",
-            "speed_probe_after_us", "overhead_probe_us", "cache_probe_us", "size")
+POSITIVE = (TIMED, "side_by_side_eager_us", "side_by_side_compiled_us", "side_by_side_ratio", "speed_probe_us",
+            "speed_probe_before_us", "speed_probe_after_us", "overhead_probe_us", "cache_probe_us", "size")
 BIGGEST = 2 ** 62  # a count or a measurement beyond this is not one (and would overflow a float's use)
 
 

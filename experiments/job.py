@@ -915,7 +915,11 @@ def _side_by_side(job: Prepared, step_us: float | None = None) -> dict[str, Any]
     1.20, 1.13): compile against eager is judged on this ratio, one per process. The two take
     turns in blocks of about SIDE_BLOCK_S of the slower one (steps one by one in turn slow a 20 us
     step by up to 14%, eager's more than compiled's; blocks of 2 ms, one 1.5 ms step, up to 8%),
-    eager first in every other pair of blocks. A side that raises
+    eager first in every other pair of blocks. `side_by_side_ratio`: the median over the pairs of
+    blocks of each pair's compiled median over its eager median, what the process's verdict rests
+    on: a burst that slows a few blocks slows their neighbours of the other side too (matmul_add
+    4096, 5 pairs of one step each: the two sides' medians 1.29x apart in one process, 0.74-0.87x
+    in the other 8). A side that raises
     leaves the job as it was, without them (`side_by_side_error` says why)."""
     from profsweep.stats import median
 
@@ -924,6 +928,7 @@ def _side_by_side(job: Prepared, step_us: float | None = None) -> dict[str, Any]
     compiled, eager, sync = job.step.call, job.step.eager, job.sync
     compiled_us: list[float] = []
     eager_us: list[float] = []
+    ratios: list[float] = []  # each pair of blocks' compiled median over its eager median
     try:
         # the eager step's own first calls, not kept: they size the blocks with the compiled step's,
         # by the slower of the two (eager may be far slower: a loop compile removed); a second call
@@ -936,9 +941,13 @@ def _side_by_side(job: Prepared, step_us: float | None = None) -> dict[str, Any]
         floor = 1 if 2 * SIDE_FLOOR * slower / 1e6 > SIDE_LONG_S else SIDE_FLOOR
         start, pairs = time.perf_counter(), 0
         while True:
-            turns = ((eager, eager_us), (compiled, compiled_us))
-            for call, into in turns if pairs % 2 == 0 else turns[::-1]:
-                into.extend(_once(call, sync) for _ in range(block))
+            blocks: dict[str, list[float]] = {"eager": [], "compiled": []}
+            turns = (("eager", eager), ("compiled", compiled))
+            for side, call in turns if pairs % 2 == 0 else turns[::-1]:
+                blocks[side] = [_once(call, sync) for _ in range(block)]
+            eager_us += blocks["eager"]
+            compiled_us += blocks["compiled"]
+            ratios.append(median(blocks["compiled"]) / median(blocks["eager"]))
             elapsed, pairs = time.perf_counter() - start, pairs + 1
             if (len(eager_us) >= TIMED_MAX_STEPS // 2 or (pairs >= SIDE_MIN_PAIRS and elapsed >= SIDE_MIN_S)
                     or (pairs >= floor and elapsed >= SIDE_MAX_S)):
@@ -952,7 +961,7 @@ def _side_by_side(job: Prepared, step_us: float | None = None) -> dict[str, Any]
     finally:
         _let_go_of_eager(job)
     return {"side_by_side_eager_us": round(median(eager_us), 3), "side_by_side_compiled_us": round(median(compiled_us), 3),
-            "side_by_side_steps": len(eager_us)}
+            "side_by_side_ratio": round(median(ratios), 5), "side_by_side_steps": len(eager_us)}
 
 
 def _once(call: Callable[[], Any], sync: Callable[[], None]) -> float:

@@ -47,8 +47,8 @@ RECORD_METRICS = (
     "flops_per_call", "bytes_per_call", "flops_source", "flops_uncounted", "memory_estimate_bytes", "memory_available_bytes",
     "peak_memory_bytes", "peak_memory_reserved_bytes", "inductor_cache_misses", "inductor_cache_hits",
     "provenance_kernels", "recompiles", "recompile_limit", "timed_us_per_step", "timed_steps", "timed_slow_steps", "timed_minor_faults_per_step",
-    "side_by_side_eager_us", "side_by_side_compiled_us", "side_by_side_steps", "speed_probe_us", "overhead_probe_us",
-    "cache_probe_us", "speed_probe_before_us", "speed_probe_after_us", "torch_threads", "cpu_count", "other_cpus",
+    "side_by_side_eager_us", "side_by_side_compiled_us", "side_by_side_ratio", "side_by_side_steps", "speed_probe_us",
+    "overhead_probe_us", "cache_probe_us", "speed_probe_before_us", "speed_probe_after_us", "torch_threads", "cpu_count", "other_cpus",
     "cpu_pressure", "loadavg_1m", "lock_wait_s", "measured_s", "ran_dtype", "ran_device", "warnings",
 )
 RECORD_FIELDS = (  # what a job's record says about itself (metrics.json), also columns

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import operator
 import os
 import re
@@ -37,6 +38,22 @@ TIMED = "timed_us_per_step"  # a job's un-profiled median step (metrics.json) ..
 TIMED_SAMPLES = "timed_samples_us"  # ... and its samples
 # A compiled job's step and the same step eager, timed in turn in one process (their medians)
 SIDE_EAGER, SIDE_COMPILED = "side_by_side_eager_us", "side_by_side_compiled_us"
+SIDE_RATIO = "side_by_side_ratio"  # the median over its pairs of blocks of compiled over eager (experiments.job)
+
+
+def side_pair(record: dict[str, Any]) -> tuple[float, float] | None:
+    """A compiled job's steps eager and compiled timed in turn, as its verdict rests on them: its
+    eager median, and that times its pairs' ratio (SIDE_RATIO) where it has one, else its compiled
+    median (a record from before the ratio); None without both."""
+    def positive(key: str) -> float | None:
+        value = record.get(key)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+        return float(value) if ok else None
+
+    eager, compiled, ratio = positive(SIDE_EAGER), positive(SIDE_COMPILED), positive(SIDE_RATIO)
+    if eager is None or compiled is None:
+        return None
+    return eager, eager * ratio if ratio is not None else compiled
 # A job's record from before it starts, which its own replaces: a sweep killed while the job ran
 # (kill -9 reaches no handler) leaves this failure with the job's settings, not a folder without one.
 UNFINISHED = "unfinished"

@@ -456,6 +456,26 @@ def test_compile_against_eager_rests_on_the_steps_timed_in_turn_in_each_compiled
     assert re.search(r"no clear difference \([\d.]+× \[0\.\d+×, [\d.]+×\]", said), said
 
 
+def test_compile_against_eager_rests_on_each_processs_ratio_of_paired_blocks(tmp_path):
+    """matmul_add 4096 on this project's VM, 5 pairs of one step each: one process's two medians
+    1.29x apart (a burst that slowed three of its compiled steps), the other processes 0.74-0.87x.
+    Each pair of neighbouring blocks is slowed alike by such a burst: the verdict rests on the
+    median over the pairs of their ratios (side_by_side_ratio), where a record has it."""
+    for r in (1, 2, 3):
+        job(tmp_path, 2 * r, size=4096, compile=False, step_us=400, mm_us=200, timed_us=90000, repeat=r)
+        job(tmp_path, 2 * r + 1, size=4096, compile=True, step_us=400, mm_us=200, timed_us=80000, repeat=r)
+    _side_by_side(tmp_path, {1: (95000.0, 80000.0), 2: (93000.0, 120000.0), 3: (97000.0, 81000.0)})
+    analyse_folder(tmp_path)
+    assert "no clear difference" in conclusions_html(tmp_path)  # the medians: 0.84, 1.29 and 0.84
+    for path in tmp_path.glob("*_compile*/metrics.json"):
+        record = json.loads(path.read_text())
+        record["side_by_side_ratio"] = {1: 0.842, 2: 0.836, 3: 0.835}[record["repeat"]]
+        path.write_text(json.dumps(record))
+    analyse_folder(tmp_path)
+    said = conclusions_html(tmp_path)
+    assert re.search(r"1\.19× faster \(0\.84× \[0\.8\d×, 0\.8\d×\]\) at 4096 \(95 ms → 80 ms per step\)", said), said
+
+
 def test_a_grid_of_compiled_points_alone_says_compile_against_eager_from_its_steps_timed_in_turn(tmp_path):
     """helper-56: compile=true alone measured eager beside compiled in every process (69 µs against
     19.7 µs: graph breaks) and no conclusion said so: the report paired nothing."""

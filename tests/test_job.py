@@ -335,6 +335,7 @@ def test_side_by_side_of_steps_of_seconds_stops_after_one_pair(monkeypatch):
         assert found["side_by_side_steps"] == steps
         assert found["side_by_side_eager_us"] == pytest.approx(eager_s * 1e6)
         assert found["side_by_side_compiled_us"] == pytest.approx(compiled_s * 1e6)
+        assert found["side_by_side_ratio"] == pytest.approx(compiled_s / eager_s, rel=1e-4)
 
 
 def test_side_by_side_sizes_its_blocks_by_a_second_eager_call_when_the_first_was_only_first(monkeypatch):

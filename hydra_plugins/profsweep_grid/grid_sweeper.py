@@ -186,14 +186,11 @@ class Repeats:
         self.samples.setdefault(point, []).append(samples)
         if samples and isinstance(record.get("repeat"), int):
             self.rounds.setdefault(point, {})[record["repeat"]] = samples
-        from profsweep.contract import SIDE_COMPILED, SIDE_EAGER, usable
+        from profsweep.contract import side_pair, usable
 
         if ok and usable(record):  # as the report keeps a process (its trace read too)
-            from profsweep.stats import number
-
-            eager, compiled = number(record.get(SIDE_EAGER)), number(record.get(SIDE_COMPILED))
-            both = eager is not None and compiled is not None and eager > 0 and compiled > 0
-            self.side.setdefault(point, []).append(([eager], [compiled]) if both else None)
+            found = side_pair(record)
+            self.side.setdefault(point, []).append(([found[0]], [found[1]]) if found else None)
         if ok and point not in self.work:
             self.work[point] = {k: record.get(k) for k in ("size", "flops_per_call", "bytes_per_call")}
 
