@@ -101,9 +101,9 @@ def main() -> int:
             wrong = int(frame["verdict"].isin(["slower", "faster"]).sum())
             false_verdicts.append(wrong)
             widths = (frame["interval_high"] / frame["interval_low"]).dropna()
-            vetoed = int(frame["verdict_why"].fillna("").str.contains("speed probe").sum())
-            print(f"  A/A: {len(frame)} pairs: {counts(frame)} ({vetoed} of the inconclusive for the machine's speed "
-                  f"probe); false verdicts of change {wrong} of {len(frame)}; "
+            vetoed = int(frame["verdict_why"].fillna("").str.contains("the machine's [a-z]+ probe", regex=True).sum())
+            print(f"  A/A: {len(frame)} pairs: {counts(frame)} ({vetoed} of the inconclusive for one of the machine's "
+                  f"probes); false verdicts of change {wrong} of {len(frame)}; "
                   f"--fail-if-slower 1.10 exit {code}; interval high/low: median {widths.median():.2f} "
                   f"({widths.min():.2f}-{widths.max():.2f})", flush=True)
             for _, pair in frame.iterrows():  # each pair: what its verdict rests on
