@@ -270,30 +270,37 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
     from analysis.store import newer_records, older_than_records
     from profsweep.contract import live_sweep
 
+    import warnings
+
     from analysis.files import edited_tables
+    from analysis.tables import METRICS_FILE, job_folders
 
     newer, _ = newer_records(path)
     # tables edited since, or copied in with their checksums from another sweep (helper-59)
     edited = [] if newer else edited_tables(path, [*TABLES.values(), "summary.parquet"])
     if not newer and not edited:
         return Sweep(path)
+    kept = any((job / METRICS_FILE).is_file() for job in job_folders(path))
     why = "; load(folder, analyse=True) analyses it anew" if not analyse else \
-        "; a sweep still writes it" if live_sweep(path) is not None else ""
+        "; a sweep still writes it" if live_sweep(path) is not None else \
+        "; it keeps no job records to analyse anew from (an archive of its tables)" if not kept else ""
+    named = f"{', '.join(edited[:3])}{', ...' if len(edited) > 3 else ''}"
     if not why:
         from analysis import NotWritten, analyse_folder
 
         try:
             analyse_folder(path, progress=lambda line: None)
+            if edited:  # said, though analysed anew: the tables as they were are replaced (helper-60)
+                warnings.warn(f"{path}: its tables were not those its analysis wrote from its job records ({named} "
+                              "changed since, tables.sha256): analysed anew from its job records", stacklevel=2)
             return Sweep(path)
         except OSError as exc:  # a folder this user may read but not write (an archive, another's sweep)
             why = f"; it cannot be analysed anew here ({exc})"
         except NotWritten as exc:  # (a sweep that started writing it since)
             why = f"; {exc}"
-    import warnings
-
     said = (f"{older_than_records(path, newer)}: these are the tables written before them" if newer else
-            f"{path}: its tables are not those its analysis wrote from its job records ({', '.join(edited[:3])}"
-            f"{', ...' if len(edited) > 3 else ''} changed since, tables.sha256): these are the tables as they are")
+            f"{path}: its tables are not those its analysis wrote from its job records ({named} changed since, "
+            "tables.sha256): these are the tables as they are")
     warnings.warn(f"{said}{why}", stacklevel=2)
     return Sweep(path)
 

@@ -189,7 +189,7 @@ def edited_tables(folder: Path, tables: Collection[str] | None = None) -> list[s
             if _sha256(folder / name) != digest:
                 edited.append(name)
         except FileNotFoundError:  # a record gone with its job folder is not an edit: an archive keeps the tables
-            if not record:
+            if not record or (folder / name).parent.is_dir():
                 edited.append(f"{name} (removed)")
         except OSError:  # no longer a plain file (a link, a pipe): not what the analysis wrote
             edited.append(name)

@@ -220,7 +220,8 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None],
         # records rerun since are said as such (they change the records tables.sha256 lists too)
         edited = [] if newer else edited_tables(folder, [*SUMMARY_FILES, *TABLE_FILES.values()])
         if edited:
-            said = f"warning: {folder}: {', '.join(edited)}: not what its analysis wrote ({CHECKSUMS_FILE})"
+            named = f"{', '.join(edited[:3])}{f' and {len(edited) - 3} more' if len(edited) > 3 else ''}"
+            said = f"warning: {folder}: {named}: not what its analysis wrote ({CHECKSUMS_FILE})"
             if not any((j / METRICS_FILE).is_file() for j in job_folders(folder)):
                 warn(f"{said}, and it keeps no job records to read instead: history reads the tables as they are")
                 return None

@@ -475,7 +475,7 @@ def view_bytes(items: Iterable[torch.Tensor]) -> int:
     (_extent), the views of one storage together no more than the byte ranges they cover nor the
     storage itself; a sparse tensor as storage_bytes counts it."""
     sparse: list[torch.Tensor] = []
-    views: dict[tuple[str, int], tuple[int, dict[tuple[Any, ...], tuple[int, int, int]]]] = {}
+    views: dict[tuple[str, int], tuple[int, dict[tuple[int, int, int], tuple[int, int, int]]]] = {}
     for t in items:
         if sparse_parts(t) is not None:
             sparse.append(t)
@@ -483,14 +483,18 @@ def view_bytes(items: Iterable[torch.Tensor]) -> int:
         try:
             storage = t.untyped_storage()
             key, size = (str(t.device), storage.data_ptr()), storage.nbytes()
+        except (RuntimeError, NotImplementedError, ValueError):  # no storage (meta; lazy: not made yet)
+            continue
+        try:
             if t.numel() == 0:
                 continue
             item = t.element_size()
             start = t.storage_offset() * item
             end = start + (sum((n - 1) * stride for n, stride in zip(t.shape, t.stride())) + 1) * item
-        except (RuntimeError, NotImplementedError, ValueError):  # no storage (meta; lazy: not made yet)
-            continue
-        views.setdefault(key, (size, {}))[1][(start, tuple(t.shape), tuple(t.stride()), item)] = (start, end, _extent(t))
+            extent = _extent(t)
+        except (RuntimeError, NotImplementedError, ValueError):  # a storage without strides to read (jagged): whole
+            start, end, extent = 0, size, size
+        views.setdefault(key, (size, {}))[1][(start, end, extent)] = (start, end, extent)
     total = storage_bytes(sparse)
     for size, spans in views.values():
         covered, reach = 0, 0

@@ -961,7 +961,7 @@ def _side_by_side(job: Prepared, step_us: float | None = None) -> dict[str, Any]
     finally:
         _let_go_of_eager(job)
     return {"side_by_side_eager_us": round(median(eager_us), 3), "side_by_side_compiled_us": round(median(compiled_us), 3),
-            "side_by_side_ratio": round(median(ratios), 5), "side_by_side_steps": len(eager_us)}
+            "side_by_side_ratio": float(f"{median(ratios):.6g}"), "side_by_side_steps": len(eager_us)}
 
 
 def _once(call: Callable[[], Any], sync: Callable[[], None]) -> float:

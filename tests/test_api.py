@@ -105,7 +105,16 @@ def test_tables_not_made_from_the_folders_records_are_analysed_anew_and_unreadab
             shutil.copy(f, tmp_path / "b" / f.name)
     with pytest.warns(UserWarning, match=r"its tables are not those its analysis wrote from its job records \(0_"):
         assert profsweep.load(tmp_path / "b", analyse=False).summary["timed_us_per_step"].tolist() == steps["a"]
-    assert profsweep.load(tmp_path / "b").summary["timed_us_per_step"].tolist() == steps["b"]  # analysed anew
+    with pytest.warns(UserWarning, match="analysed anew from its job records"):
+        assert profsweep.load(tmp_path / "b").summary["timed_us_per_step"].tolist() == steps["b"]  # analysed anew
+    # an archive (its job folders gone) whose table was edited is read as it is, never analysed over
+    # from no records (helper-60: load wiped its report and wrote empty tables)
+    for gone in (tmp_path / "b").glob("0_*"):
+        shutil.rmtree(gone)
+    (tmp_path / "b" / "ops.csv").write_text((tmp_path / "b" / "ops.csv").read_text() + "\n")
+    with pytest.warns(UserWarning, match="ops.csv changed since.*it keeps no job records to analyse anew from"):
+        assert profsweep.load(tmp_path / "b").summary["timed_us_per_step"].tolist() == steps["b"]
+    assert (tmp_path / "b" / "report.html").is_file()
     if os.geteuid() == 0:
         return  # root reads a file whatever its mode
     (tmp_path / "b" / "ops.csv").chmod(0)

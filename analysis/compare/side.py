@@ -101,8 +101,9 @@ def load_side(folder: Path) -> Side:
                 {str(j["job"]): j for j in jobs if j.usable}, read_from, failed, lost,
                 [(str(j["job"]), str(j["record_error"])) for j in jobs if j.usable and j.get("record_error")],
                 never_ran(folder, len(jobs)),
-                f"{', '.join(edited)}: not what the analysis wrote ({CHECKSUMS_FILE}): compared from its job "
-                "records and traces instead" if edited else None)
+                f"{', '.join(edited[:3])}{f' and {len(edited) - 3} more' if len(edited) > 3 else ''}: not what the "
+                f"analysis wrote ({CHECKSUMS_FILE}): compared from its job records and "
+                "traces instead" if edited else None)
 
 
 def as_recorded(environment: Any, jobs: Sequence[dict[str, Any]]) -> Any:
