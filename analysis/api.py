@@ -272,7 +272,7 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
 
     import warnings
 
-    from analysis.files import edited_tables
+    from analysis.files import edited_tables, named_edits
     from analysis.tables import METRICS_FILE, job_folders
 
     newer, _ = newer_records(path)
@@ -284,7 +284,7 @@ def load(folder: str | Path, analyse: bool = True) -> Sweep:
     why = "; load(folder, analyse=True) analyses it anew" if not analyse else \
         "; a sweep still writes it" if live_sweep(path) is not None else \
         "; it keeps no job records to analyse anew from (an archive of its tables)" if not kept else ""
-    named = f"{', '.join(edited[:3])}{', ...' if len(edited) > 3 else ''}"
+    named = named_edits(edited)
     if not why:
         from analysis import NotWritten, analyse_folder
 

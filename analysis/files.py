@@ -163,6 +163,13 @@ def forget_checksums(folder: Path) -> None:
 CHECKSUMS_MAX_BYTES = 1 << 25  # a tables.sha256 the analysis writes: ~100 bytes a table and a job
 
 
+def named_edits(edited: Sequence[str], shown: int = 3) -> str:
+    """`ops.csv, 0_job/metrics.json, 1_job/metrics.json and 40 more`: what edited_tables found, in
+    a line (tables copied in from another sweep change every record it lists)."""
+    more = f" and {len(edited) - shown} more" if len(edited) > shown else ""
+    return f"{', '.join(edited[:shown])}{more}"
+
+
 def edited_tables(folder: Path, tables: Collection[str] | None = None) -> list[str]:
     """The tables tables.sha256 lists (of `tables`, where given: the files a reader reads) whose
     bytes are not those the analysis wrote: `ops.csv` edited by hand or by another program,

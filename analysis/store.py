@@ -212,7 +212,7 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None],
         """Where job records were written after the analysis (a job rerun, a status changed, a
         record edited), the newest one's time, with a warning: history then reads the records,
         as compare analyses such a side in memory, writing nothing into the sweep; else None."""
-        from analysis.files import CHECKSUMS_FILE, edited_tables
+        from analysis.files import CHECKSUMS_FILE, edited_tables, named_edits
         from analysis.tables import job_folders
         from profsweep.contract import METRICS_FILE
 
@@ -220,8 +220,7 @@ def find_sweeps(paths: Sequence[Path], warn: Callable[[str], None],
         # records rerun since are said as such (they change the records tables.sha256 lists too)
         edited = [] if newer else edited_tables(folder, [*SUMMARY_FILES, *TABLE_FILES.values()])
         if edited:
-            named = f"{', '.join(edited[:3])}{f' and {len(edited) - 3} more' if len(edited) > 3 else ''}"
-            said = f"warning: {folder}: {named}: not what its analysis wrote ({CHECKSUMS_FILE})"
+            said = f"warning: {folder}: {named_edits(edited)}: not what its analysis wrote ({CHECKSUMS_FILE})"
             if not any((j / METRICS_FILE).is_file() for j in job_folders(folder)):
                 warn(f"{said}, and it keeps no job records to read instead: history reads the tables as they are")
                 return None

@@ -475,7 +475,7 @@ def view_bytes(items: Iterable[torch.Tensor]) -> int:
     (_extent), the views of one storage together no more than the byte ranges they cover nor the
     storage itself; a sparse tensor as storage_bytes counts it."""
     sparse: list[torch.Tensor] = []
-    views: dict[tuple[str, int], tuple[int, dict[tuple[int, int, int], tuple[int, int, int]]]] = {}
+    views: dict[tuple[str, int], tuple[int, set[tuple[int, int, int]]]] = {}  # storage -> (its bytes, views' spans)
     for t in items:
         if sparse_parts(t) is not None:
             sparse.append(t)
@@ -494,14 +494,14 @@ def view_bytes(items: Iterable[torch.Tensor]) -> int:
             extent = _extent(t)
         except (RuntimeError, NotImplementedError, ValueError):  # a storage without strides to read (jagged): whole
             start, end, extent = 0, size, size
-        views.setdefault(key, (size, {}))[1][(start, end, extent)] = (start, end, extent)
+        views.setdefault(key, (size, set()))[1].add((start, end, extent))
     total = storage_bytes(sparse)
     for size, spans in views.values():
         covered, reach = 0, 0
-        for start, end in sorted((a, b) for a, b, _ in spans.values()):
+        for start, end, _ in sorted(spans):
             covered += max(0, end - max(start, reach))
             reach = max(reach, end)
-        total += min(size, covered, sum(extent for _, _, extent in spans.values()))
+        total += min(size, covered, sum(extent for _, _, extent in spans))
     return total
 
 

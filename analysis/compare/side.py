@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from analysis.files import CHECKSUMS_FILE, edited_tables
+from analysis.files import CHECKSUMS_FILE, edited_tables, named_edits
 from analysis.tables import (analyse_sweep, environment_of, job_folders, never_ran, read_table, samples_rows,
                              stopped_before_jobs, unreadable)
 from analysis.trace import is_op
@@ -101,9 +101,8 @@ def load_side(folder: Path) -> Side:
                 {str(j["job"]): j for j in jobs if j.usable}, read_from, failed, lost,
                 [(str(j["job"]), str(j["record_error"])) for j in jobs if j.usable and j.get("record_error")],
                 never_ran(folder, len(jobs)),
-                f"{', '.join(edited[:3])}{f' and {len(edited) - 3} more' if len(edited) > 3 else ''}: not what the "
-                f"analysis wrote ({CHECKSUMS_FILE}): compared from its job records and "
-                "traces instead" if edited else None)
+                f"{named_edits(edited)}: not what the analysis wrote ({CHECKSUMS_FILE}): compared from its job "
+                "records and traces instead" if edited else None)
 
 
 def as_recorded(environment: Any, jobs: Sequence[dict[str, Any]]) -> Any:
